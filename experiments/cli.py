@@ -1,0 +1,61 @@
+"""The `spikeloop` command line.
+
+Each subcommand lives in its own module with a `main(argv) -> int` (and its own
+argparse parser, so `--help` explains every flag); this file only dispatches,
+importing the module lazily so that `spikeloop --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Sequence
+
+# name -> (module, one-line help). Order is the order shown in --help.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "device": ("bridge.device", "run the device-side program (sim, cl, random or zero backend)"),
+}
+
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "bridge": ("bridge.bench", "added latency of one exchange through the bridge actor vs a raw UDP round trip"),
+    "device": ("bridge.bench_device", "device reply latency and simulated-culture speed"),
+    "env": ("envs.bench", "VizDoom env steps/s against raw DoomGame.make_action"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: spikeloop COMMAND [ARGS...]", "", "Closed-loop RL with a neural culture in the loop.", "", "commands:"]
+    for name, (_, text) in COMMANDS.items():
+        lines.append(f"  {name:<22}{text}")
+    lines.append(f"  {'bench NAME':<22}run a benchmark and write docs/benchmarks/NAME.json:")
+    for name, (_, text) in BENCHMARKS.items():
+        lines.append(f"      {name:<18}{text}")
+    lines += ["", "Run `spikeloop COMMAND --help` for the flags of a command."]
+    return "\n".join(lines)
+
+
+def _dispatch(table: dict[str, tuple[str, str]], name: str, argv: list[str], prog: str) -> int:
+    if name not in table:
+        print(f"spikeloop: unknown {prog} {name!r}; choose from: {', '.join(table)}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(table[name][0])
+    return int(module.main(argv) or 0)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `spikeloop` console script."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0 if args else 2
+    command, rest = args[0], args[1:]
+    if command == "bench":
+        if not rest or rest[0] in ("-h", "--help"):
+            print(_usage())
+            return 0 if rest else 2
+        return _dispatch(BENCHMARKS, rest[0], rest[1:], "benchmark")
+    return _dispatch(COMMANDS, command, rest, "command")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
