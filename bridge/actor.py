@@ -1,0 +1,115 @@
+"""`CL1Bridge`: the named Ray actor that owns one device's sockets.
+
+One actor per device, named from the device id in the `spikeloop` namespace so
+env runners, watch mode and tools all find the same one. It is restarted by Ray
+if its process dies (sockets are re-bound in `__init__`; a dead process's UDP
+ports are free at once) and is pinned to the node that owns the device, either
+by a custom resource or by node id, so the UDP hop stays local.
+
+Exchanges are not retried on restart: a stimulation that may already have
+reached the culture must not be silently sent twice. Callers see the actor
+error and decide (`call_with_restart` repeats a call until the restarted actor answers).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from typing import Any, Callable, TypeVar
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from bridge.core import BridgeConfig, BridgeCore
+
+NAMESPACE = "spikeloop"
+T = TypeVar("T")
+
+
+def bridge_actor_name(device_id: str) -> str:
+    """The Ray actor name of a device's bridge."""
+    return f"cl1-bridge:{device_id}"
+
+
+def device_resource(device_id: str) -> str:
+    """The custom resource a node advertises when it owns a device (`ray start --resources`)."""
+    return f"cl1:{device_id}"
+
+
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
+class CL1Bridge(BridgeCore):
+    """BridgeCore as a restartable Ray actor (see `bridge.core` for the methods)."""
+
+    def __init__(self, config: BridgeConfig) -> None:
+        super().__init__(config)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Ray warns about its own internal use of a deprecated API here
+            self._restarted = ray.get_runtime_context().was_current_actor_reconstructed
+
+    def stats(self) -> dict[str, Any]:
+        """Core stats plus whether this actor is a restart."""
+        return super().stats() | {"restarted": self._restarted, "pid": os.getpid()}
+
+    def spike_port_bound(self) -> int:
+        """The spike port this actor bound (useful when configured as 0)."""
+        return self.spike_port
+
+    def pid(self) -> int:
+        """The actor's process id."""
+        return os.getpid()
+
+    def node_id(self) -> str:
+        """The Ray node this actor runs on."""
+        return ray.get_runtime_context().get_node_id()
+
+
+def start_bridge(
+    config: BridgeConfig,
+    *,
+    node_id: str | None = None,
+    resource: str | None = None,
+) -> ray.actor.ActorHandle:
+    """Create the device's bridge actor, or return the running one with that name.
+
+    `resource` (e.g. `device_resource(id)`) or `node_id` pins it to the device's node.
+    """
+    options: dict[str, Any] = {
+        "name": bridge_actor_name(config.device_id),
+        "namespace": NAMESPACE,
+        "get_if_exists": True,
+    }
+    if resource is not None:
+        # A tiny share of the device resource: pins the actor without using it up,
+        # so the env runner that drives the device can ask for the same node.
+        options["resources"] = {resource: 0.001}
+    if node_id is not None:
+        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+    return CL1Bridge.options(**options).remote(config)
+
+
+def find_bridge(device_id: str) -> ray.actor.ActorHandle:
+    """The running bridge actor of a device; a clear error if there is none."""
+    try:
+        return ray.get_actor(bridge_actor_name(device_id), namespace=NAMESPACE)
+    except ValueError:
+        raise LookupError(
+            f"no bridge actor for device {device_id!r} in Ray namespace {NAMESPACE!r}; "
+            "is the experiment running on this cluster?"
+        ) from None
+
+
+def call_with_restart(call: Callable[[], ray.ObjectRef], *, wait_s: float = 30.0) -> T:
+    """Run one actor call, repeating it until the actor answers or `wait_s` passes.
+
+    Meant for the calls around an actor restart: a call cut off by the crash may
+    already have reached the device, so treat the repeat as a new tick.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return ray.get(call())
+        except ray.exceptions.RayActorError as exc:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"bridge actor did not come back within {wait_s:.0f} s: {exc}") from exc
+            time.sleep(0.1)

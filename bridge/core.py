@@ -1,0 +1,370 @@
+"""The trainer side of one CL1 device: sockets, correlation, safety and stats.
+
+`BridgeCore` is plain Python so that it can be tested and benchmarked on its
+own; `bridge.actor` wraps it as the named Ray actor the env runners use.
+
+Correlation (which reply answers which stimulation) is the one thing that must
+never go wrong: an action decided on the culture's answer to an *earlier*
+stimulation silently breaks the closed loop. Two kinds of device exist:
+
+* echo devices put the stimulation's timestamp in the reply; a reply is accepted
+  only if it carries the timestamp of the stimulation being waited for;
+* plain v1 devices stamp replies with their own clock; then stale datagrams are
+  drained before each send and only a reply arriving after the send is taken.
+  After a timeout the bridge first waits (up to `late_grace_s`) for the one late
+  reply the device still owes, so that it cannot answer the next stimulation.
+
+`correlation="auto"` decides from the first reply which kind the device is.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import errno
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal, Sequence
+
+import numpy as np
+
+from bridge.channels import EVENT_PORT, FEEDBACK_PORT, N_SPIKE_GROUPS, SPIKE_PORT, STIM_PORT
+from bridge.protocol import (
+    FeedbackCommand,
+    ProtocolError,
+    SpikeCounts,
+    StimCommand,
+    decode_spikes,
+    encode_event,
+    encode_feedback,
+    encode_stim,
+    EventMessage,
+    now_us,
+)
+from bridge.safety import Policy, SafetyEnvelope
+
+RECV_BYTES = 4096
+REMEMBERED_STIMS = 4096  # how many past stimulation timestamps are kept for attributing late replies
+LATENCY_WINDOW = 100_000  # latencies kept for the histogram
+
+
+class DeviceTimeout(TimeoutError):
+    """The device did not answer a stimulation within the timeout."""
+
+
+@dataclass(frozen=True)
+class BridgeConfig:
+    """Where a device is and how the bridge treats it."""
+
+    device_id: str = "cl1-0"
+    device_host: str = "127.0.0.1"
+    stim_port: int = STIM_PORT
+    event_port: int = EVENT_PORT
+    feedback_port: int = FEEDBACK_PORT
+    spike_port: int = SPIKE_PORT
+    """Port the bridge binds for spike replies; 0 picks a free one."""
+    bind_host: str = "127.0.0.1"
+    device_reply_port: int | None = None
+    """If set, replies must come from this source port too (not only the device host)."""
+    timeout_s: float = 0.5
+    timeout_policy: Literal["zeros", "raise"] = "zeros"
+    correlation: Literal["auto", "echo", "arrival"] = "auto"
+    late_grace_s: float | None = None
+    """Arrival mode: after a timeout, wait this long for the late reply (default: timeout_s)."""
+    envelope: SafetyEnvelope = field(default_factory=SafetyEnvelope)
+    envelope_policy: Policy = "clamp"
+
+    def __post_init__(self) -> None:
+        if not self.timeout_s > 0:
+            raise ValueError(f"bridge timeout_s={self.timeout_s}: must be > 0 seconds")
+        if self.timeout_policy not in ("zeros", "raise"):
+            raise ValueError(f"bridge timeout_policy={self.timeout_policy!r}: use 'zeros' or 'raise'")
+        if self.correlation not in ("auto", "echo", "arrival"):
+            raise ValueError(f"bridge correlation={self.correlation!r}: use 'auto', 'echo' or 'arrival'")
+        if self.envelope_policy not in ("clamp", "raise"):
+            raise ValueError(f"bridge envelope_policy={self.envelope_policy!r}: use 'clamp' or 'raise'")
+        for name in ("stim_port", "event_port", "feedback_port", "spike_port"):
+            port = getattr(self, name)
+            if not 0 <= port <= 65535:
+                raise ValueError(f"bridge {name}={port}: not a UDP port number")
+
+
+@dataclass(frozen=True)
+class SpikeReply:
+    """The culture's answer to one stimulation."""
+
+    counts: np.ndarray
+    status: Literal["ok", "timeout"]
+    latency_s: float
+    stim_timestamp_us: int
+    reply_timestamp_us: int | None
+    clamped: int
+    """How many stimulation values the safety envelope had to fix."""
+
+    @property
+    def ok(self) -> bool:
+        """True when the device answered in time."""
+        return self.status == "ok"
+
+
+class _Bounded:
+    """A set that remembers only the most recent `size` items."""
+
+    def __init__(self, size: int) -> None:
+        self._order: collections.deque[int] = collections.deque()
+        self._items: set[int] = set()
+        self._size = size
+
+    def add(self, item: int) -> None:
+        self._order.append(item)
+        self._items.add(item)
+        if len(self._order) > self._size:
+            self._items.discard(self._order.popleft())
+
+    def discard(self, item: int) -> None:
+        self._items.discard(item)  # left in _order; harmless, it ages out
+
+    def __contains__(self, item: int) -> bool:
+        return item in self._items
+
+
+COUNTERS = (
+    "exchanges",
+    "ok",
+    "timeouts",
+    "late",
+    "duplicates",
+    "stale",
+    "malformed",
+    "foreign",
+    "feedback_sent",
+    "feedback_suppressed",
+    "events_sent",
+    "clamped_commands",
+    "clamped_values",
+)
+
+
+class BridgeCore:
+    """Owns one device's sockets; see the module docstring for the correlation rules."""
+
+    def __init__(self, config: BridgeConfig) -> None:
+        self.config = config
+        self._spike_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            self._spike_sock.bind((config.bind_host, config.spike_port))
+        except OSError as exc:
+            self._spike_sock.close()
+            hint = " (is another bridge or trainer running?)" if exc.errno == errno.EADDRINUSE else ""
+            raise OSError(
+                exc.errno,
+                f"bridge {config.device_id!r} cannot bind spike port {config.bind_host}:{config.spike_port}: "
+                f"{exc.strerror}{hint}",
+            ) from None
+        self._spike_sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        self._send_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._device_ip = socket.gethostbyname(config.device_host)
+        self._stim_addr = (self._device_ip, config.stim_port)
+        self._feedback_addr = (self._device_ip, config.feedback_port)
+        self._event_addr = (self._device_ip, config.event_port)
+        self._echo: bool | None = {"auto": None, "echo": True, "arrival": False}[config.correlation]
+        self._last_stim_us = 0
+        self._answered = _Bounded(REMEMBERED_STIMS)
+        self._timed_out = _Bounded(REMEMBERED_STIMS)
+        self._owed_late = 0  # arrival mode: replies still owed for timed-out stimulations
+        self._latencies_s: collections.deque[float] = collections.deque(maxlen=LATENCY_WINDOW)
+        self._counts = dict.fromkeys(COUNTERS, 0)
+        self._busy_s = 0.0
+        self._created = time.monotonic()
+        self._closed = False
+
+    # --- public API ----------------------------------------------------------------
+
+    @property
+    def spike_port(self) -> int:
+        """The port actually bound for spike replies."""
+        return self._spike_sock.getsockname()[1]
+
+    def exchange(self, frequencies_hz: Sequence[float], amplitudes_ua: Sequence[float]) -> SpikeReply:
+        """Stimulate once and return the reply that answers this stimulation."""
+        self._check_open()
+        t_start = time.perf_counter()
+        stim = StimCommand(self._next_timestamp(), tuple(frequencies_hz), tuple(amplitudes_ua))
+        stim, clamped = self.config.envelope.check_stim(stim, self.config.envelope_policy)
+        self._count_clamps(clamped)
+        payload = encode_stim(stim)
+        self._drain()
+        if self._owed_late and not self._echo:
+            self._await_owed_late()
+        self._counts["exchanges"] += 1
+        self._send_sock.sendto(payload, self._stim_addr)
+        t_sent = time.perf_counter()
+        deadline = t_sent + self.config.timeout_s
+        while True:
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                break
+            got = self._recv(remaining)
+            if got is None:
+                break
+            reply = self._classify(*got, waiting_for=stim.timestamp_us)
+            if reply is not None:
+                latency = time.perf_counter() - t_sent
+                self._latencies_s.append(latency)
+                # Echo devices repeat our timestamp, plain ones their own; either way a
+                # second datagram with it is a duplicate, never the next answer.
+                self._answered.add(reply.timestamp_us)
+                self._counts["ok"] += 1
+                self._busy_s += time.perf_counter() - t_start
+                counts = np.asarray(reply.counts, dtype=np.float32)
+                return SpikeReply(counts, "ok", latency, stim.timestamp_us, reply.timestamp_us, clamped)
+        self._counts["timeouts"] += 1
+        self._timed_out.add(stim.timestamp_us)
+        if not self._echo:
+            self._owed_late += 1
+        self._busy_s += time.perf_counter() - t_start
+        if self.config.timeout_policy == "raise":
+            raise DeviceTimeout(
+                f"device {self.config.device_id!r} at {self._stim_addr[0]}:{self._stim_addr[1]} did not answer "
+                f"within {self.config.timeout_s * 1000:.0f} ms (replies expected on port {self.spike_port})"
+            )
+        zeros = np.zeros(N_SPIKE_GROUPS, dtype=np.float32)
+        return SpikeReply(zeros, "timeout", self.config.timeout_s, stim.timestamp_us, None, clamped)
+
+    def feedback(self, command: FeedbackCommand) -> bool:
+        """Send a feedback command through the envelope; False if nothing was left to send."""
+        self._check_open()
+        if command.timestamp_us == 0:
+            command = dataclasses.replace(command, timestamp_us=now_us())
+        safe, clamped = self.config.envelope.check_feedback(command, self.config.envelope_policy)
+        self._count_clamps(clamped)
+        if safe is None:
+            self._counts["feedback_suppressed"] += 1
+            return False
+        self._send_sock.sendto(encode_feedback(safe), self._feedback_addr)
+        self._counts["feedback_sent"] += 1
+        return True
+
+    def event(self, event_type: str, data: dict[str, Any] | None = None) -> None:
+        """Send an event (e.g. `episode_end`, `training_complete`) to the device."""
+        self._check_open()
+        payload = encode_event(EventMessage(now_us(), event_type, dict(data or {})))
+        self._send_sock.sendto(payload, self._event_addr)
+        self._counts["events_sent"] += 1
+
+    def stats(self) -> dict[str, Any]:
+        """Counters, latency percentiles (ms) and device duty since start."""
+        if not self._closed:
+            self._drain()
+        lat_ms = np.asarray(self._latencies_s, dtype=np.float64) * 1000.0
+        if lat_ms.size:
+            p50, p90, p99 = np.percentile(lat_ms, [50, 90, 99])
+            latency = {"p50": p50, "p90": p90, "p99": p99, "max": lat_ms.max(), "mean": lat_ms.mean()}
+        else:
+            latency = dict.fromkeys(("p50", "p90", "p99", "max", "mean"), float("nan"))
+        wall_s = time.monotonic() - self._created
+        mode = {None: "undetermined", True: "echo", False: "arrival"}[self._echo]
+        return {
+            "device_id": self.config.device_id,
+            "correlation": mode,
+            "spike_port": self.spike_port if not self._closed else None,
+            **self._counts,
+            "latency_ms": {k: float(v) for k, v in latency.items()} | {"n": int(lat_ms.size)},
+            "duty": self._busy_s / wall_s if wall_s > 0 else 0.0,
+        }
+
+    def close(self) -> None:
+        """Close the sockets; safe to call twice."""
+        if not self._closed:
+            self._closed = True
+            self._spike_sock.close()
+            self._send_sock.close()
+
+    def __enter__(self) -> BridgeCore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- internals -----------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"bridge {self.config.device_id!r} is closed")
+
+    def _next_timestamp(self) -> int:
+        # Strictly increasing, so that an echoed timestamp names one stimulation only.
+        self._last_stim_us = max(now_us(), self._last_stim_us + 1)
+        return self._last_stim_us
+
+    def _count_clamps(self, clamped: int) -> None:
+        if clamped:
+            self._counts["clamped_commands"] += 1
+            self._counts["clamped_values"] += clamped
+
+    def _recv(self, timeout_s: float | None) -> tuple[bytes, tuple[str, int]] | None:
+        """One datagram, or None when none arrives in time (timeout 0: only what is waiting)."""
+        if timeout_s == 0:
+            self._spike_sock.setblocking(False)
+        else:
+            self._spike_sock.settimeout(timeout_s)
+        try:
+            return self._spike_sock.recvfrom(RECV_BYTES)
+        except (BlockingIOError, socket.timeout):
+            return None
+
+    def _drain(self) -> None:
+        """Classify everything already waiting; none of it can answer the next stimulation."""
+        while (got := self._recv(0)) is not None:
+            self._classify(*got, waiting_for=None)
+
+    def _await_owed_late(self) -> None:
+        """Arrival mode: give a late reply the chance to arrive before the next send."""
+        grace = self.config.late_grace_s if self.config.late_grace_s is not None else self.config.timeout_s
+        deadline = time.perf_counter() + grace
+        while self._owed_late and (remaining := deadline - time.perf_counter()) > 0:
+            got = self._recv(remaining)
+            if got is None:
+                break
+            self._classify(*got, waiting_for=None)
+        self._owed_late = 0  # what did not come by now is taken as dropped
+
+    def _classify(self, data: bytes, addr: tuple[str, int], waiting_for: int | None) -> SpikeCounts | None:
+        """Count one datagram; return it only if it answers the stimulation being waited for."""
+        if addr[0] != self._device_ip or (
+            self.config.device_reply_port is not None and addr[1] != self.config.device_reply_port
+        ):
+            self._counts["foreign"] += 1
+            return None
+        try:
+            reply = decode_spikes(data)
+        except ProtocolError:
+            self._counts["malformed"] += 1
+            return None
+        ts = reply.timestamp_us
+        if ts in self._answered:
+            self._counts["duplicates"] += 1
+            return None
+        if ts in self._timed_out:
+            self._timed_out.discard(ts)
+            self._owed_late = max(0, self._owed_late - 1)
+            self._counts["late"] += 1
+            return None
+        if waiting_for is not None and ts == waiting_for:
+            if self._echo is None:
+                self._echo = True
+            return reply
+        if self._echo is None and waiting_for is not None:
+            self._echo = False  # a reply stamped with the device's own clock: a plain v1 device
+        if self._echo is False:
+            if waiting_for is not None:
+                return reply  # arrived after the send, and the queue was drained before it
+            if self._owed_late:
+                self._owed_late -= 1
+                self._counts["late"] += 1
+            else:
+                self._counts["stale"] += 1
+            return None
+        self._counts["stale"] += 1  # echo device, unknown timestamp: nothing it can answer
+        return None

@@ -1,0 +1,157 @@
+"""A protocol-v1 test device on loopback that can misbehave on purpose.
+
+It answers each stimulation at once with counts that *encode the stimulation*
+(count i = frequency i, as float32), so a caller can check that a reply answers
+its own stimulation without trusting timestamps. It can be told to drop, delay,
+duplicate or corrupt a reply, or to send a forged one from a foreign address
+first, and it keeps every feedback and event datagram it receives so tests can
+inspect what actually left the bridge. Used by the bridge tests, the invariant
+test and `spikeloop bench bridge`; not a culture.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+from bridge.protocol import STIM_SIZE, SpikeCounts, StimCommand, decode_stim, encode_spikes, encode_stim, now_us
+
+Fault = Literal["drop", "delay", "duplicate", "corrupt", "foreign"]
+FAULTS: tuple[Fault, ...] = ("drop", "delay", "duplicate", "corrupt", "foreign")
+FOREIGN_HOST = "127.0.0.2"  # another loopback address: a different sender, same machine
+
+
+def counts_for(frequencies_hz: tuple[float, ...]) -> tuple[float, ...]:
+    """The counts this device answers a stimulation with: its frequencies."""
+    return tuple(frequencies_hz)
+
+
+@dataclass
+class LoopbackDevice:
+    """Answers stimulations on loopback; see the module docstring."""
+
+    trainer_host: str = "127.0.0.1"
+    spike_port: int = 0
+    echo_timestamps: bool = True
+    fault_for: Callable[[int], Fault | None] = lambda i: None
+    delay_s: float = 0.1
+    stim_port: int = 0
+    feedback_port: int = 0
+    event_port: int = 0
+    received_stims: list[bytes] = field(default_factory=list)
+    received_feedback: list[bytes] = field(default_factory=list)
+    received_events: list[bytes] = field(default_factory=list)
+    injected: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAULTS, 0))
+
+    def __post_init__(self) -> None:
+        self._socks = {}
+        for kind in ("stim", "feedback", "event"):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock.bind(("127.0.0.1", getattr(self, f"{kind}_port")))
+            sock.settimeout(0.05)
+            setattr(self, f"{kind}_port", sock.getsockname()[1])
+            self._socks[kind] = sock
+        self._reply = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._foreign = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._foreign.bind((FOREIGN_HOST, 0))
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._n = 0
+
+    def start(self) -> LoopbackDevice:
+        """Serve in background threads."""
+        for kind in self._socks:
+            t = threading.Thread(target=self._serve, args=(kind,), daemon=True, name=f"loopback-{kind}")
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the sockets."""
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=1)
+        for sock in [*self._socks.values(), self._reply, self._foreign]:
+            sock.close()
+
+    def __enter__(self) -> LoopbackDevice:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _serve(self, kind: str) -> None:
+        sock = self._socks[kind]
+        while not self._stop.is_set():
+            try:
+                data, _ = sock.recvfrom(4096)
+            except (socket.timeout, OSError):
+                continue
+            if kind == "feedback":
+                self.received_feedback.append(data)
+            elif kind == "event":
+                self.received_events.append(data)
+            else:
+                self.received_stims.append(data)
+                self._answer(data)
+
+    def _answer(self, data: bytes) -> None:
+        if len(data) != STIM_SIZE:
+            return
+        stim = decode_stim(data)
+        ts = stim.timestamp_us if self.echo_timestamps else now_us()
+        good = encode_spikes(SpikeCounts(ts, counts_for(stim.frequencies_hz)))
+        fault = self.fault_for(self._n)
+        self._n += 1
+        dest = (self.trainer_host, self.spike_port)
+        if fault is not None:
+            self.injected[fault] += 1
+        if fault == "drop":
+            return
+        if fault == "delay":
+            threading.Timer(self.delay_s, self._reply.sendto, args=(good, dest)).start()
+            return
+        if fault == "corrupt":
+            self._reply.sendto(good[:-3], dest)  # truncated: must be counted malformed
+        if fault == "foreign":
+            # Right timestamp, wrong counts: accepting it would be caught by the caller.
+            forged = encode_spikes(SpikeCounts(ts, (99.0,) * 8))
+            self._foreign.sendto(forged, dest)
+        self._reply.sendto(good, dest)
+        if fault == "duplicate":
+            self._reply.sendto(good, dest)
+
+
+def raw_round_trip(device: tuple[str, int], reply_sock: socket.socket, frequencies_hz: tuple[float, ...]) -> float:
+    """One stimulation and its reply over bare sockets; returns seconds (the benchmark's baseline)."""
+    payload = encode_stim(StimCommand(now_us(), frequencies_hz, (1.0,) * 8))
+    t0 = time.perf_counter()
+    reply_sock.sendto(payload, device)
+    reply_sock.recvfrom(4096)
+    return time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a fault-free loopback device until interrupted (for benchmarks)."""
+    parser = argparse.ArgumentParser(prog="python -m bridge.loopback_device", description=__doc__)
+    parser.add_argument("--spike-port", type=int, required=True, help="trainer port that receives replies")
+    parser.add_argument("--stim-port", type=int, default=0, help="port to listen on for stimulation (0: free)")
+    parser.add_argument("--own-clock", action="store_true", help="stamp replies with the device clock, not the echo")
+    args = parser.parse_args(argv)
+    device = LoopbackDevice(spike_port=args.spike_port, stim_port=args.stim_port, echo_timestamps=not args.own_clock)
+    device.start()
+    print(f"stim_port={device.stim_port} feedback_port={device.feedback_port} event_port={device.event_port}", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        device.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,175 @@
+"""Correlation under injected faults, over real UDP on loopback."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import numpy as np
+import pytest
+
+from bridge.core import BridgeConfig, BridgeCore, DeviceTimeout
+from bridge.loopback_device import FAULTS, LoopbackDevice
+from bridge.protocol import SpikeCounts, encode_spikes
+
+TIMEOUT_S = 0.15  # generous: a loaded CI machine must not turn a good reply into a timeout
+
+
+def make_rig(**device_kwargs) -> tuple[BridgeCore, LoopbackDevice]:
+    device = LoopbackDevice(**device_kwargs)
+    bridge = BridgeCore(
+        BridgeConfig(
+            spike_port=0,
+            stim_port=device.stim_port,
+            feedback_port=device.feedback_port,
+            event_port=device.event_port,
+            timeout_s=TIMEOUT_S,
+        )
+    )
+    device.spike_port = bridge.spike_port
+    device.start()
+    return bridge, device
+
+
+def fault_schedule(n: int, seed: int) -> dict[int, str]:
+    """Roughly 15% of exchanges get one of the five faults, in a seeded random order."""
+    rng = np.random.default_rng(seed)
+    picks = rng.choice(n, size=n * 15 // 100, replace=False)
+    return {int(i): FAULTS[k % len(FAULTS)] for k, i in enumerate(sorted(picks))}
+
+
+@pytest.mark.parametrize("echo", [True, False], ids=["echo-device", "plain-v1-device"])
+def test_every_ok_reply_answers_its_own_stimulation(echo):
+    n = 1000
+    faults = fault_schedule(n, seed=7)
+    bridge, device = make_rig(echo_timestamps=echo, fault_for=faults.get, delay_s=TIMEOUT_S + 0.05)
+    rng = np.random.default_rng(1)
+    statuses = []
+    try:
+        for _ in range(n):
+            freqs = rng.uniform(4, 40, 8).astype(np.float32)
+            reply = bridge.exchange(freqs, [1.5] * 8)
+            statuses.append(reply.status)
+            if reply.ok:
+                # The device encodes the stimulation into the counts.
+                np.testing.assert_array_equal(reply.counts, freqs)
+            else:
+                assert not reply.counts.any()
+        time.sleep(TIMEOUT_S + 0.05)  # let the last delayed reply land
+        stats = bridge.stats()
+    finally:
+        device.stop()
+        bridge.close()
+    injected = device.injected
+    assert sum(injected.values()) == len(faults)
+    assert stats["correlation"] == ("echo" if echo else "arrival")
+    assert stats["exchanges"] == n
+    assert stats["timeouts"] == injected["drop"] + injected["delay"] == statuses.count("timeout")
+    assert stats["ok"] == n - stats["timeouts"]
+    assert stats["late"] == injected["delay"]
+    assert stats["duplicates"] == injected["duplicate"]
+    assert stats["malformed"] == injected["corrupt"]
+    assert stats["foreign"] == injected["foreign"]
+    assert stats["stale"] == 0
+    assert stats["latency_ms"]["n"] == stats["ok"]
+    lat = stats["latency_ms"]
+    assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
+
+
+def test_reply_port_pinning_counts_other_ports_as_foreign():
+    device = LoopbackDevice()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as intruder:
+        intruder.bind(("127.0.0.1", 0))
+        bridge = BridgeCore(BridgeConfig(spike_port=0, stim_port=device.stim_port, timeout_s=0.05,
+                                         device_reply_port=intruder.getsockname()[1] + 1, correlation="echo"))
+        device.spike_port = bridge.spike_port
+        device.start()
+        try:
+            reply = bridge.exchange([10.0] * 8, [1.5] * 8)
+            assert reply.status == "timeout"
+            assert bridge.stats()["foreign"] == 1
+        finally:
+            device.stop()
+            bridge.close()
+
+
+def test_timeout_policy_raise_names_the_device():
+    bridge, device = make_rig(fault_for=lambda i: "drop")
+    raising = BridgeCore(BridgeConfig(device_id="dish-3", spike_port=0, stim_port=device.stim_port,
+                                      timeout_s=0.02, timeout_policy="raise"))
+    try:
+        with pytest.raises(DeviceTimeout, match="dish-3.*did not answer within 20 ms"):
+            raising.exchange([10.0] * 8, [1.5] * 8)
+        assert raising.stats()["timeouts"] == 1
+    finally:
+        raising.close()
+        device.stop()
+        bridge.close()
+
+
+def test_stale_datagram_never_answers_the_next_stimulation():
+    """A plain device's leftover reply, waiting before the send, is drained and counted."""
+    bridge, device = make_rig(echo_timestamps=False)
+    try:
+        assert bridge.exchange([5.0] * 8, [1.5] * 8).ok  # the device is now known to be a plain v1 one
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.sendto(encode_spikes(SpikeCounts(1, (77.0,) * 8)), ("127.0.0.1", bridge.spike_port))
+        time.sleep(0.01)
+        reply = bridge.exchange([6.0] * 8, [1.5] * 8)
+        np.testing.assert_array_equal(reply.counts, [6.0] * 8)
+        assert bridge.stats()["stale"] == 1
+    finally:
+        device.stop()
+        bridge.close()
+
+
+def test_spike_port_in_use_is_a_clear_error():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        with pytest.raises(OSError, match=f"cannot bind spike port 127.0.0.1:{port}.*another bridge"):
+            BridgeCore(BridgeConfig(spike_port=port))
+
+
+def test_spike_port_binds_loopback_by_default():
+    with BridgeCore(BridgeConfig(spike_port=0)) as bridge:
+        assert bridge._spike_sock.getsockname()[0] == "127.0.0.1"
+
+
+def test_feedback_and_events_reach_the_device():
+    from bridge.protocol import FeedbackCommand, FeedbackType, decode_event, decode_feedback
+
+    bridge, device = make_rig()
+    try:
+        assert bridge.feedback(FeedbackCommand(0, FeedbackType.REWARD, (19, 20, 22), 20, 2.0, 30, False, "reward"))
+        bridge.event("episode_end", {"episode": 1, "episode_reward": 3.5})
+        deadline = time.monotonic() + 2
+        while (not device.received_feedback or not device.received_events) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        fb = decode_feedback(device.received_feedback[0])
+        assert fb.channels == (19, 20, 22) and fb.timestamp_us > 0
+        ev = decode_event(device.received_events[0])
+        assert ev.event_type == "episode_end" and ev.data["episode"] == 1
+        stats = bridge.stats()
+        assert stats["feedback_sent"] == 1 and stats["events_sent"] == 1
+    finally:
+        device.stop()
+        bridge.close()
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [({"timeout_s": 0}, "timeout_s"), ({"timeout_policy": "retry"}, "timeout_policy"),
+     ({"correlation": "seq"}, "correlation"), ({"stim_port": 70000}, "stim_port")],
+)
+def test_bad_bridge_config_is_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        BridgeConfig(**kwargs)
+
+
+def test_closed_bridge_refuses_work():
+    bridge = BridgeCore(BridgeConfig(spike_port=0))
+    bridge.close()
+    bridge.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        bridge.exchange([10.0] * 8, [1.5] * 8)
