@@ -1,0 +1,151 @@
+"""The closed-loop RLModule: encoder (obs -> stim), decoder (spikes -> action), value net.
+
+The culture sits between encoder and decoder, outside this module: a module-to-env
+connector samples `stim` from `encoder_distribution`, exchanges it with the culture for
+`spikes`, and samples the game action from `decoder_distribution(decode(...))`. The module
+therefore never sees spikes when acting, only in `forward_train`, where the stored
+`"spikes"` and `"spike_mean"` columns are replayed through the decoder.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical
+from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
+from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
+from torch import nn
+
+from bridge.channels import N_ENCODING, N_SPIKE_GROUPS
+from models.decoder import SpikeDecoder
+from models.distributions import TorchRangedBeta
+from models.encoder import StimEncoder, mlp, split_observation_space
+from models.model_config import ClosedLoopModelConfig
+
+STIM_DIST_INPUTS = "stim_dist_inputs"
+"""Forward output: raw encoder head [B, 4 * N_ENCODING] (alpha raws for 16 dims, then beta raws)."""
+STIM = "stim"
+"""Batch column: the sampled stimulation [B, 2 * N_ENCODING], Hz then uA, unclamped."""
+SPIKES = "spikes"
+"""Batch column: the decoder input actually used [B, N_SPIKE_GROUPS] (after ablation, before centring)."""
+SPIKE_MEAN = "spike_mean"
+"""Batch column: the centring mean used when acting [B, N_SPIKE_GROUPS]."""
+
+
+class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
+    """Encoder, decoder and value net of the closed loop; settings in ClosedLoopModelConfig."""
+
+    def setup(self) -> None:
+        """Build the three networks and the spike-mean buffers from model_config."""
+        self.settings = ClosedLoopModelConfig.from_dict(self.model_config)
+        s = self.settings
+        self.n_actions = int(self.action_space.n)
+        self.encoder = StimEncoder(self.observation_space, s)
+        self.decoder = SpikeDecoder(N_SPIKE_GROUPS, self.n_actions, s)
+        features_space, _ = split_observation_space(self.observation_space)
+        self.value_net = mlp(int(np.prod(features_space.shape)), s.value_hiddens, 1)
+        stim_low = [s.stim_frequency_range_hz[0]] * N_ENCODING + [s.stim_amplitude_range_ua[0]] * N_ENCODING
+        stim_high = [s.stim_frequency_range_hz[1]] * N_ENCODING + [s.stim_amplitude_range_ua[1]] * N_ENCODING
+        # Non-persistent: ranges come from the config, a checkpoint must not override them.
+        self.register_buffer("stim_low", torch.tensor(stim_low), persistent=False)
+        self.register_buffer("stim_high", torch.tensor(stim_high), persistent=False)
+        # Persistent buffers: in state_dict, hence in checkpoints and in the weights synced to env runners.
+        self.register_buffer("spike_mean", torch.zeros(N_SPIKE_GROUPS))
+        self.register_buffer("spike_mean_count", torch.zeros((), dtype=torch.float64))
+
+    # ---- parameter groups (the learner gives the encoder its own learning rate) ----
+
+    def encoder_parameters(self) -> list[nn.Parameter]:
+        """Trainable parameters of the stimulation encoder (trunk, screen CNN, Beta heads)."""
+        return [p for p in self.encoder.parameters() if p.requires_grad]
+
+    def decoder_parameters(self) -> list[nn.Parameter]:
+        """Trainable parameters of the spike decoder (empty if frozen)."""
+        return [p for p in self.decoder.parameters() if p.requires_grad]
+
+    def value_parameters(self) -> list[nn.Parameter]:
+        """Trainable parameters of the value net."""
+        return [p for p in self.value_net.parameters() if p.requires_grad]
+
+    # ---- forward passes ----
+
+    def _features_and_screen(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        obs = batch[Columns.OBS]
+        if isinstance(obs, dict):
+            return obs["features"], obs.get("screen")
+        return obs, None
+
+    def _forward(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
+        """Acting pass: encoder Beta inputs and value predictions; no action (the culture decides)."""
+        features, screen = self._features_and_screen(batch)
+        return {
+            STIM_DIST_INPUTS: self.encoder(features, screen),
+            Columns.VF_PREDS: self._values(features),
+        }
+
+    def _forward_train(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
+        """Training pass: also replays the stored spikes through the decoder with the stored mean."""
+        out = self._forward(batch)
+        out[Columns.ACTION_DIST_INPUTS] = self.decode(batch[SPIKES], batch[SPIKE_MEAN])
+        return out
+
+    def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
+        """Value estimates [B] from the scalar observation features (ValueFunctionAPI, used by GAE)."""
+        features, _ = self._features_and_screen(batch)
+        return self._values(features)
+
+    def _values(self, features: torch.Tensor) -> torch.Tensor:
+        return self.value_net(features.float().flatten(1)).squeeze(-1)
+
+    # ---- pieces the culture connector calls ----
+
+    def encoder_distribution(self, stim_dist_inputs: torch.Tensor) -> TorchRangedBeta:
+        """Distribution over the stimulation [.., 16] in Hz (first 8) and uA (last 8)."""
+        return TorchRangedBeta.from_logits(stim_dist_inputs, low=self.stim_low, high=self.stim_high)
+
+    def decode(self, spikes: torch.Tensor, spike_mean: torch.Tensor | None = None) -> torch.Tensor:
+        """Action logits from spike counts, centred by spike_mean (default: the running-mean buffer)."""
+        if spike_mean is None:
+            spike_mean = self.spike_mean
+        return self.decoder(spikes.float() - spike_mean.to(spikes.device).float())
+
+    def decoder_distribution(self, action_logits: torch.Tensor) -> TorchCategorical:
+        """Categorical over the game actions."""
+        return TorchCategorical.from_logits(action_logits)
+
+    def ablate(self, spikes: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """The decoder input under this module's ablation setting; store what this returns."""
+        mode = self.settings.ablation
+        spikes = torch.as_tensor(spikes, dtype=torch.float32)
+        if mode == "none":
+            return spikes
+        if mode == "zero":
+            return torch.zeros_like(spikes)
+        rate = torch.full_like(spikes, self.settings.ablation_poisson_rate)
+        return torch.poisson(rate, generator=generator)
+
+    # ---- running spike mean ----
+
+    @torch.no_grad()
+    def update_spike_mean(self, spikes: torch.Tensor) -> None:
+        """Fold a batch of used spike vectors [N, N_SPIKE_GROUPS] into the running mean buffer."""
+        mode = self.settings.spike_mean_mode
+        spikes = torch.as_tensor(spikes, dtype=torch.float64, device=self.spike_mean.device).reshape(-1, N_SPIKE_GROUPS)
+        n = spikes.shape[0]
+        if mode == "off" or n == 0:
+            return
+        batch_mean = spikes.mean(0)
+        old_count = self.spike_mean_count.item()
+        if old_count == 0:
+            # First batch sets the mean outright (no bias towards the zero initial value).
+            new_mean = batch_mean
+        elif mode == "ema":
+            m = self.settings.spike_mean_momentum
+            new_mean = (1.0 - m) * self.spike_mean.double() + m * batch_mean
+        else:
+            new_mean = (old_count * self.spike_mean.double() + n * batch_mean) / (old_count + n)
+        self.spike_mean.copy_(new_mean)
+        self.spike_mean_count.add_(n)

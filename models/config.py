@@ -1,0 +1,97 @@
+"""ClosedLoopPPOConfig: RLlib's PPOConfig with the closed loop's learner settings and defaults.
+
+Reference defaults: gamma 0.997, lambda 0.95, clip 0.2, value coefficient 0.3, decoder
+entropy 0.02, encoder entropy 0 (the reference's -0.10 was never applied; settable),
+minibatch 256, 4 epochs, 2048 steps per update, encoder learning rate 4x the base one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+from ray.rllib.algorithms.algorithm_config import NotProvided
+from ray.rllib.algorithms.ppo import PPOConfig
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+
+class ClosedLoopPPOConfig(PPOConfig):
+    """PPO over the joint log-probability of stimulation and action, with the closed-loop module."""
+
+    def __init__(self, algo_class: Any = None) -> None:
+        super().__init__(algo_class=algo_class)
+        # Reference PPO settings.
+        self.gamma = 0.997
+        self.lambda_ = 0.95
+        self.clip_param = 0.2
+        self.vf_loss_coeff = 0.3
+        self.vf_clip_param = float("inf")  # RLlib semantics (clamp on the squared error); inf = unclipped
+        self.minibatch_size = 256
+        self.num_epochs = 4
+        self.train_batch_size_per_learner = 2048
+        self.lr = 3e-4  # base rate: decoder and value net; the encoder gets lr * encoder_lr_multiplier
+        self.grad_clip = 0.5
+        self.grad_clip_by = "global_norm"  # applied per optimizer: encoder and decoder+value separately
+        self.use_kl_loss = False
+        self.entropy_coeff = 0.0  # unused: see encoder_entropy_coeff / decoder_entropy_coeff
+        # One culture cannot serve two games: one env per env runner.
+        self.num_envs_per_env_runner = 1
+
+        # Closed-loop learner settings.
+        self.encoder_entropy_coeff = 0.0
+        """loss -= encoder_entropy_coeff * H(stim | obs); any sign (negative sharpens the stimulation)."""
+        self.decoder_entropy_coeff = 0.02
+        """loss -= decoder_entropy_coeff * H(action | spikes); any sign."""
+        self.encoder_lr_multiplier = 4.0
+        """Encoder learning rate = lr * this (its own optimizer; also scales an lr schedule)."""
+        self.decoder_weight_l2_coeff = 0.0
+        """loss += this * sum of squared decoder weights (effective weights if non-negative)."""
+
+    def training(
+        self,
+        *,
+        encoder_entropy_coeff: float = NotProvided,
+        decoder_entropy_coeff: float = NotProvided,
+        encoder_lr_multiplier: float = NotProvided,
+        decoder_weight_l2_coeff: float = NotProvided,
+        **kwargs,
+    ) -> Self:
+        """PPOConfig.training plus the closed-loop settings."""
+        super().training(**kwargs)
+        if encoder_entropy_coeff is not NotProvided:
+            self.encoder_entropy_coeff = encoder_entropy_coeff
+        if decoder_entropy_coeff is not NotProvided:
+            self.decoder_entropy_coeff = decoder_entropy_coeff
+        if encoder_lr_multiplier is not NotProvided:
+            self.encoder_lr_multiplier = encoder_lr_multiplier
+        if decoder_weight_l2_coeff is not NotProvided:
+            self.decoder_weight_l2_coeff = decoder_weight_l2_coeff
+        return self
+
+    def get_default_rl_module_spec(self) -> RLModuleSpec:
+        """The closed-loop module (encoder, decoder, value net)."""
+        from models.closed_loop_module import ClosedLoopRLModule
+
+        return RLModuleSpec(module_class=ClosedLoopRLModule)
+
+    def get_default_learner_class(self) -> type:
+        """The joint-logp PPO learner."""
+        from models.learner import ClosedLoopPPOLearner
+
+        return ClosedLoopPPOLearner
+
+    def validate(self) -> None:
+        """PPO's checks plus the closed-loop ones."""
+        super().validate()
+        if self.entropy_coeff != 0.0:
+            self._value_error(
+                "entropy_coeff is not used by the closed-loop learner: set encoder_entropy_coeff "
+                "and decoder_entropy_coeff instead"
+            )
+        if self.encoder_lr_multiplier <= 0.0:
+            self._value_error("encoder_lr_multiplier must be > 0")
+        if self.decoder_weight_l2_coeff < 0.0:
+            self._value_error("decoder_weight_l2_coeff must be >= 0")
+        if self.num_envs_per_env_runner != 1:
+            self._value_error("one culture serves one game: num_envs_per_env_runner must be 1")
+        if self.framework_str != "torch":
+            self._value_error("the closed-loop module and learner are torch-only")

@@ -1,0 +1,85 @@
+"""Independent Beta distributions mapped affinely onto physical stimulation ranges.
+
+RLlib has no Beta distribution, so this is a `TorchDistribution` subclass: each of the
+16 stimulation dimensions (8 frequencies in Hz, then 8 amplitudes in uA) is
+`x = low + (high - low) * u` with `u ~ Beta(alpha, beta)`, and log-probabilities and
+entropies are in x-space: `log p_x(x) = log p_u(u) - log(high - low)` per dimension.
+"""
+
+from __future__ import annotations
+
+import torch
+from ray.rllib.core.distribution.torch.torch_distribution import TorchDeterministic, TorchDistribution
+from torch.nn import functional as F
+
+BETA_CONCENTRATION_OFFSET = 1.0
+"""alpha, beta = softplus(x) + 1 keeps both > 1: unimodal, finite density at the range edges."""
+
+_EDGE_EPS = 1e-6
+"""u is clamped into [eps, 1 - eps] before log_prob: float32 Beta samples can land exactly on 0 or 1."""
+
+
+class TorchRangedBeta(TorchDistribution):
+    """Product of independent Betas, each scaled onto [low, high] (physical units)."""
+
+    def __init__(self, alpha: torch.Tensor, beta: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> None:
+        self.alpha = alpha
+        self.beta = beta
+        self.low = low.to(alpha)
+        self.high = high.to(alpha)
+        self.width = self.high - self.low
+        super().__init__(alpha=alpha, beta=beta)
+
+    def _get_torch_distribution(self, alpha: torch.Tensor, beta: torch.Tensor) -> torch.distributions.Beta:
+        # validate_args off: the support check would reject the clamped edge values we pass.
+        return torch.distributions.Beta(alpha, beta, validate_args=False)
+
+    @classmethod
+    def from_logits(cls, logits: torch.Tensor, *, low: torch.Tensor, high: torch.Tensor) -> TorchRangedBeta:
+        """Build from raw head outputs [..., 2 * D]: first D give alpha, last D give beta."""
+        raw_alpha, raw_beta = logits.chunk(2, dim=-1)
+        alpha = F.softplus(raw_alpha) + BETA_CONCENTRATION_OFFSET
+        beta = F.softplus(raw_beta) + BETA_CONCENTRATION_OFFSET
+        return cls(alpha, beta, low, high)
+
+    @staticmethod
+    def required_input_dim(space, **kwargs) -> int:
+        """Two raw inputs (alpha, beta) per dimension of a Box space."""
+        return 2 * int(space.shape[-1])
+
+    def to_unit(self, value: torch.Tensor) -> torch.Tensor:
+        """Physical units -> u in [0, 1]."""
+        return (value - self.low) / self.width
+
+    def from_unit(self, unit: torch.Tensor) -> torch.Tensor:
+        """u in [0, 1] -> physical units."""
+        return self.low + self.width * unit
+
+    def logp(self, value: torch.Tensor, **kwargs) -> torch.Tensor:
+        """Joint log-density of a stimulation [..., D] in physical units, summed over D."""
+        unit = self.to_unit(value).clamp(_EDGE_EPS, 1.0 - _EDGE_EPS)
+        return (self._dist.log_prob(unit) - torch.log(self.width)).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        """Differential entropy in physical units, summed over D (includes log(high - low))."""
+        return (self._dist.entropy() + torch.log(self.width)).sum(-1)
+
+    def kl(self, other: TorchRangedBeta) -> torch.Tensor:
+        """KL(self || other), summed over D; an affine map shared by both leaves KL unchanged."""
+        return torch.distributions.kl.kl_divergence(self._dist, other._dist).sum(-1)
+
+    def sample(self, *, sample_shape=None) -> torch.Tensor:
+        """Stimulation sample in physical units."""
+        return self.from_unit(self._dist.sample(sample_shape if sample_shape is not None else torch.Size()))
+
+    def rsample(self, *, sample_shape=None) -> torch.Tensor:
+        """Reparameterised sample in physical units."""
+        return self.from_unit(self._dist.rsample(sample_shape if sample_shape is not None else torch.Size()))
+
+    def deterministic_sample(self) -> torch.Tensor:
+        """The distribution's mean in physical units (used when not exploring)."""
+        return self.from_unit(self._dist.mean)
+
+    def to_deterministic(self) -> TorchDeterministic:
+        """RLlib's deterministic counterpart, centred on the mean."""
+        return TorchDeterministic(loc=self.deterministic_sample())

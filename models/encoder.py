@@ -1,0 +1,94 @@
+"""The stimulation encoder: observation -> raw Beta parameters for 8 frequencies and 8 amplitudes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from bridge.channels import N_ENCODING
+from models.model_config import ClosedLoopModelConfig
+
+N_STIM = 2 * N_ENCODING
+"""Stimulation vector size: N_ENCODING frequencies (Hz), then N_ENCODING amplitudes (uA)."""
+
+
+def mlp(in_size: int, hiddens: Sequence[int], out_size: int | None = None) -> nn.Sequential:
+    """SiLU MLP; without out_size the last hidden layer is the output."""
+    layers: list[nn.Module] = []
+    for hidden in hiddens:
+        layers += [nn.Linear(in_size, hidden), nn.SiLU()]
+        in_size = hidden
+    if out_size is not None:
+        layers.append(nn.Linear(in_size, out_size))
+    return nn.Sequential(*layers)
+
+
+def split_observation_space(space: gym.Space) -> tuple[gym.spaces.Box, gym.spaces.Box | None]:
+    """(features space, screen space or None) of a Box or a Dict {"features", "screen"} observation."""
+    if isinstance(space, gym.spaces.Dict):
+        return space["features"], space.spaces.get("screen")
+    if isinstance(space, gym.spaces.Box):
+        return space, None
+    raise ValueError(f"observation space must be a Box or a Dict with 'features' (and 'screen'), got {space}")
+
+
+class ScreenCNN(nn.Module):
+    """Small conv stack on the game screen -> a fixed-size embedding."""
+
+    def __init__(self, screen_space: gym.spaces.Box, settings: ClosedLoopModelConfig) -> None:
+        super().__init__()
+        shape = screen_space.shape
+        if len(shape) == 2:
+            self.channels_last, channels = False, 1
+        else:
+            layout = settings.screen_layout
+            self.channels_last = layout == "hwc" or (layout == "auto" and shape[-1] <= 4)
+            channels = shape[-1] if self.channels_last else shape[0]
+        # uint8 screens arrive as 0-255; scale to [0, 1] so the conv init sees unit-scale inputs.
+        self.scale = 1.0 / 255.0 if screen_space.dtype == np.uint8 else 1.0
+        convs: list[nn.Module] = []
+        for out_channels, kernel, stride in settings.screen_cnn_filters:
+            convs += [nn.Conv2d(channels, out_channels, kernel, stride), nn.SiLU()]
+            channels = out_channels
+        self.convs = nn.Sequential(*convs, nn.Flatten())
+        with torch.no_grad():
+            flat_size = self.convs(self._to_nchw(torch.zeros(1, *shape))).shape[-1]
+        self.project = nn.Sequential(nn.Linear(flat_size, settings.screen_embedding_dim), nn.SiLU())
+
+    def _to_nchw(self, screen: torch.Tensor) -> torch.Tensor:
+        screen = screen.float() * self.scale
+        if screen.dim() == 3:  # [B, H, W] grey
+            return screen.unsqueeze(1)
+        return screen.permute(0, 3, 1, 2) if self.channels_last else screen
+
+    def forward(self, screen: torch.Tensor) -> torch.Tensor:
+        """Embedding [B, screen_embedding_dim] of a batch of screens."""
+        return self.project(self.convs(self._to_nchw(screen)))
+
+
+class StimEncoder(nn.Module):
+    """Features (+ screen) -> raw Beta head outputs [B, 2 * N_STIM] (alphas first, then betas)."""
+
+    def __init__(self, observation_space: gym.Space, settings: ClosedLoopModelConfig) -> None:
+        super().__init__()
+        features_space, screen_space = split_observation_space(observation_space)
+        in_size = int(np.prod(features_space.shape))
+        self.screen_cnn = ScreenCNN(screen_space, settings) if screen_space is not None else None
+        if self.screen_cnn is not None:
+            in_size += settings.screen_embedding_dim
+        self.trunk = mlp(in_size, settings.encoder_hiddens)
+        trunk_size = settings.encoder_hiddens[-1] if settings.encoder_hiddens else in_size
+        self.head = nn.Linear(trunk_size, 2 * N_STIM)
+        nn.init.normal_(self.head.weight, std=settings.encoder_head_init_std)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, features: torch.Tensor, screen: torch.Tensor | None = None) -> torch.Tensor:
+        """Raw Beta parameters for a batch of observations."""
+        x = features.float().flatten(1)
+        if self.screen_cnn is not None:
+            x = torch.cat([x, self.screen_cnn(screen)], dim=-1)
+        return self.head(self.trunk(x))

@@ -1,0 +1,114 @@
+"""A toy env, a fake culture and one closed-loop step written the way the culture connector must.
+
+For tests and smoke runs without VizDoom or a culture. `closed_loop_step` is the
+reference for what the module-to-env connector writes into the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import gymnasium as gym
+import numpy as np
+import torch
+from ray.rllib.core.columns import Columns
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+from bridge.channels import N_ENCODING, N_SPIKE_GROUPS
+from models.closed_loop_module import SPIKE_MEAN, SPIKES, STIM, STIM_DIST_INPUTS, ClosedLoopRLModule
+
+Culture = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
+"""stim [B, 16] (Hz, uA) -> spike counts [B, N_SPIKE_GROUPS]."""
+
+
+class ToyClosedLoopEnv(gym.Env):
+    """Box(n_features) observations, Discrete(n_actions); reward 1 when the action matches a hidden rule."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        config = config or {}
+        self.n_features = int(config.get("n_features", 59))
+        self.n_actions = int(config.get("n_actions", 54))
+        self.episode_len = int(config.get("episode_len", 16))
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (self.n_features,), np.float32)
+        self.action_space = gym.spaces.Discrete(self.n_actions)
+        self._t = 0
+        self._obs = np.zeros(self.n_features, np.float32)
+
+    def _new_obs(self) -> np.ndarray:
+        self._obs = self.np_random.uniform(-1.0, 1.0, self.n_features).astype(np.float32)
+        return self._obs
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        """Start an episode."""
+        super().reset(seed=seed)
+        self._t = 0
+        return self._new_obs(), {}
+
+    def step(self, action):
+        """Reward 1 if the action equals the index of the largest of the first n_actions features."""
+        target = int(np.argmax(self._obs[: self.n_actions]))
+        reward = float(int(action) == target)
+        self._t += 1
+        return self._new_obs(), reward, False, self._t >= self.episode_len, {}
+
+
+def fake_culture(stim_hz_ua: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Poisson spike counts whose rates grow with the stimulated frequency x amplitude."""
+    drive = stim_hz_ua[..., :N_ENCODING] * stim_hz_ua[..., N_ENCODING:] / 40.0  # ~0.1-2.5 per electrode
+    rates = drive.mean(-1, keepdim=True).expand(*drive.shape[:-1], N_SPIKE_GROUPS)
+    return torch.poisson(rates.contiguous(), generator=generator)
+
+
+@torch.no_grad()
+def closed_loop_step(
+    module: ClosedLoopRLModule,
+    batch: dict,
+    culture: Culture,
+    generator: torch.Generator,
+    explore: bool = True,
+) -> dict[str, torch.Tensor]:
+    """One tick as the culture connector performs it; returns the columns it must write."""
+    fwd = module.forward_exploration(batch) if explore else module.forward_inference(batch)
+    stim_dist = module.encoder_distribution(fwd[STIM_DIST_INPUTS])
+    stim = stim_dist.sample() if explore else stim_dist.deterministic_sample()
+    spikes = module.ablate(culture(stim, generator), generator)  # what the decoder actually sees
+    spike_mean = module.spike_mean.expand_as(spikes).clone()
+    action_dist = module.decoder_distribution(module.decode(spikes, spike_mean))
+    action = action_dist.sample() if explore else action_dist.to_deterministic().sample()
+    return {
+        Columns.ACTIONS: action,
+        # The joint log-probability: the PPO ratio is taken over stim and action together.
+        Columns.ACTION_LOGP: stim_dist.logp(stim) + action_dist.logp(action),
+        STIM: stim.float(),
+        SPIKES: spikes.float(),
+        SPIKE_MEAN: spike_mean.float(),
+        Columns.VF_PREDS: fwd[Columns.VF_PREDS],
+    }
+
+
+def synthetic_episodes(
+    module: ClosedLoopRLModule,
+    env: gym.Env,
+    n_steps: int,
+    seed: int = 0,
+    culture: Culture = fake_culture,
+) -> list[SingleAgentEpisode]:
+    """Roll the module + culture in env for n_steps, into finalized episodes like an env runner's."""
+    generator = torch.Generator().manual_seed(seed)
+    episodes: list[SingleAgentEpisode] = []
+    obs, _ = env.reset(seed=seed)
+    episode = SingleAgentEpisode(observation_space=env.observation_space, action_space=env.action_space)
+    episode.add_env_reset(observation=obs)
+    for step in range(n_steps):
+        columns = closed_loop_step(module, {Columns.OBS: torch.as_tensor(obs)[None]}, culture, generator)
+        action = int(columns.pop(Columns.ACTIONS)[0])
+        extra = {k: v[0].numpy() for k, v in columns.items()}
+        obs, reward, terminated, truncated, _ = env.step(action)
+        episode.add_env_step(obs, action, reward, terminated=terminated, truncated=truncated, extra_model_outputs=extra)
+        if terminated or truncated or step == n_steps - 1:
+            episodes.append(episode.to_numpy())
+            if step < n_steps - 1:
+                obs, _ = env.reset()
+                episode = SingleAgentEpisode(observation_space=env.observation_space, action_space=env.action_space)
+                episode.add_env_reset(observation=obs)
+    return episodes
