@@ -1,0 +1,35 @@
+"""Device backends behind one interface (`Backend`): sim, cl, random and zero.
+
+`make_backend` builds one by name; only `cl` needs the optional `cl` package,
+and it is imported only when asked for.
+"""
+
+from __future__ import annotations
+
+from bridge.backends.base import Backend, JsonlRecorder, burst_pulses, group_matrix
+
+BACKEND_NAMES = ("sim", "cl", "random", "zero")
+
+__all__ = ["BACKEND_NAMES", "Backend", "JsonlRecorder", "burst_pulses", "group_matrix", "make_backend"]
+
+
+def make_backend(name: str, *, tick_frequency_hz: float, seed: int = 0, realtime: bool = True,
+                 random_spike_rate_hz: float = 5.0) -> Backend:
+    """Build the named backend with the device's settings."""
+    if name == "sim":
+        from bridge.backends.sim import SimBackend
+
+        return SimBackend(tick_frequency_hz, seed=seed, realtime=realtime)
+    if name == "cl":
+        from bridge.backends.cl import ClBackend
+
+        return ClBackend(tick_frequency_hz)
+    if name == "random":
+        from bridge.backends.random_counts import RandomBackend
+
+        return RandomBackend(tick_frequency_hz, spike_rate_hz=random_spike_rate_hz, seed=seed)
+    if name == "zero":
+        from bridge.backends.zero import ZeroBackend
+
+        return ZeroBackend(tick_frequency_hz)
+    raise ValueError(f"unknown backend {name!r}; choose from {', '.join(BACKEND_NAMES)}")

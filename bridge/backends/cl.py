@@ -1,0 +1,171 @@
+"""The `cl` backend: a CL1 (or the cl-sdk simulator) through the Cortical Labs `cl` API.
+
+`cl` is imported lazily: it exists only on CL1 devices and, as the optional
+cl-sdk simulator, under Python 3.12. The hardware loop runs at 1 kHz whatever
+`--tick-frequency` says, so that artifact and collection windows are honoured to
+the millisecond; the tick frequency sets the burst length of a stimulation
+command, as on the reference device. Spikes are counted by their sample
+timestamps, not by the tick they arrived in.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bridge.backends.base import Backend, burst_pulses
+from bridge.channels import (
+    ENCODING_ELECTRODES,
+    FORBIDDEN_ELECTRODES,
+    N_SPIKE_GROUPS,
+    PHASE_WIDTH_US,
+    electrode_to_group,
+)
+from bridge.protocol import EventMessage, FeedbackCommand, FeedbackType
+
+log = logging.getLogger(__name__)
+
+LOOP_TICKS_PER_SECOND = 1000
+MAX_CURRENT_UA = 3.0
+"""The cl API refuses larger currents; the trainer's envelope keeps far below."""
+MAX_BURST_HZ = 200.0
+"""The cl API refuses faster bursts."""
+SPIKE_MEMORY = 200_000
+
+
+class ClBackend(Backend):
+    """Stimulates and records a CL1 culture through `cl.open()` and `neurons.loop`."""
+
+    name = "cl"
+
+    def __init__(self, tick_frequency_hz: float) -> None:
+        super().__init__(tick_frequency_hz)
+        import cl  # noqa: F401  (fail early, with the real ImportError, when cl is absent)
+
+        self._cl = cl
+        self._stack = contextlib.ExitStack()
+        self.neurons: Any = None
+        self._recording: Any = None
+        self._events_stream: Any = None
+        self._exchanges_stream: Any = None
+        self._fps = 25_000
+        self._spikes: collections.deque[tuple[int, int]] = collections.deque(maxlen=SPIKE_MEMORY)
+        self._available_frames = 0
+        self._group_of = electrode_to_group()
+        self.clamped = 0
+        self.skipped_forbidden = 0
+        self.recording_path: Path | None = None
+
+    def open(self, recording_dir: Path | None) -> None:
+        """Open the device, start the HDF5 recording and the data streams."""
+        self.neurons = self._stack.enter_context(self._cl.open())
+        self._fps = int(self.neurons.get_frames_per_second())
+        self._available_frames = int(self.neurons.timestamp())
+        if recording_dir is not None:
+            recording_dir.mkdir(parents=True, exist_ok=True)
+            self._recording = self.neurons.record(file_location=str(recording_dir.resolve()), file_suffix="spikeloop")
+            self._events_stream = self.neurons.create_data_stream("spikeloop_events")
+            self._exchanges_stream = self.neurons.create_data_stream("spikeloop_exchanges")
+
+    def ticks(self) -> Iterator[None]:
+        """One item per 1 ms tick of `neurons.loop`, after taking in its spikes."""
+        for tick in self.neurons.loop(ticks_per_second=LOOP_TICKS_PER_SECOND, ignore_jitter=True):
+            for spike in tick.analysis.spikes:
+                self._spikes.append((int(spike.timestamp), int(spike.channel)))
+            self._available_frames = int(tick.analysis.stop_timestamp)
+            yield None
+
+    @property
+    def blocking(self) -> bool:
+        """The cl loop paces the device; select must not block."""
+        return False
+
+    def now_s(self) -> float:
+        """Device sample clock in seconds."""
+        return int(self.neurons.timestamp()) / self._fps
+
+    def _design(self, amplitude_ua: float) -> Any:
+        amp = min(abs(float(amplitude_ua)), MAX_CURRENT_UA)
+        if amp != abs(float(amplitude_ua)):
+            self.clamped += 1
+        # Charge-balanced biphasic, cathodic first.
+        return self._cl.StimDesign(int(PHASE_WIDTH_US), -amp, int(PHASE_WIDTH_US), amp)
+
+    def _burst(self, pulses: int, frequency_hz: float) -> Any:
+        freq = min(float(frequency_hz), MAX_BURST_HZ)
+        if freq != float(frequency_hz):
+            self.clamped += 1
+        return self._cl.BurstDesign(int(pulses), freq)
+
+    def stimulate(self, at_s: float, frequencies_hz: Sequence[float], amplitudes_ua: Sequence[float]) -> None:
+        """One `neurons.stim` burst per encoding electrode (skipping zero amplitude or frequency)."""
+        for electrode, freq, amp in zip(ENCODING_ELECTRODES, frequencies_hz, amplitudes_ua, strict=True):
+            pulses = burst_pulses(freq, self.tick_frequency_hz)
+            if amp <= 0 or pulses == 0:
+                continue
+            self.neurons.stim(self._cl.ChannelSet(electrode), self._design(amp), self._burst(pulses, freq))
+
+    def feedback(self, at_s: float, command: FeedbackCommand) -> None:
+        """`neurons.interrupt` or a `neurons.stim` burst on the allowed listed channels."""
+        channels = [c for c in command.channels if c not in FORBIDDEN_ELECTRODES]
+        self.skipped_forbidden += len(command.channels) - len(channels)
+        if not channels:
+            return
+        channel_set = self._cl.ChannelSet(*channels)
+        if command.feedback_type == FeedbackType.INTERRUPT:
+            self.neurons.interrupt(channel_set)
+        elif command.amplitude_ua > 0 and command.pulses > 0 and command.frequency_hz > 0:
+            self.neurons.stim(channel_set, self._design(command.amplitude_ua),
+                              self._burst(int(command.pulses), command.frequency_hz))
+
+    def available_until_s(self) -> float:
+        """End of the data the loop has delivered."""
+        return self._available_frames / self._fps
+
+    def spike_counts(self, start_s: float, end_s: float) -> np.ndarray:
+        """Count grouped spikes by sample timestamp in [start_s, end_s)."""
+        first, last = int(round(start_s * self._fps)), int(round(end_s * self._fps))
+        counts = np.zeros(N_SPIKE_GROUPS)
+        for ts, channel in reversed(self._spikes):
+            if ts < first:
+                break
+            if ts < last and channel in self._group_of:
+                counts[self._group_of[channel]] += 1
+        return counts
+
+    def record(self, kind: str, payload: dict[str, Any]) -> None:
+        """Exchanges go to the recording's `spikeloop_exchanges` data stream."""
+        if self._exchanges_stream is not None:
+            self._append(self._exchanges_stream, {"kind": kind, **payload})
+
+    def record_event(self, event: EventMessage) -> None:
+        """Events (episode_end, ...) go to the recording's `spikeloop_events` data stream."""
+        if self._events_stream is not None:
+            self._append(self._events_stream, {"event_type": event.event_type, "timestamp_us": event.timestamp_us,
+                                               "data": event.data})
+
+    def _append(self, stream: Any, value: dict[str, Any]) -> None:
+        # Data stream timestamps must be unique and ascending.
+        ts = max(int(self.neurons.timestamp()), getattr(stream, "_spikeloop_last", -1) + 1)
+        stream._spikeloop_last = ts
+        stream.append(ts, value)
+
+    def recording_files(self) -> list[Path]:
+        """The HDF5 file, once the recording has stopped."""
+        return [self.recording_path] if self.recording_path is not None else []
+
+    def close(self) -> None:
+        """Stop the recording (writes the file) and close the device connection."""
+        if self._recording is not None:
+            self._recording.stop()
+            info = getattr(self._recording, "file", None)
+            if isinstance(info, dict) and "path" in info:
+                self.recording_path = Path(info["path"])
+            self._recording = None
+        self._stack.close()
