@@ -8,23 +8,23 @@ by a custom resource or by node id, so the UDP hop stays local.
 
 Exchanges are not retried on restart: a stimulation that may already have
 reached the culture must not be silently sent twice. Callers see the actor
-error and decide (`call_with_restart` repeats a call until the restarted actor answers).
+error and decide; `bridge.client.BridgeClient` waits for the restart and
+repeats the exchange as a new tick.
 """
 
 from __future__ import annotations
 
 import os
-import time
 import warnings
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from bridge.core import BridgeConfig, BridgeCore
+from bridge.core import BridgeConfig, BridgeCore, SpikeReply
 
 NAMESPACE = "spikeloop"
-T = TypeVar("T")
 
 
 def bridge_actor_name(device_id: str) -> str:
@@ -50,6 +50,10 @@ class CL1Bridge(BridgeCore):
     def stats(self) -> dict[str, Any]:
         """Core stats plus whether this actor is a restart."""
         return super().stats() | {"restarted": self._restarted, "pid": os.getpid()}
+
+    def exchange_packed(self, stim: tuple[Sequence[float], Sequence[float]]) -> SpikeReply:
+        """`exchange` taking one (frequencies, amplitudes) tuple: the compiled-graph entry point."""
+        return self.exchange(*stim)
 
     def spike_port_bound(self) -> int:
         """The spike port this actor bound (useful when configured as 0)."""
@@ -97,19 +101,3 @@ def find_bridge(device_id: str) -> ray.actor.ActorHandle:
             f"no bridge actor for device {device_id!r} in Ray namespace {NAMESPACE!r}; "
             "is the experiment running on this cluster?"
         ) from None
-
-
-def call_with_restart(call: Callable[[], ray.ObjectRef], *, wait_s: float = 30.0) -> T:
-    """Run one actor call, repeating it until the actor answers or `wait_s` passes.
-
-    Meant for the calls around an actor restart: a call cut off by the crash may
-    already have reached the device, so treat the repeat as a new tick.
-    """
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            return ray.get(call())
-        except ray.exceptions.RayActorError as exc:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"bridge actor did not come back within {wait_s:.0f} s: {exc}") from exc
-            time.sleep(0.1)

@@ -6,8 +6,8 @@ imports it from here (spec: shared/spec/cl1-wire-protocol.md).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Mapping
 
 N_ELECTRODES = 64
 """Electrodes on the MEA, numbered 0-63 on an 8x8 grid (row-major)."""

@@ -22,15 +22,19 @@ from __future__ import annotations
 import collections
 import dataclasses
 import errno
+import functools
 import socket
+import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
 from bridge.channels import EVENT_PORT, FEEDBACK_PORT, N_SPIKE_GROUPS, SPIKE_PORT, STIM_PORT
 from bridge.protocol import (
+    EventMessage,
     FeedbackCommand,
     ProtocolError,
     SpikeCounts,
@@ -39,7 +43,6 @@ from bridge.protocol import (
     encode_event,
     encode_feedback,
     encode_stim,
-    EventMessage,
     now_us,
 )
 from bridge.safety import Policy, SafetyEnvelope
@@ -47,6 +50,7 @@ from bridge.safety import Policy, SafetyEnvelope
 RECV_BYTES = 4096
 REMEMBERED_STIMS = 4096  # how many past stimulation timestamps are kept for attributing late replies
 LATENCY_WINDOW = 100_000  # latencies kept for the histogram
+R = TypeVar("R")
 
 
 class DeviceTimeout(TimeoutError):
@@ -129,6 +133,17 @@ class _Bounded:
         return item in self._items
 
 
+def _locked(method: Callable[..., R]) -> Callable[..., R]:
+    """Run a BridgeCore method under the instance lock."""
+
+    @functools.wraps(method)
+    def wrapper(self: BridgeCore, *args: Any, **kwargs: Any) -> R:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
+
 COUNTERS = (
     "exchanges",
     "ok",
@@ -178,6 +193,9 @@ class BridgeCore:
         self._busy_s = 0.0
         self._created = time.monotonic()
         self._closed = False
+        # The actor may serve an exchange (compiled-graph thread) and a stats or
+        # feedback call at once; one lock keeps a drain from stealing a reply.
+        self._lock = threading.RLock()
 
     # --- public API ----------------------------------------------------------------
 
@@ -186,6 +204,7 @@ class BridgeCore:
         """The port actually bound for spike replies."""
         return self._spike_sock.getsockname()[1]
 
+    @_locked
     def exchange(self, frequencies_hz: Sequence[float], amplitudes_ua: Sequence[float]) -> SpikeReply:
         """Stimulate once and return the reply that answers this stimulation."""
         self._check_open()
@@ -232,6 +251,7 @@ class BridgeCore:
         zeros = np.zeros(N_SPIKE_GROUPS, dtype=np.float32)
         return SpikeReply(zeros, "timeout", self.config.timeout_s, stim.timestamp_us, None, clamped)
 
+    @_locked
     def feedback(self, command: FeedbackCommand) -> bool:
         """Send a feedback command through the envelope; False if nothing was left to send."""
         self._check_open()
@@ -246,6 +266,7 @@ class BridgeCore:
         self._counts["feedback_sent"] += 1
         return True
 
+    @_locked
     def event(self, event_type: str, data: dict[str, Any] | None = None) -> None:
         """Send an event (e.g. `episode_end`, `training_complete`) to the device."""
         self._check_open()
@@ -253,6 +274,7 @@ class BridgeCore:
         self._send_sock.sendto(payload, self._event_addr)
         self._counts["events_sent"] += 1
 
+    @_locked
     def stats(self) -> dict[str, Any]:
         """Counters, latency percentiles (ms) and device duty since start."""
         if not self._closed:
@@ -274,6 +296,7 @@ class BridgeCore:
             "duty": self._busy_s / wall_s if wall_s > 0 else 0.0,
         }
 
+    @_locked
     def close(self) -> None:
         """Close the sockets; safe to call twice."""
         if not self._closed:
@@ -311,7 +334,7 @@ class BridgeCore:
             self._spike_sock.settimeout(timeout_s)
         try:
             return self._spike_sock.recvfrom(RECV_BYTES)
-        except (BlockingIOError, socket.timeout):
+        except (TimeoutError, BlockingIOError):
             return None
 
     def _drain(self) -> None:

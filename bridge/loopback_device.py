@@ -15,8 +15,9 @@ import argparse
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Literal
 
 from bridge.protocol import STIM_SIZE, SpikeCounts, StimCommand, decode_stim, encode_spikes, encode_stim, now_us
 
@@ -89,7 +90,7 @@ class LoopbackDevice:
         while not self._stop.is_set():
             try:
                 data, _ = sock.recvfrom(4096)
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             if kind == "feedback":
                 self.received_feedback.append(data)

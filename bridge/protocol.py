@@ -14,8 +14,9 @@ import json
 import math
 import struct
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from bridge.channels import N_ELECTRODES, N_ENCODING, N_SPIKE_GROUPS
 

@@ -1,0 +1,84 @@
+"""The CL1Bridge Ray actor: named, pinned, restarted by Ray with its ports bound again."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from bridge.actor import bridge_actor_name, device_resource, find_bridge, start_bridge
+from bridge.client import BridgeClient
+from bridge.core import BridgeConfig
+from bridge.loopback_device import LoopbackDevice
+from tests.conftest import free_udp_port
+
+
+@pytest.fixture(scope="module")
+def ray_with_device_resource():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, resources={device_resource("dish-a"): 1})
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture()
+def device():
+    dev = LoopbackDevice(spike_port=free_udp_port())
+    dev.start()
+    yield dev
+    dev.stop()
+
+
+def config_for(dev: LoopbackDevice, device_id: str) -> BridgeConfig:
+    return BridgeConfig(device_id=device_id, spike_port=dev.spike_port, stim_port=dev.stim_port,
+                        feedback_port=dev.feedback_port, event_port=dev.event_port, timeout_s=0.5)
+
+
+def test_named_pinned_and_found(ray_with_device_resource, device):
+    ray = ray_with_device_resource
+    bridge = start_bridge(config_for(device, "dish-a"), resource=device_resource("dish-a"))
+    reply = ray.get(bridge.exchange.remote([12.0] * 8, [1.5] * 8))
+    assert reply.ok and reply.counts.tolist() == [12.0] * 8
+    assert ray.get(bridge.node_id.remote()) == ray.get_runtime_context().get_node_id()
+    again = find_bridge("dish-a")
+    assert ray.get(again.pid.remote()) == ray.get(bridge.pid.remote())
+    # Asking again with the same device id returns the same actor, never a second socket owner.
+    same = start_bridge(config_for(device, "dish-a"), resource=device_resource("dish-a"))
+    assert ray.get(same.pid.remote()) == ray.get(bridge.pid.remote())
+    ray.get(bridge.close.remote())
+    ray.kill(bridge, no_restart=True)
+
+
+def test_missing_bridge_is_a_clear_error(ray_with_device_resource):
+    with pytest.raises(LookupError, match="no bridge actor for device 'nope'"):
+        find_bridge("nope")
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["compiled-graph", "actor-calls"])
+def test_killed_bridge_is_restarted_and_keeps_serving(ray_with_device_resource, device, fast_path):
+    ray = ray_with_device_resource
+    bridge = start_bridge(config_for(device, f"dish-b-{fast_path}"))
+    client = BridgeClient(bridge, fast_path=fast_path)
+    rng = np.random.default_rng(0)
+    pids = set()
+    for step in range(60):
+        if step == 20:
+            os.kill(ray.get(bridge.pid.remote()), signal.SIGKILL)  # mid-run, as a crash would
+        freqs = rng.uniform(4, 40, 8).astype(np.float32)
+        reply = client.exchange(freqs, [1.5] * 8)
+        assert reply.ok
+        np.testing.assert_array_equal(reply.counts, freqs)
+        pids.add(ray.get(bridge.pid.remote()))
+    assert len(pids) == 2 and client.restarts_seen == 1
+    stats = client.stats()
+    assert stats["restarted"] is True
+    assert stats["spike_port"] == device.spike_port  # the same port, bound again
+    client.close()
+    ray.kill(bridge, no_restart=True)
+
+
+def test_actor_name():
+    assert bridge_actor_name("dish-b") == "cl1-bridge:dish-b"
