@@ -1,0 +1,148 @@
+"""A real ClosedLoopPPOLearner, built from the config with a toy env, updated on closed-loop episodes."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.learner.learner import DEFAULT_OPTIMIZER
+from ray.rllib.evaluation.postprocessing import Postprocessing
+from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+
+from bridge.channels import SPIKE_GROUP_NAMES
+from models.closed_loop_module import SPIKES, ClosedLoopRLModule
+from models.config import ClosedLoopPPOConfig
+from models.learner import ENCODER_OPTIMIZER, ClosedLoopPPOLearner, _scaled_lr
+from models.synthetic import ToyClosedLoopEnv, closed_loop_step, fake_culture, synthetic_episodes
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+MID = "default_policy"
+
+
+def build(**training) -> ClosedLoopPPOLearner:
+    config = ClosedLoopPPOConfig().environment(ToyClosedLoopEnv).training(**training)
+    return config.build_learner(env=ToyClosedLoopEnv())
+
+
+def peek(results: dict, *keys: str) -> float:
+    value = results
+    for key in keys:
+        value = value[key]
+    return float(value.peek())
+
+
+def update(learner: ClosedLoopPPOLearner, episodes) -> dict:
+    return learner.update(
+        episodes=episodes, num_epochs=2, minibatch_size=64, shuffle_batch_per_epoch=True, timesteps={}
+    )
+
+
+@pytest.fixture(scope="module")
+def learner() -> ClosedLoopPPOLearner:
+    return build(lr=1e-3)
+
+
+def test_reference_defaults() -> None:
+    config = ClosedLoopPPOConfig()
+    assert (config.gamma, config.lambda_, config.clip_param, config.vf_loss_coeff) == (0.997, 0.95, 0.2, 0.3)
+    assert (config.decoder_entropy_coeff, config.encoder_entropy_coeff, config.encoder_lr_multiplier) == (
+        0.02,
+        0.0,
+        4.0,
+    )
+    assert (config.minibatch_size, config.num_epochs, config.train_batch_size_per_learner) == (256, 4, 2048)
+
+
+def test_config_rejects_rllib_entropy_coeff_and_vector_envs() -> None:
+    with pytest.raises(ValueError, match="decoder_entropy_coeff"):
+        ClosedLoopPPOConfig().environment(ToyClosedLoopEnv).training(entropy_coeff=0.01).validate()
+    with pytest.raises(ValueError, match="num_envs_per_env_runner"):
+        ClosedLoopPPOConfig().environment(ToyClosedLoopEnv).env_runners(num_envs_per_env_runner=2).validate()
+
+
+def test_separate_optimizers_and_learning_rates(learner) -> None:
+    module: ClosedLoopRLModule = learner.module[MID].unwrapped()
+    encoder_opt = learner.get_optimizer(MID, ENCODER_OPTIMIZER)
+    default_opt = learner.get_optimizer(MID, DEFAULT_OPTIMIZER)
+    assert [g["lr"] for g in encoder_opt.param_groups] == [pytest.approx(4e-3)]
+    assert [g["lr"] for g in default_opt.param_groups] == [pytest.approx(1e-3)]
+    encoder_ids = {id(p) for g in encoder_opt.param_groups for p in g["params"]}
+    default_ids = {id(p) for g in default_opt.param_groups for p in g["params"]}
+    assert encoder_ids == {id(p) for p in module.encoder_parameters()}
+    assert default_ids == {id(p) for p in module.decoder_parameters() + module.value_parameters()}
+    assert encoder_ids.isdisjoint(default_ids)
+    assert _scaled_lr([[0, 1e-3], [1000, 1e-4]], 4.0) == [[0, 4e-3], [1000, 4e-4]]
+
+
+def test_update_on_episodes(learner) -> None:
+    module: ClosedLoopRLModule = learner.module[MID].unwrapped()
+    env = ToyClosedLoopEnv()
+    episodes = synthetic_episodes(module, env, n_steps=256, seed=1)
+    before = {k: np.array(v, copy=True) for k, v in module.get_state().items()}
+    # Read before updating: PPO's learner connector appends a bootstrap step to the episodes in place.
+    used = np.concatenate([e.get_extra_model_outputs(SPIKES) for e in episodes])
+    results = update(learner, episodes)
+    metrics = results[MID]
+    for key in (
+        "policy_loss",
+        "vf_loss",
+        "encoder_entropy",
+        "decoder_entropy",
+        "mean_kl_loss",
+        "clip_fraction",
+        "vf_explained_var",
+        "decoder_weight_norm",
+        "total_loss",
+    ):
+        assert math.isfinite(peek(results, MID, key)), key
+    assert peek(results, MID, "encoder_learning_rate") == pytest.approx(4e-3)
+    assert peek(results, MID, "default_optimizer_learning_rate") == pytest.approx(1e-3)
+
+    # The spike mean: the first batch sets it to the mean of the spikes actually used (each step once).
+    assert used.shape == (256, len(SPIKE_GROUP_NAMES))
+    np.testing.assert_allclose(module.spike_mean.numpy(), used.mean(0), rtol=1e-5)
+    state = module.get_state()
+    np.testing.assert_allclose(state["spike_mean"], used.mean(0), rtol=1e-5)
+    assert state["spike_mean_count"] == 256
+    assert "spike_mean" in learner.get_state()["rl_module"][MID]
+    for i, name in enumerate(SPIKE_GROUP_NAMES):
+        assert peek(metrics, f"spike_mean_{name}") == pytest.approx(float(used.mean(0)[i]), rel=1e-5)
+
+    # Every network moved.
+    for prefix in ("encoder.", "decoder.", "value_net."):
+        assert any(not np.allclose(before[k], state[k]) for k in state if k.startswith(prefix)), prefix
+
+
+def test_update_on_a_ready_batch_skips_connectors() -> None:
+    # A pre-made train batch (advantages included) bypasses the learner connector, hence also the spike mean.
+    learner = build()
+    module: ClosedLoopRLModule = learner.module[MID].unwrapped()
+    g = torch.Generator().manual_seed(0)
+    obs = torch.rand(64, 59, generator=g) * 2 - 1
+    columns = closed_loop_step(module, {Columns.OBS: obs}, fake_culture, g)
+    batch = SampleBatch(
+        {
+            Columns.OBS: obs.numpy(),
+            **{k: v.numpy() for k, v in columns.items()},
+            Postprocessing.ADVANTAGES: torch.randn(64, generator=g).numpy(),
+            Postprocessing.VALUE_TARGETS: torch.randn(64, generator=g).numpy(),
+        }
+    )
+    results = learner.update(batch=MultiAgentBatch({MID: batch}, env_steps=64), timesteps={})
+    assert math.isfinite(peek(results, MID, "total_loss"))
+    assert module.spike_mean_count.item() == 0
+
+
+def test_frozen_decoder_stays_put_and_update_runs() -> None:
+    config = ClosedLoopPPOConfig().environment(ToyClosedLoopEnv).rl_module(model_config={"decoder_frozen": True})
+    learner = config.build_learner(env=ToyClosedLoopEnv())
+    module: ClosedLoopRLModule = learner.module[MID].unwrapped()
+    weight = module.decoder.weight.detach().clone()
+    results = update(learner, synthetic_episodes(module, ToyClosedLoopEnv(), n_steps=64, seed=2))
+    assert math.isfinite(peek(results, MID, "total_loss"))
+    torch.testing.assert_close(module.decoder.weight, weight)

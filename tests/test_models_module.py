@@ -1,0 +1,145 @@
+"""ClosedLoopRLModule: forward outputs, decoder options, ablation, spike mean, model_config."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from ray.rllib.core.columns import Columns
+
+from bridge.channels import N_ENCODING, N_SPIKE_GROUPS, STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
+from models.closed_loop_module import SPIKE_MEAN, SPIKES, STIM_DIST_INPUTS, ClosedLoopRLModule
+from models.model_config import ClosedLoopModelConfig
+
+BOX_OBS = gym.spaces.Box(-1.0, 1.0, (59,), np.float32)
+DICT_OBS = gym.spaces.Dict(
+    {
+        "features": gym.spaces.Box(-1.0, 1.0, (59,), np.float32),
+        "screen": gym.spaces.Box(0, 255, (60, 80, 3), np.uint8),
+    }
+)
+
+
+def make_module(obs_space: gym.Space = BOX_OBS, n_actions: int = 54, **model_config) -> ClosedLoopRLModule:
+    return ClosedLoopRLModule(
+        observation_space=obs_space, action_space=gym.spaces.Discrete(n_actions), model_config=model_config
+    )
+
+
+def test_forward_outputs_box_obs() -> None:
+    module = make_module()
+    out = module.forward_exploration({Columns.OBS: torch.randn(5, 59)})
+    assert out[STIM_DIST_INPUTS].shape == (5, 4 * N_ENCODING)
+    assert out[Columns.VF_PREDS].shape == (5,)
+    # No action and no action-dist inputs: RLlib's GetActions must not sample an action itself.
+    assert Columns.ACTIONS not in out and Columns.ACTION_DIST_INPUTS not in out
+
+
+def test_forward_train_dict_obs_with_screen() -> None:
+    module = make_module(DICT_OBS, n_actions=8)
+    batch = {
+        Columns.OBS: {
+            "features": torch.randn(3, 59),
+            "screen": torch.randint(0, 256, (3, 60, 80, 3), dtype=torch.uint8),
+        },
+        SPIKES: torch.ones(3, N_SPIKE_GROUPS),
+        SPIKE_MEAN: torch.zeros(3, N_SPIKE_GROUPS),
+    }
+    out = module.forward_train(batch)
+    assert out[Columns.ACTION_DIST_INPUTS].shape == (3, 8)
+    assert module.compute_values(batch).shape == (3,)
+    assert module.encoder.screen_cnn is not None
+
+
+def test_encoder_distribution_uses_configured_ranges() -> None:
+    module = make_module(stim_frequency_range_hz=(5.0, 10.0), stim_amplitude_range_ua=(1.0, 1.5))
+    stim = module.encoder_distribution(torch.randn(100, 4 * N_ENCODING)).sample()
+    assert stim[:, :N_ENCODING].min() >= 5.0 and stim[:, :N_ENCODING].max() <= 10.0
+    assert stim[:, N_ENCODING:].min() >= 1.0 and stim[:, N_ENCODING:].max() <= 1.5
+
+
+def test_default_ranges_come_from_channels() -> None:
+    module = make_module()
+    assert module.stim_low[0].item() == STIM_FREQUENCY_RANGE_HZ[0]
+    assert module.stim_high[-1].item() == STIM_AMPLITUDE_RANGE_UA[1]
+
+
+def test_decode_centres_spikes() -> None:
+    module = make_module()
+    spikes, mean = torch.rand(4, N_SPIKE_GROUPS) * 5, torch.rand(4, N_SPIKE_GROUPS)
+    torch.testing.assert_close(module.decode(spikes, mean), module.decode(spikes - mean, torch.zeros_like(mean)))
+    module.spike_mean.fill_(2.0)
+    torch.testing.assert_close(module.decode(spikes), module.decode(spikes, torch.full_like(spikes, 2.0)))
+
+
+def test_linear_decoder_has_no_bias_by_default() -> None:
+    module = make_module()
+    assert module.decoder.bias is None
+    # Zero-bias readout: zero centred spikes give uniform logits (all zero).
+    assert torch.count_nonzero(module.decode(torch.zeros(1, N_SPIKE_GROUPS), torch.zeros(1, N_SPIKE_GROUPS))) == 0
+
+
+def test_decoder_options() -> None:
+    nonneg = make_module(decoder_nonnegative=True)
+    assert (nonneg.decoder.effective_weight() > 0).all()
+    frozen = make_module(decoder_frozen=True)
+    assert frozen.decoder_parameters() == []
+    mlp = make_module(decoder_type="mlp", decoder_hiddens=(16,))
+    assert mlp.decode(torch.ones(2, N_SPIKE_GROUPS), torch.zeros(2, N_SPIKE_GROUPS)).shape == (2, 54)
+    assert all(m.bias is None for m in mlp.decoder.mlp if isinstance(m, torch.nn.Linear))
+    biased = make_module(decoder_bias=True)
+    assert biased.decoder.bias is not None
+
+
+def test_ablation_modes() -> None:
+    spikes = torch.arange(16.0).reshape(2, N_SPIKE_GROUPS)
+    torch.testing.assert_close(make_module(ablation="none").ablate(spikes), spikes)
+    torch.testing.assert_close(make_module(ablation="zero").ablate(spikes), torch.zeros_like(spikes))
+    random_module = make_module(ablation="random", ablation_poisson_rate=3.0)
+    a = random_module.ablate(torch.zeros(4000, N_SPIKE_GROUPS), torch.Generator().manual_seed(1))
+    b = random_module.ablate(torch.zeros(4000, N_SPIKE_GROUPS), torch.Generator().manual_seed(1))
+    torch.testing.assert_close(a, b)  # reproducible per generator
+    assert abs(a.mean().item() - 3.0) < 0.1 and (a == a.round()).all() and (a >= 0).all()
+
+
+def test_spike_mean_ema_and_cumulative() -> None:
+    ema = make_module(spike_mean_mode="ema", spike_mean_momentum=0.5)
+    ema.update_spike_mean(torch.full((10, N_SPIKE_GROUPS), 4.0))  # first batch sets the mean
+    torch.testing.assert_close(ema.spike_mean, torch.full((N_SPIKE_GROUPS,), 4.0))
+    ema.update_spike_mean(torch.zeros(30, N_SPIKE_GROUPS))
+    torch.testing.assert_close(ema.spike_mean, torch.full((N_SPIKE_GROUPS,), 2.0))
+
+    cumulative = make_module(spike_mean_mode="cumulative")
+    cumulative.update_spike_mean(torch.full((10, N_SPIKE_GROUPS), 4.0))
+    cumulative.update_spike_mean(torch.zeros(30, N_SPIKE_GROUPS))
+    torch.testing.assert_close(cumulative.spike_mean, torch.full((N_SPIKE_GROUPS,), 1.0))
+    assert cumulative.spike_mean_count.item() == 40
+
+    off = make_module(spike_mean_mode="off")
+    off.update_spike_mean(torch.ones(5, N_SPIKE_GROUPS))
+    assert torch.count_nonzero(off.spike_mean) == 0
+
+
+def test_spike_mean_is_in_state_and_restored() -> None:
+    module = make_module()
+    module.update_spike_mean(torch.full((3, N_SPIKE_GROUPS), 1.5))
+    state = module.get_state()
+    assert "spike_mean" in state and "spike_mean_count" in state
+    assert "stim_low" not in state  # ranges come from config, never from a checkpoint
+    fresh = make_module()
+    fresh.set_state(state)
+    torch.testing.assert_close(fresh.spike_mean, module.spike_mean)
+
+
+def test_model_config_keys() -> None:
+    with pytest.raises(ValueError, match="unknown"):
+        make_module(ablaton="zero")
+    # RLlib's own model keys (merged in by AlgorithmConfig) are tolerated.
+    assert make_module(fcnet_hiddens=[256], vf_share_layers=False).settings == ClosedLoopModelConfig()
+    settings = ClosedLoopModelConfig.from_dict({"encoder_hiddens": [64], "stim_frequency_range_hz": [4, 20]})
+    assert settings.encoder_hiddens == (64,) and settings.stim_frequency_range_hz == (4, 20)
+    with pytest.raises(ValueError):
+        ClosedLoopModelConfig(ablation="shuffle")
+    with pytest.raises(ValueError):
+        ClosedLoopModelConfig(stim_amplitude_range_ua=(2.5, 1.0))
