@@ -1,0 +1,100 @@
+"""Feedback construction and surprise scaling against the spec's reference behaviour."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bridge.channels import NEGATIVE_FEEDBACK_ELECTRODES, POSITIVE_FEEDBACK_ELECTRODES
+from bridge.protocol import FeedbackType, encode_feedback
+from bridge.safety import SafetyEnvelope
+from experiments.feedback import FeedbackPolicy, FeedbackSettings, SurpriseSettings, SurpriseTracker
+
+
+def test_first_surprise_has_ratio_one():
+    tracker = SurpriseTracker(SurpriseSettings())
+    s = tracker.scales(2.0)
+    g = 1 - math.exp(-1.0)
+    assert s.ratio == pytest.approx(1.0)
+    assert s.frequency == pytest.approx(1 - 0.65 * g)
+    assert s.amplitude == pytest.approx(1 + 0.35 * g)
+    assert s.pulses == pytest.approx(1 + 0.65 * g)
+
+
+def test_ratio_is_capped_and_scales_bounded():
+    tracker = SurpriseTracker(SurpriseSettings(baseline_ema=0.01))
+    tracker.scales(0.1)
+    s = tracker.scales(-100.0)  # a huge negative surprise
+    g = 1 - math.exp(-2.0)
+    assert s.ratio == 2.0
+    assert s.frequency == pytest.approx(min(1 + 0.65 * g, 2.0))
+    assert s.amplitude <= 1.5 and s.pulses <= 2.0
+
+
+def test_baseline_is_an_ema_of_abs_td():
+    tracker = SurpriseTracker(SurpriseSettings(baseline_ema=0.5))
+    tracker.scales(4.0)
+    tracker.scales(-2.0)
+    assert tracker.baseline == pytest.approx(3.0)
+
+
+def test_surprise_off_gives_unit_scales():
+    s = SurpriseTracker(SurpriseSettings(enabled=False)).scales(5.0)
+    assert (s.frequency, s.amplitude, s.pulses) == (1.0, 1.0, 1.0)
+
+
+def test_negative_step_feedback_is_interrupt_then_unpredictable_reward():
+    policy = FeedbackPolicy(FeedbackSettings(surprise=SurpriseSettings(enabled=False)), gamma=0.997)
+    commands, _ = policy.for_step(-5.0, {}, value_s=0.0, value_next=0.0, terminated=False)
+    assert [c.feedback_type for c in commands] == [FeedbackType.INTERRUPT, FeedbackType.REWARD]
+    assert commands[0].channels == NEGATIVE_FEEDBACK_ELECTRODES == commands[1].channels
+    assert commands[1].unpredictable and commands[1].frequency_hz == 60 and commands[1].pulses == 90
+
+
+def test_positive_step_feedback_reference_values():
+    policy = FeedbackPolicy(FeedbackSettings(surprise=SurpriseSettings(enabled=False)), gamma=0.997)
+    commands, _ = policy.for_step(1.0, {}, 0.0, 0.0, False)
+    (cmd,) = commands
+    assert cmd.channels == POSITIVE_FEEDBACK_ELECTRODES
+    assert (cmd.frequency_hz, cmd.amplitude_ua, cmd.pulses, cmd.unpredictable) == (20, 2.0, 30, False)
+
+
+def test_td_error_uses_gamma_and_terminal_flag():
+    policy = FeedbackPolicy(FeedbackSettings(), gamma=0.5)
+    _, scales = policy.for_step(1.0, {}, value_s=2.0, value_next=4.0, terminated=False)
+    assert scales.td_error == pytest.approx(1.0 + 0.5 * 4.0 - 2.0)
+    _, scales = policy.for_step(1.0, {}, value_s=2.0, value_next=4.0, terminated=True)
+    assert scales.td_error == pytest.approx(-1.0)
+
+
+def test_events_follow_the_table_and_unknown_events_are_ignored():
+    policy = FeedbackPolicy(FeedbackSettings(surprise=SurpriseSettings(enabled=False)), gamma=0.997)
+    commands, _ = policy.for_step(0.0, {"enemy_kill": 1, "armor_pickup": 1, "ammo_waste": 0}, 0.0, 0.0, False)
+    assert [c.event_name for c in commands] == ["enemy_kill", "enemy_kill"]  # interrupt + event
+    assert commands[1].feedback_type == FeedbackType.EVENT and commands[1].amplitude_ua == 2.5
+
+
+def test_clamp_to_encoder_range_is_a_setting():
+    off = FeedbackPolicy(FeedbackSettings(surprise=SurpriseSettings(enabled=False)), gamma=1.0)
+    on = FeedbackPolicy(FeedbackSettings(surprise=SurpriseSettings(enabled=False), clamp_to_encoder_range=True), 1.0)
+    assert off.for_episode(-10.0, 0.0)[0][-1].frequency_hz == 120
+    assert on.for_episode(-10.0, 0.0)[0][-1].frequency_hz == 40
+
+
+def test_feedback_disabled_sends_nothing_but_tracks_surprise():
+    policy = FeedbackPolicy(FeedbackSettings(enabled=False), gamma=0.997)
+    commands, scales = policy.for_step(-5.0, {"took_damage": 1}, 0.0, 0.0, False)
+    assert commands == [] and scales.td_error == -5.0
+
+
+def test_every_built_command_encodes_and_passes_the_envelope():
+    policy = FeedbackPolicy(FeedbackSettings(), gamma=0.997)
+    envelope = SafetyEnvelope()
+    for reward, td_next in [(-5.0, 0.0), (100.0, 3.0), (-1000.0, -50.0)]:
+        commands, _ = policy.for_step(reward, {"enemy_kill": 1, "took_damage": 2, "ammo_waste": 1}, 0.0, td_next, False)
+        commands += policy.for_episode(reward, 0.0)[0]
+        for cmd in commands:
+            safe, _ = envelope.check_feedback(cmd, "clamp")
+            assert safe is not None
+            assert len(encode_feedback(safe)) == 120
