@@ -67,6 +67,9 @@ class CultureConfig:
     """Relative weight gain per causal pair (soft bound: times (w_max - w))."""
     stdp_depression: float = 0.012
     stdp_tau_ms: float = 20.0
+    maturation_ms: float = 30_000.0
+    """Spontaneous activity simulated at construction, so STDP has settled the weights
+    before use and later changes come from what the culture is given, not from drift."""
 
 
 @numba.njit(cache=True)
@@ -164,6 +167,8 @@ class Culture:
         self._init_synapses(rng)
         self._init_electrodes()
         self.step = 0
+        self.plasticity_enabled = cfg.plasticity
+        """Runtime switch: tests freeze weights while probing, so that measuring does not train."""
         self._input_ring = np.zeros((MAX_DELAY_MS + 1, n), dtype=np.float64)
         self._pre_trace = np.zeros(n)
         self._post_trace = np.zeros(n)
@@ -173,6 +178,10 @@ class Culture:
         self._pulse_amplitude_ua = np.zeros(N_ELECTRODES)
         # Any non-zero 64-bit state works for xorshift; derive it from the seed.
         self._rng_state = np.array([rng.integers(1, 2**63, dtype=np.uint64)], dtype=np.uint64)
+        if cfg.maturation_ms > 0:
+            self.advance(cfg.maturation_ms)
+            self.step = 0  # culture time starts when the culture is handed over
+            self._input_ring[:] = 0.0
 
     # --- construction ------------------------------------------------------------
 
@@ -290,7 +299,7 @@ class Culture:
             self._pulse_next_step, self._pulse_interval_steps, self._pulse_remaining, self._pulse_amplitude_ua,
             self.stim_ptr, self.stim_neuron, self.stim_falloff, cfg.stim_gain_mv_per_ua,
             self.recorded_by,
-            cfg.noise_probability_per_ms, cfg.noise_kick_mv, cfg.plasticity,
+            cfg.noise_probability_per_ms, cfg.noise_kick_mv, self.plasticity_enabled,
             cfg.stdp_potentiation, cfg.stdp_depression, math.exp(-DT_MS / cfg.stdp_tau_ms), cfg.max_weight_mv,
             self._rng_state, counts,
         )

@@ -1,0 +1,235 @@
+"""The device program over real UDP: information flow, timestamps, fuzzing, events, recording, CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bridge.channels import N_ENCODING
+from bridge.device import Device, DeviceConfig, build_parser
+from bridge.protocol import (
+    EventMessage,
+    FeedbackCommand,
+    FeedbackType,
+    StimCommand,
+    decode_spikes,
+    encode_event,
+    encode_feedback,
+    encode_stim,
+)
+
+N_PATTERNS = 8
+TRAIN_PER_PATTERN = 100
+TEST_PER_PATTERN = 50
+
+
+class Trainer:
+    """A minimal trainer: sends datagrams to a device and reads its replies."""
+
+    def __init__(self) -> None:
+        self.rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.rx.bind(("127.0.0.1", 0))
+        self.rx.settimeout(5.0)
+        self.tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+
+    @property
+    def spike_port(self) -> int:
+        return self.rx.getsockname()[1]
+
+    def exchange(self, device: Device, ts: int, freqs: tuple[float, ...], amps: tuple[float, ...]) -> np.ndarray:
+        self.tx.sendto(encode_stim(StimCommand(ts, freqs, amps)), ("127.0.0.1", device.stim_port))
+        reply = decode_spikes(self.rx.recv(64))
+        assert reply.timestamp_us == ts  # the device echoes the stimulation's timestamp
+        return np.array(reply.counts)
+
+    def close(self) -> None:
+        self.rx.close()
+        self.tx.close()
+
+
+@pytest.fixture
+def trainer() -> Iterator[Trainer]:
+    t = Trainer()
+    yield t
+    t.close()
+
+
+def start_device(trainer: Trainer, **kw: object) -> tuple[Device, object]:
+    cfg = DeviceConfig(stim_port=0, event_port=0, feedback_port=0, spike_port=trainer.spike_port, **kw)  # type: ignore[arg-type]
+    device = Device(cfg)
+    return device, device.start()
+
+
+def pattern(k: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Pattern k: encoding electrode k driven hard (40 Hz, 2.5 uA), the others weakly (4 Hz, 1.0 uA)."""
+    freqs = tuple(40.0 if i == k else 4.0 for i in range(N_ENCODING))
+    amps = tuple(2.5 if i == k else 1.0 for i in range(N_ENCODING))
+    return freqs, amps
+
+
+def lda_accuracy(x: np.ndarray, y: np.ndarray, n_train: int) -> float:
+    """Linear discriminant (shared covariance): a linear classifier in plain numpy."""
+    xtr, ytr, xte, yte = x[:n_train], y[:n_train], x[n_train:], y[n_train:]
+    means = np.array([xtr[ytr == k].mean(axis=0) for k in range(N_PATTERNS)])
+    resid = xtr - means[ytr]
+    cov = resid.T @ resid / len(resid) + 1e-3 * np.eye(x.shape[1])
+    w = means @ np.linalg.inv(cov)
+    b = -0.5 * (w * means).sum(axis=1)
+    return float(((xte @ w.T + b).argmax(axis=1) == yte).mean())
+
+
+def classification_accuracy(trainer: Trainer, **device_kw: object) -> float:
+    device, thread = start_device(trainer, **device_kw)
+    rng = np.random.default_rng(0)
+    labels = rng.permutation(np.repeat(np.arange(N_PATTERNS), TRAIN_PER_PATTERN + TEST_PER_PATTERN))
+    replies = np.array([trainer.exchange(device, i + 1, *pattern(int(k))) for i, k in enumerate(labels)])
+    device.stop()
+    thread.join(5)  # type: ignore[attr-defined]
+    return lda_accuracy(replies, labels, N_PATTERNS * TRAIN_PER_PATTERN)
+
+
+def test_sim_culture_carries_stimulation_information_over_udp(trainer: Trainer) -> None:
+    # 1,200 exchanges through the real device, as fast as possible, default 50 + 50 ms windows.
+    acc = classification_accuracy(trainer, backend="sim", seed=1, realtime=False)
+    print(f"sim held-out accuracy {acc:.3f} (chance 0.125)")
+    assert acc >= 0.80
+
+
+@pytest.mark.parametrize("backend", ["random", "zero"])
+def test_ablation_backends_carry_no_information(trainer: Trainer, backend: str) -> None:
+    acc = classification_accuracy(trainer, backend=backend, seed=1, artifact_wait_ms=0.0, collect_window_ms=0.0,
+                                  random_spike_rate_hz=200.0)
+    print(f"{backend} held-out accuracy {acc:.3f} (chance 0.125)")
+    assert acc <= 0.30
+
+
+def test_random_backend_counts_follow_the_configured_rate(trainer: Trainer) -> None:
+    device, thread = start_device(trainer, backend="random", seed=2, artifact_wait_ms=0.0, collect_window_ms=20.0,
+                                  random_spike_rate_hz=50.0)
+    counts = np.array([trainer.exchange(device, i + 1, *pattern(0)) for i in range(100)])
+    device.stop()
+    thread.join(5)  # type: ignore[attr-defined]
+    # 50 Hz x 20 ms x 3 electrodes = 3 spikes per move_forward reply on average.
+    assert 2.5 <= counts[:, 1].mean() <= 3.5
+
+
+def test_fuzzed_datagrams_are_counted_and_skipped(trainer: Trainer) -> None:
+    device, thread = start_device(trainer, backend="sim", seed=3, realtime=False, artifact_wait_ms=5.0,
+                                  collect_window_ms=5.0)
+    rng = np.random.default_rng(0)
+    good = {
+        device.stim_port: encode_stim(StimCommand(1, *pattern(0))),
+        device.feedback_port: encode_feedback(FeedbackCommand(1, FeedbackType.REWARD, (19, 20, 22), 20, 2.0, 30)),
+        device.event_port: encode_event(EventMessage(1, "episode_end", {"episode": 1})),
+    }
+    sent = 0
+    for port, valid in good.items():
+        for n in range(150):
+            junk = rng.bytes(int(rng.integers(0, 200))) if n % 2 else valid[: int(rng.integers(0, len(valid)))]
+            trainer.tx.sendto(junk, ("127.0.0.1", port))
+            sent += 1
+    # Still alive and answering, one reply per stimulation, right timestamps.
+    for i in range(20):
+        trainer.exchange(device, 1000 + i, *pattern(i % N_PATTERNS))
+    time.sleep(0.05)  # the device counts a reply just after sending it
+    malformed = sum(v for k, v in device.counters.items() if k.startswith("malformed_"))
+    assert malformed == sent
+    assert device.counters["replies"] == 20
+    device.stop()
+    thread.join(5)  # type: ignore[attr-defined]
+
+
+def test_every_waiting_datagram_is_handled_and_feedback_interrupts(trainer: Trainer) -> None:
+    device, thread = start_device(trainer, backend="sim", seed=4, realtime=False, artifact_wait_ms=0.0,
+                                  collect_window_ms=1.0)
+    dest = ("127.0.0.1", device.feedback_port)
+    # A long burst, then an interrupt for it, then many feedbacks queued at once.
+    trainer.tx.sendto(encode_feedback(FeedbackCommand(1, FeedbackType.REWARD, (19,), 20, 2.0, 1000)), dest)
+    trainer.tx.sendto(encode_feedback(FeedbackCommand(2, FeedbackType.INTERRUPT, (19,))), dest)
+    for i in range(50):
+        trainer.tx.sendto(encode_feedback(FeedbackCommand(3 + i, FeedbackType.EVENT, (35, 36, 38), 20, 2.5, 1,
+                                                          True, "enemy_kill")), dest)
+    time.sleep(0.3)
+    trainer.exchange(device, 99, *pattern(0))
+    assert device.counters["feedback"] == 52
+    culture = device.backend.culture  # type: ignore[attr-defined]
+    assert culture._pulse_remaining[19] == 0  # the interrupt cancelled the 1000-pulse burst
+    device.stop()
+    thread.join(5)  # type: ignore[attr-defined]
+
+
+def test_training_complete_stops_and_closes_the_recording(trainer: Trainer, tmp_path: Path) -> None:
+    device, thread = start_device(trainer, backend="zero", recording_path=tmp_path, artifact_wait_ms=1.0,
+                                  collect_window_ms=1.0)
+    for i in range(5):
+        trainer.exchange(device, i + 1, *pattern(i))
+    trainer.tx.sendto(encode_event(EventMessage(7, "episode_end", {"episode": 0, "episode_reward": 1.5})),
+                      ("127.0.0.1", device.event_port))
+    time.sleep(0.1)
+    trainer.tx.sendto(encode_event(EventMessage(8, "training_complete", {"reason": "done"})),
+                      ("127.0.0.1", device.event_port))
+    thread.join(5)  # type: ignore[attr-defined]
+    assert not thread.is_alive()  # type: ignore[attr-defined]
+    assert device.exit_reason == "training_complete"
+    main_file, events_file = device.recording_files()
+    kinds = [json.loads(line)["kind"] for line in main_file.read_text().splitlines()]
+    assert kinds.count("stim") == 5 and kinds.count("spikes") == 5
+    events = [json.loads(line) for line in events_file.read_text().splitlines()]
+    assert [e["event_type"] for e in events] == ["episode_end", "training_complete"]
+    assert events[0]["data"]["episode_reward"] == 1.5
+
+
+def test_help_explains_every_flag() -> None:
+    text = build_parser().format_help()
+    for flag in ("--training-host", "--stim-port", "--spike-port", "--event-port", "--feedback-port",
+                 "--tick-frequency", "--artifact-wait-ms", "--collect-window-ms", "--recording-path", "--backend",
+                 "--seed", "--random-spike-rate-hz", "--realtime", "--as-fast-as-possible", "--bind-host"):
+        assert flag in text
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_cli_process_exits_zero_on_sigterm_and_prints_counters(trainer: Trainer, tmp_path: Path) -> None:
+    stim_port, event_port, feedback_port = _free_port(), _free_port(), _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "experiments.cli", "device", "--backend", "random", "--stim-port", str(stim_port),
+         "--event-port", str(event_port), "--feedback-port", str(feedback_port), "--spike-port",
+         str(trainer.spike_port), "--artifact-wait-ms", "1", "--collect-window-ms", "1", "--recording-path",
+         str(tmp_path)],
+        stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1], env=os.environ.copy(),
+    )
+    try:
+        deadline = time.monotonic() + 20
+        got = None
+        while got is None and time.monotonic() < deadline:
+            trainer.tx.sendto(encode_stim(StimCommand(5, *pattern(0))), ("127.0.0.1", stim_port))
+            try:
+                trainer.rx.settimeout(0.2)
+                got = decode_spikes(trainer.rx.recv(64))
+            except TimeoutError:
+                pass
+        assert got is not None and got.timestamp_us == 5
+        trainer.tx.sendto(b"\x00" * 3, ("127.0.0.1", stim_port))
+        time.sleep(0.2)
+        proc.terminate()
+        _, err = proc.communicate(timeout=10)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0
+    summary = json.loads(err.strip().splitlines()[-1])["spikeloop_device"]
+    assert summary["exit_reason"] == "SIGTERM"
+    assert summary["malformed_stim"] == 1
+    assert len(summary["recording_files"]) == 2
