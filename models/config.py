@@ -7,10 +7,12 @@ minibatch 256, 4 epochs, 2048 steps per update, encoder learning rate 4x the bas
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Self
 
 from ray.rllib.algorithms.algorithm_config import NotProvided
 from ray.rllib.algorithms.ppo import PPOConfig
+from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
 
@@ -46,6 +48,10 @@ class ClosedLoopPPOConfig(PPOConfig):
         self.decoder_weight_l2_coeff = 0.0
         """loss += this * sum of squared decoder weights (effective weights if non-negative)."""
 
+        # The module-to-env piece that exchanges stim for spikes with the culture.
+        self.culture_connector: Callable[[Any, Any], ConnectorV2] | None = None
+        """(env, spaces) -> ConnectorV2; placed FIRST in the module-to-env pipeline (see build_module_to_env_connector)."""
+
     def training(
         self,
         *,
@@ -66,6 +72,24 @@ class ClosedLoopPPOConfig(PPOConfig):
         if decoder_weight_l2_coeff is not NotProvided:
             self.decoder_weight_l2_coeff = decoder_weight_l2_coeff
         return self
+
+    def closed_loop(self, *, culture_connector: Callable[[Any, Any], ConnectorV2] | None = NotProvided) -> Self:
+        """Set the culture connector factory."""
+        if culture_connector is not NotProvided:
+            self.culture_connector = culture_connector
+        return self
+
+    def build_module_to_env_connector(self, env=None, spaces=None) -> ConnectorV2:
+        """RLlib's pipeline with the culture connector prepended.
+
+        Why first: RLlib puts user pieces after GetActions, TensorToNumpy, UnBatchToIndividualItems
+        and RemoveSingleTsTimeRankFromBatch; placed first, the culture piece sees the module's batched
+        torch output and writes ACTIONS itself, so GetActions passes it through.
+        """
+        pipeline = super().build_module_to_env_connector(env=env, spaces=spaces)
+        if self.culture_connector is not None:
+            pipeline.prepend(self.culture_connector(env, spaces))
+        return pipeline
 
     def get_default_rl_module_spec(self) -> RLModuleSpec:
         """The closed-loop module (encoder, decoder, value net)."""

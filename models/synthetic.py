@@ -11,6 +11,7 @@ from collections.abc import Callable
 import gymnasium as gym
 import numpy as np
 import torch
+from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core.columns import Columns
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
@@ -60,16 +61,15 @@ def fake_culture(stim_hz_ua: torch.Tensor, generator: torch.Generator) -> torch.
 
 
 @torch.no_grad()
-def closed_loop_step(
+def act_through_culture(
     module: ClosedLoopRLModule,
-    batch: dict,
+    fwd_out: dict,
     culture: Culture,
     generator: torch.Generator,
     explore: bool = True,
 ) -> dict[str, torch.Tensor]:
-    """One tick as the culture connector performs it; returns the columns it must write."""
-    fwd = module.forward_exploration(batch) if explore else module.forward_inference(batch)
-    stim_dist = module.encoder_distribution(fwd[STIM_DIST_INPUTS])
+    """From the module's acting output, one culture exchange; returns the columns the connector must write."""
+    stim_dist = module.encoder_distribution(fwd_out[STIM_DIST_INPUTS])
     stim = stim_dist.sample() if explore else stim_dist.deterministic_sample()
     spikes = module.ablate(culture(stim, generator), generator)  # what the decoder actually sees
     spike_mean = module.spike_mean.expand_as(spikes).clone()
@@ -82,8 +82,36 @@ def closed_loop_step(
         STIM: stim.float(),
         SPIKES: spikes.float(),
         SPIKE_MEAN: spike_mean.float(),
-        Columns.VF_PREDS: fwd[Columns.VF_PREDS],
+        Columns.VF_PREDS: fwd_out[Columns.VF_PREDS],
     }
+
+
+@torch.no_grad()
+def closed_loop_step(
+    module: ClosedLoopRLModule,
+    batch: dict,
+    culture: Culture,
+    generator: torch.Generator,
+    explore: bool = True,
+) -> dict[str, torch.Tensor]:
+    """Module forward pass plus culture exchange, as env runner + connector perform one tick."""
+    fwd_out = module.forward_exploration(batch) if explore else module.forward_inference(batch)
+    return act_through_culture(module, fwd_out, culture, generator, explore)
+
+
+class SyntheticCultureConnector(ConnectorV2):
+    """Module-to-env piece closing the loop through `fake_culture` (must run before RLlib's GetActions)."""
+
+    def __init__(self, input_observation_space=None, input_action_space=None, *, seed: int = 0, **kwargs) -> None:
+        super().__init__(input_observation_space, input_action_space, **kwargs)
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __call__(self, *, rl_module, batch: dict, episodes, explore: bool | None = None, **kwargs) -> dict:
+        """Replace the module's stim-distribution output by the columns of one culture exchange."""
+        columns = act_through_culture(rl_module, batch, fake_culture, self.generator, explore=bool(explore))
+        batch.pop(STIM_DIST_INPUTS)
+        batch.update(columns)
+        return batch
 
 
 def synthetic_episodes(
