@@ -52,7 +52,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="spikeloop bench env", description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20000, help="steps of each loop (default 20000)")
     parser.add_argument("--block", type=int, default=250, help="steps per alternating block (default 250)")
-    parser.add_argument("--scenario", default=DEFAULT_SCENARIO, help=f"scenario name or .cfg (default {DEFAULT_SCENARIO})")
+    parser.add_argument(
+        "--scenario", default=DEFAULT_SCENARIO, help=f"scenario name or .cfg (default {DEFAULT_SCENARIO})"
+    )
     parser.add_argument("--frame-skip", type=int, default=4, help="tics per step (default 4)")
     parser.add_argument("--action-set", default="joint", choices=["joint", "single"], help="default joint")
     parser.add_argument("--screen", action="store_true", help="include the screen observation")

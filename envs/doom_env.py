@@ -184,6 +184,11 @@ class DoomEnv(gym.Env):
         self._features = FeatureExtractor(self.feature_settings, enemy_names)
         self._screen_index = self._downsample_index()
 
+    @property
+    def enemy_slot_ids(self) -> tuple[int | None, ...]:
+        """The vizdoom object id held by each enemy slot of the features (None: empty slot)."""
+        return self._features.slot_ids
+
     def set_scenario(self, scenario: str | os.PathLike) -> None:
         """Switch to another scenario (spaces stay the same); the next `reset()` starts it."""
         resolved = resolve_scenario(scenario)  # fail before closing the running game
@@ -311,4 +316,3 @@ class DoomEnv(gym.Env):
         if buffer is None or buffer.ndim == 3:
             return buffer
         return np.repeat(buffer[:, :, None], 3, axis=2)  # gray buffer: converted only when asked
-
