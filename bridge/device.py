@@ -133,6 +133,16 @@ class Device:
         return self._stim_sock.getsockname()[1]
 
     @property
+    def spike_port(self) -> int:
+        """Port on the training host that receives the replies."""
+        return self._reply_to[1]
+
+    @spike_port.setter
+    def spike_port(self, port: int) -> None:
+        # A trainer that binds its spike port after the device exists (port 0) tells it here.
+        self._reply_to = (self.config.training_host, int(port))
+
+    @property
     def feedback_port(self) -> int:
         """Bound feedback port."""
         return self._feedback_sock.getsockname()[1]
