@@ -91,8 +91,8 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
         module: ClosedLoopRLModule = self.module[module_id].unwrapped()
 
         # PPO appends one bootstrap timestep per episode; the loss mask keeps it out of every mean.
-        if Columns.LOSS_MASK in batch:
-            mask = batch[Columns.LOSS_MASK]
+        mask = batch.get(Columns.LOSS_MASK)
+        if mask is not None:
             num_valid = torch.sum(mask)
 
             def masked_mean(x: torch.Tensor) -> torch.Tensor:
@@ -144,12 +144,15 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
         if config.use_kl_loss:
             total_loss = total_loss + self.curr_kl_coeffs_per_module[module_id] * masked_mean(ratio - 1.0 - log_ratio)
 
+        valid_targets_and_values = (batch[Postprocessing.VALUE_TARGETS], values.detach())
+        if mask is not None:
+            valid_targets_and_values = tuple(x[mask] for x in valid_targets_and_values)
         self.metrics.log_dict(
             {
                 POLICY_LOSS_KEY: -masked_mean(surrogate),
                 VF_LOSS_KEY: masked_mean(vf_loss_clipped),
                 LEARNER_RESULTS_VF_LOSS_UNCLIPPED_KEY: masked_mean(vf_loss),
-                LEARNER_RESULTS_VF_EXPLAINED_VAR_KEY: explained_variance(batch[Postprocessing.VALUE_TARGETS], values),
+                LEARNER_RESULTS_VF_EXPLAINED_VAR_KEY: explained_variance(*valid_targets_and_values),
                 ENCODER_ENTROPY_KEY: masked_mean(encoder_entropy),
                 DECODER_ENTROPY_KEY: masked_mean(decoder_entropy),
                 LEARNER_RESULTS_KL_KEY: mean_kl,

@@ -7,7 +7,7 @@ Pass them as `RLModuleSpec(model_config={...})` or `config.rl_module(model_confi
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
@@ -72,9 +72,6 @@ class ClosedLoopModelConfig:
     """"ema": exponential moving average over train batches; "cumulative": mean of all samples; "off": stays 0."""
     spike_mean_momentum: float = 0.1
     """EMA weight of each new train batch's mean (the first batch sets the mean outright)."""
-
-    # Free-form notes kept with the checkpoint (e.g. the culture's id); never read by code.
-    tags: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name, (lo, hi) in (

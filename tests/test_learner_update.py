@@ -146,3 +146,15 @@ def test_frozen_decoder_stays_put_and_update_runs() -> None:
     results = update(learner, synthetic_episodes(module, ToyClosedLoopEnv(), n_steps=64, seed=2))
     assert math.isfinite(peek(results, MID, "total_loss"))
     torch.testing.assert_close(module.decoder.weight, weight)
+
+
+def test_checkpoint_round_trip_keeps_spike_mean(learner, tmp_path) -> None:
+    module: ClosedLoopRLModule = learner.module[MID].unwrapped()
+    module.update_spike_mean(torch.full((4, len(SPIKE_GROUP_NAMES)), 2.5))
+    learner.save_to_path(tmp_path)
+    restored = build(lr=1e-3)
+    restored.restore_from_path(tmp_path)
+    restored_module: ClosedLoopRLModule = restored.module[MID].unwrapped()
+    torch.testing.assert_close(restored_module.spike_mean, module.spike_mean)
+    assert restored_module.spike_mean_count.item() == module.spike_mean_count.item()
+    assert restored.get_optimizer(MID, ENCODER_OPTIMIZER).param_groups[0]["lr"] == pytest.approx(4e-3)
