@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from bridge.core import BridgeConfig, BridgeCore, SpikeReply
+from bridge.protocol import FeedbackCommand
 
 NAMESPACE = "spikeloop"
 
@@ -51,9 +52,33 @@ class CL1Bridge(BridgeCore):
         """Core stats plus whether this actor is a restart."""
         return super().stats() | {"restarted": self._restarted, "pid": os.getpid()}
 
-    def exchange_packed(self, stim: tuple[Sequence[float], Sequence[float]]) -> SpikeReply:
-        """`exchange` taking one (frequencies, amplitudes) tuple: the compiled-graph entry point."""
-        return self.exchange(*stim)
+    def exchange_packed(self, args: tuple) -> SpikeReply:
+        """`exchange` taking one (frequencies, amplitudes[, feedback]) tuple: the compiled-graph entry point."""
+        return self.exchange(*args)
+
+    def send_all(self, feedback: Sequence[FeedbackCommand], events: Sequence[tuple[str, dict]] = ()) -> int:
+        """Send feedback commands then events in one call; returns how many feedback commands went out."""
+        sent = sum(bool(self.feedback(command)) for command in feedback)
+        for event_type, data in events:
+            self.event(event_type, data)
+        return sent
+
+    def claim(self, owner: str) -> str | None:
+        """Take the device for `owner`; returns the current owner instead if someone else holds it."""
+        current = getattr(self, "_owner", None)
+        if current is not None and current != owner:
+            return current
+        self._owner = owner
+        return None
+
+    def release(self, owner: str) -> None:
+        """Give the device back (only its owner can)."""
+        if getattr(self, "_owner", None) == owner:
+            self._owner = None
+
+    def get_config(self) -> BridgeConfig:
+        """The settings this bridge runs with."""
+        return self.config
 
     def spike_port_bound(self) -> int:
         """The spike port this actor bound (useful when configured as 0)."""

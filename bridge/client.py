@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import ray
 
@@ -33,9 +34,14 @@ class BridgeClient:
         self.restarts_seen = 0
         self._graph = None
 
-    def exchange(self, frequencies_hz: Sequence[float], amplitudes_ua: Sequence[float]) -> SpikeReply:
-        """Stimulate once through the bridge and return the culture's answer."""
-        args = (tuple(float(f) for f in frequencies_hz), tuple(float(a) for a in amplitudes_ua))
+    def exchange(
+        self,
+        frequencies_hz: Sequence[float],
+        amplitudes_ua: Sequence[float],
+        feedback: Sequence[FeedbackCommand] = (),
+    ) -> SpikeReply:
+        """Send `feedback` (if any), stimulate once, and return the culture's answer."""
+        args = (tuple(float(f) for f in frequencies_hz), tuple(float(a) for a in amplitudes_ua), tuple(feedback))
         try:
             return self._exchange_once(args)
         except (ray.exceptions.RayActorError, ray.exceptions.RayChannelError) as exc:
@@ -52,6 +58,10 @@ class BridgeClient:
     def event(self, event_type: str, data: dict[str, Any] | None = None) -> None:
         """Send an event to the device."""
         ray.get(self.actor.event.remote(event_type, data or {}))
+
+    def send_all(self, feedback: Sequence[FeedbackCommand], events: Sequence[tuple[str, dict]] = ()) -> int:
+        """Send feedback commands, then events, in one actor call."""
+        return ray.get(self.actor.send_all.remote(tuple(feedback), tuple(events)))
 
     def stats(self) -> dict[str, Any]:
         """The bridge's loop statistics."""

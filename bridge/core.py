@@ -205,10 +205,21 @@ class BridgeCore:
         return self._spike_sock.getsockname()[1]
 
     @_locked
-    def exchange(self, frequencies_hz: Sequence[float], amplitudes_ua: Sequence[float]) -> SpikeReply:
-        """Stimulate once and return the reply that answers this stimulation."""
+    def exchange(
+        self,
+        frequencies_hz: Sequence[float],
+        amplitudes_ua: Sequence[float],
+        feedback: Sequence[FeedbackCommand] = (),
+    ) -> SpikeReply:
+        """Stimulate once and return the reply that answers this stimulation.
+
+        `feedback` (the previous step's) is sent first, in order: one call keeps
+        "feedback for step t before stimulation t+1" true by construction.
+        """
         self._check_open()
         t_start = time.perf_counter()
+        for command in feedback:
+            self.feedback(command)
         stim = StimCommand(self._next_timestamp(), tuple(frequencies_hz), tuple(amplitudes_ua))
         stim, clamped = self.config.envelope.check_stim(stim, self.config.envelope_policy)
         self._count_clamps(clamped)

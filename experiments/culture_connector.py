@@ -1,0 +1,78 @@
+"""The module-to-env connector piece where the culture sits: stim -> spikes -> action.
+
+It runs first in RLlib's module-to-env pipeline on each env runner, on the
+module's batched output for this tick:
+
+1. sample `stim_t` from the encoder's Beta distributions (or take their mode);
+2. send it through the bridge (after the previous step's feedback) and wait
+   for the reply that answers *this* stimulation;
+3. apply the decoder-input ablation, centre with the module's spike mean, and
+   sample `action_t` from the decoder;
+4. write the action, the joint log-probability and the columns the learner
+   replays (`stim`, `spikes`, `spike_mean`) into the batch.
+
+RLlib's own GetActions piece then sees an action already there and passes it
+through, so nothing of RLlib is forked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from ray.rllib.connectors.connector_v2 import ConnectorV2
+from ray.rllib.core.columns import Columns
+
+from experiments.culture_link import current_link
+from models.closed_loop_module import SPIKE_MEAN, SPIKES, STIM, STIM_DIST_INPUTS
+
+EXCHANGE_OK = "exchange_ok"
+"""Extra column: 1.0 when the culture answered this tick's stimulation, 0.0 on a timeout."""
+RAW_SPIKES = "raw_spikes"
+"""Extra column: the culture's counts before ablation (for analysis; the decoder saw `spikes`)."""
+STIM_TIMESTAMP = "stim_timestamp_us"
+"""Extra column: the wire timestamp of this tick's stimulation."""
+
+
+class CultureExchange(ConnectorV2):
+    """Stimulate the culture and decode its answer into the game action."""
+
+    def __init__(self, input_observation_space=None, input_action_space=None, *, seed: int | None = None, **kwargs):
+        super().__init__(input_observation_space, input_action_space, **kwargs)
+        self._generator = torch.Generator()
+        if seed is not None:
+            self._generator.manual_seed(seed)
+
+    @torch.no_grad()
+    def __call__(self, *, rl_module, batch: dict[str, Any], episodes, explore=None, shared_data=None, **kwargs) -> Any:
+        """Replace the module's encoder output with action, joint logp and replay columns."""
+        if Columns.ACTIONS in batch:
+            return batch  # random actions or a module that acts itself: not ours to touch
+        link = current_link()
+        encoder = rl_module.encoder_distribution(batch[STIM_DIST_INPUTS])
+        stim = encoder.sample() if explore else encoder.deterministic_sample()
+        stim_logp = encoder.logp(stim)
+
+        replies = [link.exchange(row.numpy().astype(np.float32)) for row in stim]
+        raw = torch.as_tensor(np.stack([r.counts for r in replies]), dtype=torch.float32)
+        spikes = rl_module.ablate(raw, generator=self._generator)
+        spike_mean = rl_module.spike_mean.detach().float().expand_as(spikes).clone()
+        decoder = rl_module.decoder_distribution(rl_module.decode(spikes, spike_mean))
+        action = decoder.sample() if explore else decoder.to_deterministic().sample()
+
+        batch[Columns.ACTIONS] = action
+        batch[Columns.ACTION_LOGP] = stim_logp + decoder.logp(action)
+        batch[STIM] = stim.float()
+        batch[SPIKES] = spikes
+        batch[SPIKE_MEAN] = spike_mean
+        batch[RAW_SPIKES] = raw
+        batch[EXCHANGE_OK] = torch.tensor([1.0 if r.ok else 0.0 for r in replies])
+        batch[STIM_TIMESTAMP] = torch.tensor([r.stim_timestamp_us for r in replies], dtype=torch.int64)
+        del batch[STIM_DIST_INPUTS]  # large and recomputed in training: keep episodes lean
+        return batch
+
+
+def make_culture_connector(env=None, spaces=None) -> ConnectorV2:
+    """Factory for `ClosedLoopPPOConfig.closed_loop(culture_connector=...)`."""
+    return CultureExchange()

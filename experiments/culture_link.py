@@ -1,0 +1,265 @@
+"""The culture an env runner drives: which device, its bridge, its feedback policy.
+
+Each env runner process holds exactly one `CultureLink` (one culture cannot
+serve two games). It is opened when the env runner creates its environment
+(`ClosedLoopCallbacks.on_environment_created`, which knows the runner's index)
+and used by the culture connector (stimulation -> spikes) and the callbacks
+(feedback and events). For `sim`, `random` and `zero` devices it also starts
+the device itself, on the env runner's node, with free ports.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import numpy as np
+import ray
+
+from bridge.actor import device_resource, start_bridge
+from bridge.channels import EVENT_PORT, FEEDBACK_PORT, SPIKE_PORT, STIM_PORT
+from bridge.client import BridgeClient
+from bridge.core import BridgeConfig, SpikeReply
+from bridge.protocol import FeedbackCommand
+from bridge.safety import Policy, SafetyEnvelope
+from experiments.feedback import FeedbackPolicy, FeedbackSettings
+
+log = logging.getLogger(__name__)
+
+SIMULATED_BACKENDS = ("sim", "random", "zero")
+
+
+class DeviceLost(RuntimeError):
+    """A device stopped answering and the experiment says to stop."""
+
+
+@dataclass(frozen=True)
+class DeviceSettings:
+    """One culture: a real CL1 reached over the network, or a simulated one started for you."""
+
+    device_id: str = "sim"
+    backend: Literal["cl1", "sim", "random", "zero"] = "sim"
+    """`cl1`: a device program already running at `host` (real hardware or cl-sdk); others are started here."""
+    host: str = "127.0.0.1"
+    stim_port: int = STIM_PORT
+    spike_port: int = SPIKE_PORT
+    event_port: int = EVENT_PORT
+    feedback_port: int = FEEDBACK_PORT
+    bind_host: str = "127.0.0.1"
+    node_resource: str | None = None
+    """Custom resource of the node that owns the device (default for cl1: `cl1:<device_id>`)."""
+    # Simulated devices only:
+    seed: int = 0
+    realtime: bool = False
+    tick_frequency_hz: float = 1000.0
+    artifact_wait_ms: float = 0.0
+    collect_window_ms: float = 0.0
+    random_spike_rate_hz: float = 5.0
+
+    @property
+    def simulated(self) -> bool:
+        """True when spikeloop starts this device itself."""
+        return self.backend in SIMULATED_BACKENDS
+
+
+@dataclass(frozen=True)
+class CultureSettings:
+    """Everything an env runner needs to reach its culture."""
+
+    devices: tuple[DeviceSettings, ...] = (DeviceSettings(),)
+    envelope: SafetyEnvelope = field(default_factory=SafetyEnvelope)
+    envelope_policy: Policy = "clamp"
+    timeout_s: float = 0.5
+    timeout_policy: Literal["zeros", "raise"] = "zeros"
+    max_consecutive_timeouts: int = 20
+    on_device_loss: Literal["continue", "stop"] = "stop"
+    feedback: FeedbackSettings = field(default_factory=FeedbackSettings)
+    fast_path: bool = True
+
+    def device_for(self, runner_index: int) -> DeviceSettings:
+        """The device env runner `runner_index` (1-based; 0 = the local runner) drives."""
+        slot = max(runner_index, 1) - 1
+        if len(self.devices) == 1 and self.devices[0].simulated:
+            base = self.devices[0]
+            # One simulated culture per env runner, each with its own seed.
+            return replace(base, device_id=f"{base.device_id}-{runner_index}", seed=base.seed + runner_index)
+        if slot >= len(self.devices):
+            raise ValueError(
+                f"env runner {runner_index} has no device: the experiment lists {len(self.devices)} device(s); "
+                "set num_env_runners to the number of devices (one culture serves one game)"
+            )
+        return self.devices[slot]
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+class CultureLink:
+    """This env runner's culture: exchange, queued feedback, events, statistics."""
+
+    def __init__(self, settings: CultureSettings, runner_index: int, gamma: float) -> None:
+        self.settings = settings
+        self.device = settings.device_for(runner_index)
+        self.runner_index = runner_index
+        self.feedback_policy = FeedbackPolicy(settings.feedback, gamma)
+        self.counts: Counter[str] = Counter()
+        self.consecutive_timeouts = 0
+        self._pending_feedback: list[FeedbackCommand] = []
+        self._device_actor = None
+        self._busy_s = 0.0
+        self._opened = time.monotonic()
+        self.bridge = self._connect()
+
+    def _connect(self) -> BridgeClient:
+        node_id = ray.get_runtime_context().get_node_id()
+        dev = self.device
+        bridge_config = BridgeConfig(
+            device_id=dev.device_id,
+            device_host=dev.host,
+            stim_port=dev.stim_port,
+            event_port=dev.event_port,
+            feedback_port=dev.feedback_port,
+            spike_port=dev.spike_port,
+            bind_host=dev.bind_host,
+            timeout_s=self.settings.timeout_s,
+            timeout_policy=self.settings.timeout_policy,
+            envelope=self.settings.envelope,
+            envelope_policy=self.settings.envelope_policy,
+        )
+        if dev.simulated:
+            from bridge.device import DeviceConfig
+            from bridge.device_actor import start_simulated_device
+
+            spike_port = _free_port(dev.bind_host)
+            self._device_actor = start_simulated_device(
+                DeviceConfig(
+                    training_host=dev.bind_host,
+                    spike_port=spike_port,
+                    backend=dev.backend,
+                    seed=dev.seed,
+                    realtime=dev.realtime,
+                    tick_frequency_hz=dev.tick_frequency_hz,
+                    artifact_wait_ms=dev.artifact_wait_ms,
+                    collect_window_ms=dev.collect_window_ms,
+                    random_spike_rate_hz=dev.random_spike_rate_hz,
+                ),
+                node_id=node_id,
+            )
+            ports = ray.get(self._device_actor.ports.remote())
+            # A fresh name per process: two trials must never share a simulated culture's bridge.
+            bridge_config = replace(bridge_config, device_id=f"{dev.device_id}-{uuid.uuid4().hex[:8]}",
+                                    spike_port=spike_port, device_host=dev.bind_host, **ports)
+            actor = start_bridge(bridge_config, node_id=node_id)
+        else:
+            actor = start_bridge(bridge_config, resource=dev.node_resource or device_resource(dev.device_id))
+        self._owner = f"env-runner-{self.runner_index}@{node_id[:8]}:{os.getpid()}"
+        running = ray.get(actor.get_config.remote())
+        if running != bridge_config:
+            raise RuntimeError(
+                f"a bridge for device {dev.device_id!r} is already running with other settings "
+                f"({running}); stop the experiment that uses it first"
+            )
+        holder = ray.get(actor.claim.remote(self._owner))
+        if holder is not None:
+            raise RuntimeError(f"device {dev.device_id!r} is already driven by {holder}; one culture serves one game")
+        log.info("env runner %d drives device %s (%s)", self.runner_index, dev.device_id, dev.backend)
+        return BridgeClient(actor, fast_path=self.settings.fast_path)
+
+    # --- the tick ------------------------------------------------------------------
+
+    def exchange(self, stim: np.ndarray) -> SpikeReply:
+        """Send queued feedback, then this tick's stimulation ([16]: Hz then uA); return the reply."""
+        t0 = time.perf_counter()
+        feedback, self._pending_feedback = self._pending_feedback, []
+        half = len(stim) // 2
+        reply = self.bridge.exchange(stim[:half], stim[half:], feedback)
+        self._busy_s += time.perf_counter() - t0
+        self.counts["exchanges"] += 1
+        self.counts["feedback_commands"] += len(feedback)
+        if reply.ok:
+            self.consecutive_timeouts = 0
+        else:
+            self.counts["timeouts"] += 1
+            self.consecutive_timeouts += 1
+            log.warning("device %s: stimulation %d timed out (%d in a row)",
+                        self.device.device_id, reply.stim_timestamp_us, self.consecutive_timeouts)
+            if self.consecutive_timeouts >= self.settings.max_consecutive_timeouts:
+                self.counts["device_lost"] += 1
+                message = (f"device {self.device.device_id!r} did not answer {self.consecutive_timeouts} "
+                           f"stimulations in a row (host {self.device.host}, stim port {self.device.stim_port})")
+                if self.settings.on_device_loss == "stop":
+                    raise DeviceLost(message + "; stopping as culture.on_device_loss='stop'")
+                log.error("%s; continuing as culture.on_device_loss='continue'", message)
+                self.consecutive_timeouts = 0
+        return reply
+
+    def queue_feedback(self, commands: list[FeedbackCommand]) -> None:
+        """Feedback for the step just taken: it goes out just before the next stimulation."""
+        self._pending_feedback.extend(commands)
+
+    def flush(self, extra_feedback: list[FeedbackCommand] = (), events: list[tuple[str, dict]] = ()) -> None:
+        """Send queued feedback, `extra_feedback` and events now (episode end, shutdown)."""
+        feedback, self._pending_feedback = self._pending_feedback + list(extra_feedback), []
+        self.counts["feedback_commands"] += len(feedback)
+        self.counts["events"] += len(events)
+        self.bridge.send_all(feedback, events)
+
+    def duty(self) -> float:
+        """Share of wall time spent in exchanges since the link opened."""
+        wall = time.monotonic() - self._opened
+        return self._busy_s / wall if wall > 0 else 0.0
+
+    def stats(self) -> dict[str, Any]:
+        """Bridge statistics plus this link's counters."""
+        return self.bridge.stats() | {"link": dict(self.counts), "duty_link": self.duty()}
+
+    def close(self) -> None:
+        """Close the fast path and stop a simulated device (the bridge actor stays for other users)."""
+        try:
+            ray.get(self.bridge.actor.release.remote(self._owner), timeout=10)
+        except Exception as exc:
+            log.warning("could not release device %s: %s", self.device.device_id, exc)
+        self.bridge.close()
+        if self._device_actor is not None:
+            try:
+                ray.get(self._device_actor.stop.remote(), timeout=10)
+            except Exception as exc:  # closing must not hide the error that led here
+                log.warning("could not stop simulated device %s: %s", self.device.device_id, exc)
+
+
+_LINK: CultureLink | None = None
+
+
+def open_link(settings: CultureSettings, runner_index: int, gamma: float) -> CultureLink:
+    """Open this process's culture link (once; later calls return the same link)."""
+    global _LINK
+    if _LINK is None:
+        _LINK = CultureLink(settings, runner_index, gamma)
+    return _LINK
+
+
+def current_link() -> CultureLink:
+    """This process's culture link; an error if the env runner never opened one."""
+    if _LINK is None:
+        raise RuntimeError(
+            "no culture link in this process: ClosedLoopCallbacks must be the algorithm's callbacks "
+            "(it opens the link when the env runner creates its environment)"
+        )
+    return _LINK
+
+
+def close_link() -> None:
+    """Close and forget this process's link."""
+    global _LINK
+    if _LINK is not None:
+        _LINK.close()
+        _LINK = None

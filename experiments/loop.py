@@ -1,0 +1,77 @@
+"""Assemble the closed-loop PPO: env, module, learner, culture connector, callbacks.
+
+`closed_loop_config` is the one place where the pieces meet; the experiment
+runner (and tests) build every algorithm through it. `finish` tells every
+device that training is over.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from experiments.culture_connector import make_culture_connector
+from experiments.culture_link import CultureSettings, close_link, current_link
+from experiments.loop_callbacks import CULTURE_SETTINGS_ATTR, ClosedLoopCallbacks
+from models.config import ClosedLoopPPOConfig
+
+log = logging.getLogger(__name__)
+
+DEVICE_SLOT_RESOURCE = "cl1_slot"
+"""Every node that owns CL1 devices advertises one of these per device; each env runner takes one."""
+
+
+def closed_loop_config(
+    *,
+    culture: CultureSettings,
+    env: str = "spikeloop-doom",
+    env_config: dict[str, Any] | None = None,
+    model_config: dict[str, Any] | None = None,
+    num_env_runners: int = 1,
+    training: dict[str, Any] | None = None,
+    seed: int | None = None,
+) -> ClosedLoopPPOConfig:
+    """A ClosedLoopPPOConfig wired to the culture: one device per env runner."""
+    from envs import register
+
+    register()  # env runners resolve the env by name; restoring a checkpoint needs it too
+    hardware = any(not d.simulated for d in culture.devices)
+    runner_resources = {DEVICE_SLOT_RESOURCE: 1} if hardware else {}
+    config = (
+        ClosedLoopPPOConfig()
+        .environment(env, env_config=dict(env_config or {}))
+        .env_runners(
+            num_env_runners=num_env_runners,
+            num_envs_per_env_runner=1,
+            custom_resources_per_env_runner=runner_resources,
+            num_cpus_per_env_runner=1 if num_env_runners else 0,
+            rollout_fragment_length="auto",
+        )
+        .rl_module(model_config=dict(model_config or {}))
+        .callbacks(ClosedLoopCallbacks)
+        .closed_loop(culture_connector=make_culture_connector)
+        .debugging(seed=seed)
+    )
+    if training:
+        config.training(**training)
+    setattr(config, CULTURE_SETTINGS_ATTR, culture)
+    return config
+
+
+def _finish_runner(env_runner, reason: str, total_steps: int, total_episodes: int) -> bool:
+    try:
+        link = current_link()
+    except RuntimeError:
+        return False  # e.g. the local env runner, which drives no culture
+    link.flush([], [("training_complete", {"total_episodes": total_episodes, "total_steps": total_steps,
+                                            "reason": reason})])
+    close_link()
+    return True
+
+
+def finish(algo, reason: str = "completed", total_steps: int = 0, total_episodes: int = 0) -> int:
+    """Send `training_complete` to every culture and close the links; returns how many were told."""
+    results = algo.env_runner_group.foreach_env_runner(
+        lambda runner: _finish_runner(runner, reason, total_steps, total_episodes), local_env_runner=True
+    )
+    return sum(bool(r) for r in results)

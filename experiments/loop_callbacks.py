@@ -1,0 +1,122 @@
+"""RLlib callbacks that close the loop: open the culture link, send feedback and events.
+
+* `on_environment_created`: open this env runner's `CultureLink` (it knows the
+  runner's index, hence which device it drives).
+* `on_episode_step` (after every env step, before the next stimulation): build
+  the step's reward and event feedback, scaled by the TD error
+  r_t + gamma V(s_{t+1}) - V(s_t), and queue it; it leaves with the next
+  exchange, so feedback for step t always precedes stim_{t+1}.
+* `on_episode_end`: send any queued feedback, the episode feedback (scaled by
+  episode return - V(s_0)) and the `episode_end` event with the payload devices
+  expect, at once.
+Loop metrics (latency, timeouts, feedback counts, surprise, duty) are logged
+under the `culture/` prefix.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+import tree
+from ray.rllib.callbacks.callbacks import RLlibCallback
+from ray.rllib.core.columns import Columns
+
+from experiments.culture_connector import EXCHANGE_OK
+from experiments.culture_link import CultureSettings, close_link, current_link, open_link
+
+log = logging.getLogger(__name__)
+
+CULTURE_SETTINGS_ATTR = "culture_settings"
+"""Attribute of the algorithm config that holds the experiment's `CultureSettings`."""
+
+
+def _value_of(module, observation: Any) -> float:
+    """V(s) for one raw observation from the env."""
+    obs = tree.map_structure(lambda x: torch.as_tensor(np.asarray(x))[None], observation)
+    with torch.no_grad():
+        return float(module.compute_values({Columns.OBS: obs})[0])
+
+
+def episode_end_payload(episode, episode_index: int) -> dict[str, Any]:
+    """The `episode_end` event data devices record (spec: event metadata)."""
+    rewards = np.asarray(episode.get_rewards(), dtype=np.float64)
+    infos = episode.get_infos()
+    last = infos[-1] if len(infos) else {}
+    kills = int(last.get("kills", 0))
+    game_reward_sum = float(sum(i.get("scenario_reward", 0.0) for i in infos[1:]))
+    success, fail = int((rewards > 0).sum()), int((rewards < 0).sum())
+    length = len(rewards)
+    return {
+        "episode": episode_index,
+        "episode_length": length,
+        "episode_reward": float(rewards.sum()),
+        "kill_count": kills,
+        "game_reward_sum": game_reward_sum,
+        "killcount": kills,
+        "episode_actions": {"success": success, "fail": fail, "neutral": length - success - fail},
+        "success_rate": success / length if length else 0.0,
+    }
+
+
+class ClosedLoopCallbacks(RLlibCallback):
+    """Feedback, events and loop metrics for the culture of each env runner."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.episodes_done = 0
+
+    def on_environment_created(self, *, env_runner, metrics_logger=None, env, env_context, **kwargs) -> None:
+        """Open the culture link of this env runner."""
+        settings: CultureSettings | None = getattr(env_runner.config, CULTURE_SETTINGS_ATTR, None)
+        if settings is None:
+            raise ValueError(
+                "the algorithm config has no culture_settings: build it with experiments.loop.closed_loop_config"
+            )
+        open_link(settings, env_runner.worker_index, env_runner.config.gamma)
+
+    def on_episode_step(self, *, episode, env_runner=None, metrics_logger=None, **kwargs) -> None:
+        """Queue step t's feedback (it is sent just before stim_{t+1})."""
+        link = current_link()
+        module = env_runner.module
+        reward = float(episode.get_rewards(-1))
+        info = episode.get_infos(-1) or {}
+        value_s = float(episode.get_extra_model_outputs(Columns.VF_PREDS, -1))
+        terminated = episode.is_terminated
+        value_next = 0.0 if terminated else _value_of(module, episode.get_observations(-1))
+        commands, scales = link.feedback_policy.for_step(reward, info.get("events", {}), value_s, value_next, terminated)
+        link.queue_feedback(commands)
+        if metrics_logger is not None:
+            metrics_logger.log_value("culture/surprise_td_error", scales.td_error, window=100)
+            metrics_logger.log_value("culture/surprise_ratio", scales.ratio, window=100)
+            metrics_logger.log_value("culture/feedback_frequency_scale", scales.frequency, window=100)
+            metrics_logger.log_value("culture/feedback_commands_per_step", len(commands), window=100)
+            ok = episode.get_extra_model_outputs(EXCHANGE_OK, -1)
+            metrics_logger.log_value("culture/exchange_ok_fraction", float(ok), window=100)
+
+    def on_episode_end(self, *, episode, env_runner=None, metrics_logger=None, **kwargs) -> None:
+        """Episode feedback and the episode_end event, sent now."""
+        link = current_link()
+        self.episodes_done += 1
+        value_s0 = float(episode.get_extra_model_outputs(Columns.VF_PREDS, 0))
+        episode_return = float(np.sum(episode.get_rewards()))
+        commands, scales = link.feedback_policy.for_episode(episode_return, value_s0)
+        payload = episode_end_payload(episode, self.episodes_done)
+        link.flush(commands, [("episode_end", payload)])
+        if metrics_logger is not None:
+            stats = link.stats()
+            lat = stats["latency_ms"]
+            for key in ("p50", "p99", "max"):
+                metrics_logger.log_value(f"culture/latency_{key}_ms", lat[key], reduce="mean", window=1)
+            for key in ("timeouts", "late", "duplicates", "stale", "malformed", "foreign", "clamped_commands",
+                        "feedback_sent", "feedback_suppressed", "events_sent"):
+                metrics_logger.log_value(f"culture/{key}", stats[key], reduce="max", window=1)
+            metrics_logger.log_value("culture/device_duty", link.duty(), window=1)
+            metrics_logger.log_value("culture/episode_surprise_td_error", scales.td_error, window=100)
+            metrics_logger.log_value("episode/kills", payload["kill_count"], window=100)
+            metrics_logger.log_value("episode/success_rate", payload["success_rate"], window=100)
+
+
+__all__ = ["ClosedLoopCallbacks", "close_link", "episode_end_payload"]
