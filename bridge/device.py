@@ -78,6 +78,7 @@ class DeviceConfig:
     seed: int = 0
     random_spike_rate_hz: float = 5.0
     realtime: bool = True
+    cl_sim_culture: bool = False
 
 
 @dataclass
@@ -99,6 +100,7 @@ class Device:
             seed=config.seed,
             realtime=config.realtime,
             random_spike_rate_hz=config.random_spike_rate_hz,
+            cl_sim_culture=config.cl_sim_culture,
         )
         self.counters: collections.Counter[str] = collections.Counter()
         self.exit_reason = ""
@@ -360,6 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="sim: culture time follows the wall clock, replies wait for the windows")
     pace.add_argument("--as-fast-as-possible", dest="realtime", action="store_false",
                       help="sim: simulate the windows at once and reply as soon as computed")
+    p.add_argument("--cl-sim-culture", action="store_true",
+                   help="cl backend under the cl-sdk simulator only: the simulator's data comes from the "
+                   "simulated culture (seeded by --seed) instead of cl-sdk's random source")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                    help="logging verbosity")
     return p
@@ -373,6 +378,7 @@ def config_from_args(args: argparse.Namespace) -> DeviceConfig:
         tick_frequency_hz=args.tick_frequency, artifact_wait_ms=args.artifact_wait_ms,
         collect_window_ms=args.collect_window_ms, recording_path=args.recording_path, backend=args.backend,
         seed=args.seed, random_spike_rate_hz=args.random_spike_rate_hz, realtime=args.realtime,
+        cl_sim_culture=args.cl_sim_culture,
     )
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run the cl-backend tests against the cl-sdk simulator (PyPI, Python 3.12 only,
-# non-commercial licence). Builds .venv312 with just cl-sdk, numpy and pytest:
+# non-commercial licence). Builds .venv312 with just cl-sdk, numpy, numba (the simulated
+# culture as a cl-sdk data source) and pytest:
 # the project itself is not installed there (ray and friends need not resolve
 # under 3.12); the tree is put on PYTHONPATH instead.
 set -euo pipefail
@@ -30,5 +31,5 @@ fi
 if [ ! -x .venv312/bin/python ]; then
     "$PY312" -m venv .venv312
 fi
-.venv312/bin/python -m pip install --quiet --disable-pip-version-check cl-sdk numpy pytest
+.venv312/bin/python -m pip install --quiet --disable-pip-version-check cl-sdk numpy numba pytest
 PYTHONPATH=. .venv312/bin/python -m pytest -p no:cacheprovider -q -s tests/cl_sdk "$@"

@@ -14,7 +14,7 @@ __all__ = ["BACKEND_NAMES", "Backend", "JsonlRecorder", "burst_pulses", "group_m
 
 
 def make_backend(name: str, *, tick_frequency_hz: float, seed: int = 0, realtime: bool = True,
-                 random_spike_rate_hz: float = 5.0) -> Backend:
+                 random_spike_rate_hz: float = 5.0, cl_sim_culture: bool = False) -> Backend:
     """Build the named backend with the device's settings."""
     if name == "sim":
         from bridge.backends.sim import SimBackend
@@ -23,7 +23,7 @@ def make_backend(name: str, *, tick_frequency_hz: float, seed: int = 0, realtime
     if name == "cl":
         from bridge.backends.cl import ClBackend
 
-        return ClBackend(tick_frequency_hz)
+        return ClBackend(tick_frequency_hz, sim_culture_seed=seed if cl_sim_culture else None)
     if name == "random":
         from bridge.backends.random_counts import RandomBackend
 

@@ -44,9 +44,12 @@ class ClBackend(Backend):
 
     name = "cl"
 
-    def __init__(self, tick_frequency_hz: float) -> None:
+    def __init__(self, tick_frequency_hz: float, sim_culture_seed: int | None = None) -> None:
         super().__init__(tick_frequency_hz)
         import cl  # noqa: F401  (fail early, with the real ImportError, when cl is absent)
+
+        self.sim_culture_seed = sim_culture_seed
+        """Under cl-sdk only: feed the simulator `bridge.culture` (this seed) instead of its random data."""
 
         self._cl = cl
         self._stack = contextlib.ExitStack()
@@ -64,6 +67,12 @@ class ClBackend(Backend):
 
     def open(self, recording_dir: Path | None) -> None:
         """Open the device, start the HDF5 recording and the data streams."""
+        if self.sim_culture_seed is not None:
+            if not self._cl.is_simulator():
+                raise RuntimeError("--cl-sim-culture only applies to the cl-sdk simulator, not to a CL1")
+            from bridge.backends.cl_culture_source import FACTORY
+
+            self._cl.sim.set_simulator_data_source(FACTORY, config={"seed": self.sim_culture_seed})
         self.neurons = self._stack.enter_context(self._cl.open())
         self._fps = int(self.neurons.get_frames_per_second())
         self._available_frames = int(self.neurons.timestamp())
@@ -169,3 +178,5 @@ class ClBackend(Backend):
                 self.recording_path = Path(info["path"])
             self._recording = None
         self._stack.close()
+        if self.sim_culture_seed is not None:
+            self._cl.sim.clear_simulator_data_source()  # later opens in this process get cl-sdk's own data

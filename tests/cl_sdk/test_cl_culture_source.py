@@ -1,0 +1,44 @@
+"""The simulated culture plugged into cl-sdk as its data source: stimulation evokes spikes."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bridge.channels import N_ENCODING
+from bridge.device import Device, DeviceConfig
+from bridge.protocol import EventMessage, StimCommand, decode_spikes, encode_event, encode_stim
+
+pytest.importorskip("numba", reason="the simulated culture needs numba (scripts/cl_sdk_tests.sh installs it)")
+
+
+def test_cl_backend_on_simulated_culture_responds_to_stimulation(tmp_path: Path) -> None:
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", 0))
+    rx.settimeout(30.0)  # the first reply waits for the culture to be built in the simulator process
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    device = Device(DeviceConfig(stim_port=0, event_port=0, feedback_port=0, spike_port=rx.getsockname()[1],
+                                 backend="cl", cl_sim_culture=True, seed=1, tick_frequency_hz=10.0,
+                                 artifact_wait_ms=0.0, collect_window_ms=100.0, recording_path=tmp_path))
+    thread = device.start()
+    strong, weak = [], []
+    try:
+        for i in range(60):
+            amplitude_ua = 2.5 if i % 2 else 0.5
+            stim = StimCommand(i + 1, (40.0,) * N_ENCODING, (amplitude_ua,) * N_ENCODING)
+            tx.sendto(encode_stim(stim), ("127.0.0.1", device.stim_port))
+            reply = decode_spikes(rx.recv(64))
+            assert reply.timestamp_us == stim.timestamp_us
+            if i >= 4:  # skip start-up
+                (strong if i % 2 else weak).append(reply.counts[0])
+        tx.sendto(encode_event(EventMessage(1, "training_complete", {})), ("127.0.0.1", device.event_port))
+        thread.join(30)
+    finally:
+        rx.close()
+        tx.close()
+    print(f"encoding-group spikes per 100 ms: 2.5 uA {np.mean(strong):.1f}, 0.5 uA {np.mean(weak):.1f}")
+    assert device.exit_reason == "training_complete"
+    assert np.mean(strong) > 3 * np.mean(weak) + 5
