@@ -39,6 +39,10 @@ class DeviceLost(RuntimeError):
     """A device stopped answering and the experiment says to stop."""
 
 
+class DeviceBusy(RuntimeError):
+    """Another env runner already drives this device."""
+
+
 @dataclass(frozen=True)
 class DeviceSettings:
     """One culture: a real CL1 reached over the network, or a simulated one started for you."""
@@ -67,6 +71,11 @@ class DeviceSettings:
         """True when spikeloop starts this device itself."""
         return self.backend in SIMULATED_BACKENDS
 
+    @property
+    def resource(self) -> str:
+        """The custom resource that marks the node owning this device."""
+        return self.node_resource or device_resource(self.device_id)
+
 
 @dataclass(frozen=True)
 class CultureSettings:
@@ -82,19 +91,26 @@ class CultureSettings:
     feedback: FeedbackSettings = field(default_factory=FeedbackSettings)
     fast_path: bool = True
 
-    def device_for(self, runner_index: int) -> DeviceSettings:
-        """The device env runner `runner_index` (1-based; 0 = the local runner) drives."""
-        slot = max(runner_index, 1) - 1
-        if len(self.devices) == 1 and self.devices[0].simulated:
-            base = self.devices[0]
-            # One simulated culture per env runner, each with its own seed.
-            return replace(base, device_id=f"{base.device_id}-{runner_index}", seed=base.seed + runner_index)
-        if slot >= len(self.devices):
+    def simulated_device_for(self, runner_index: int) -> DeviceSettings:
+        """The simulated culture of env runner `runner_index`: the template with its own id and seed."""
+        base = self.devices[0]
+        return replace(base, device_id=f"{base.device_id}-{runner_index}", seed=base.seed + runner_index)
+
+    def devices_on_node(self, node_resources: dict[str, float]) -> list[DeviceSettings]:
+        """The hardware devices whose node resource the given node advertises."""
+        return [d for d in self.devices if d.resource in node_resources]
+
+    def __post_init__(self) -> None:
+        if not self.devices:
+            raise ValueError("culture.devices is empty: list at least one device")
+        if any(d.simulated for d in self.devices) and len(self.devices) > 1:
             raise ValueError(
-                f"env runner {runner_index} has no device: the experiment lists {len(self.devices)} device(s); "
-                "set num_env_runners to the number of devices (one culture serves one game)"
+                "culture.devices: a simulated device is a template (one culture is started per env runner); "
+                "list exactly one sim/random/zero device, or only cl1 devices"
             )
-        return self.devices[slot]
+        ids = [d.device_id for d in self.devices]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"culture.devices: device ids must be unique, got {ids}")
 
 
 def _free_port(host: str) -> int:
@@ -108,7 +124,6 @@ class CultureLink:
 
     def __init__(self, settings: CultureSettings, runner_index: int, gamma: float) -> None:
         self.settings = settings
-        self.device = settings.device_for(runner_index)
         self.runner_index = runner_index
         self.feedback_policy = FeedbackPolicy(settings.feedback, gamma)
         self.counts: Counter[str] = Counter()
@@ -117,12 +132,17 @@ class CultureLink:
         self._device_actor = None
         self._busy_s = 0.0
         self._opened = time.monotonic()
-        self.bridge = self._connect()
+        self._node_id = ray.get_runtime_context().get_node_id()
+        self._owner = f"env-runner-{runner_index}@{self._node_id[:8]}:{os.getpid()}"
+        if settings.devices[0].simulated:
+            self.device = settings.simulated_device_for(runner_index)
+            self.bridge = self._claim(self._start_simulated(self.device))
+        else:
+            self.device, self.bridge = self._claim_device_on_this_node()
+        log.info("env runner %d drives device %s (%s)", runner_index, self.device.device_id, self.device.backend)
 
-    def _connect(self) -> BridgeClient:
-        node_id = ray.get_runtime_context().get_node_id()
-        dev = self.device
-        bridge_config = BridgeConfig(
+    def _bridge_config(self, dev: DeviceSettings) -> BridgeConfig:
+        return BridgeConfig(
             device_id=dev.device_id,
             device_host=dev.host,
             stim_port=dev.stim_port,
@@ -135,43 +155,65 @@ class CultureLink:
             envelope=self.settings.envelope,
             envelope_policy=self.settings.envelope_policy,
         )
-        if dev.simulated:
-            from bridge.device import DeviceConfig
-            from bridge.device_actor import start_simulated_device
 
-            spike_port = _free_port(dev.bind_host)
-            self._device_actor = start_simulated_device(
-                DeviceConfig(
-                    training_host=dev.bind_host,
-                    spike_port=spike_port,
-                    backend=dev.backend,
-                    seed=dev.seed,
-                    realtime=dev.realtime,
-                    tick_frequency_hz=dev.tick_frequency_hz,
-                    artifact_wait_ms=dev.artifact_wait_ms,
-                    collect_window_ms=dev.collect_window_ms,
-                    random_spike_rate_hz=dev.random_spike_rate_hz,
-                ),
-                node_id=node_id,
-            )
-            ports = ray.get(self._device_actor.ports.remote())
-            # A fresh name per process: two trials must never share a simulated culture's bridge.
-            bridge_config = replace(bridge_config, device_id=f"{dev.device_id}-{uuid.uuid4().hex[:8]}",
-                                    spike_port=spike_port, device_host=dev.bind_host, **ports)
-            actor = start_bridge(bridge_config, node_id=node_id)
-        else:
-            actor = start_bridge(bridge_config, resource=dev.node_resource or device_resource(dev.device_id))
-        self._owner = f"env-runner-{self.runner_index}@{node_id[:8]}:{os.getpid()}"
-        running = ray.get(actor.get_config.remote())
-        if running != bridge_config:
+    def _start_simulated(self, dev: DeviceSettings):
+        """Start this runner's simulated device and its bridge, both on this node."""
+        from bridge.device import DeviceConfig
+        from bridge.device_actor import start_simulated_device
+
+        spike_port = _free_port(dev.bind_host)
+        self._device_actor = start_simulated_device(
+            DeviceConfig(
+                training_host=dev.bind_host,
+                spike_port=spike_port,
+                backend=dev.backend,
+                seed=dev.seed,
+                realtime=dev.realtime,
+                tick_frequency_hz=dev.tick_frequency_hz,
+                artifact_wait_ms=dev.artifact_wait_ms,
+                collect_window_ms=dev.collect_window_ms,
+                random_spike_rate_hz=dev.random_spike_rate_hz,
+            ),
+            node_id=self._node_id,
+        )
+        ports = ray.get(self._device_actor.ports.remote())
+        # A fresh name per process: two trials must never share a simulated culture's bridge.
+        config = replace(self._bridge_config(dev), device_id=f"{dev.device_id}-{uuid.uuid4().hex[:8]}",
+                         spike_port=spike_port, device_host=dev.bind_host, **ports)
+        return start_bridge(config, node_id=self._node_id)
+
+    def _claim_device_on_this_node(self) -> tuple[DeviceSettings, BridgeClient]:
+        """Take the first free hardware device whose resource this node advertises."""
+        node = next(n for n in ray.nodes() if n["NodeID"] == self._node_id)
+        candidates = self.settings.devices_on_node(node.get("Resources", {}))
+        if not candidates:
+            wanted = ", ".join(d.resource for d in self.settings.devices)
             raise RuntimeError(
-                f"a bridge for device {dev.device_id!r} is already running with other settings "
-                f"({running}); stop the experiment that uses it first"
+                f"env runner {self.runner_index} landed on node {self._node_id[:8]} which owns none of the "
+                f"experiment's devices ({wanted}); start each device's node with "
+                f"`ray start --resources='{{\"<device resource>\": 1, \"cl1_slot\": 1}}'`"
             )
+        holders = []
+        for dev in candidates:
+            wanted = self._bridge_config(dev)
+            actor = start_bridge(wanted, resource=dev.resource)
+            running = ray.get(actor.get_config.remote())
+            if running != wanted:
+                raise RuntimeError(
+                    f"a bridge for device {dev.device_id!r} is already running with other settings "
+                    f"({running}); stop the experiment that uses it first"
+                )
+            try:
+                return dev, self._claim(actor)
+            except DeviceBusy as exc:
+                holders.append(str(exc))
+        raise RuntimeError(f"every device on node {self._node_id[:8]} is taken: {'; '.join(holders)}")
+
+    def _claim(self, actor) -> BridgeClient:
+        """Take a bridge for this env runner (one culture serves one game)."""
         holder = ray.get(actor.claim.remote(self._owner))
         if holder is not None:
-            raise RuntimeError(f"device {dev.device_id!r} is already driven by {holder}; one culture serves one game")
-        log.info("env runner %d drives device %s (%s)", self.runner_index, dev.device_id, dev.backend)
+            raise DeviceBusy(f"the device is already driven by {holder}; one culture serves one game")
         return BridgeClient(actor, fast_path=self.settings.fast_path)
 
     # --- the tick ------------------------------------------------------------------
