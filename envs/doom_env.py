@@ -20,6 +20,7 @@ works but returns the gray frame on three channels, converted only when called.
 
 from __future__ import annotations
 
+import operator
 import os
 import time
 from collections.abc import Sequence
@@ -174,7 +175,7 @@ class DoomEnv(gym.Env):
         for variable in missing:
             game.add_available_game_variable(variable)
         available = list(game.get_available_game_variables())
-        self._variable_index = np.array([available.index(v) for v in self._tracked], dtype=np.intp)
+        self._pick_variables = operator.itemgetter(*[available.index(v) for v in self._tracked])
 
         game.init()
         self.game = game
@@ -228,13 +229,13 @@ class DoomEnv(gym.Env):
                 gray = buffer.reshape(height, fy, width, fx).sum(axis=(1, 3), dtype=np.float32) / (fy * fx)
         return gray.astype(np.uint8)[:, :, None]
 
-    def _read(self, state: vizdoom.GameState | None) -> list[float]:
+    def _read(self, state: vizdoom.GameState | None) -> tuple[float, ...]:
         """The tracked game variables, from the state or (episode over, no state) from the game."""
         if state is not None:
-            return state.game_variables[self._variable_index].tolist()
-        return [self.game.get_game_variable(v) for v in self._tracked]
+            return self._pick_variables(state.game_variables.tolist())
+        return tuple(self.game.get_game_variable(v) for v in self._tracked)
 
-    def _observe(self, values: list[float], state: vizdoom.GameState | None) -> Any:
+    def _observe(self, values: tuple[float, ...], state: vizdoom.GameState | None) -> Any:
         """The observation for these variable readings and state (None: keep enemies and screen)."""
         kills, _hits, health, ammo, _armor, x, y, angle, vx, vy = values
         objects = None if state is None else state.objects
@@ -247,7 +248,7 @@ class DoomEnv(gym.Env):
             return {"features": features, "screen": self._observation["screen"]}
         return {"features": features, "screen": self._screen_observation(self._screen_buffer)}
 
-    def _info(self, values: list[float], terms: dict[str, float], events: dict[str, int]) -> dict[str, Any]:
+    def _info(self, values: tuple[float, ...], terms: dict[str, float], events: dict[str, int]) -> dict[str, Any]:
         """The info dict of a step or reset."""
         return {
             "events": events,

@@ -23,6 +23,12 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import vizdoom
+
+# Positions in the tuple `vizdoom.Object.__getstate__` returns: (id, sector_id, position x, y, z,
+# angle, pitch, roll, velocity x, y, z, name, category).
+object_state = vizdoom.Object.__getstate__
+ID, X, Y, ANGLE, VELOCITY_X, VELOCITY_Y, NAME, CATEGORY = 0, 2, 3, 5, 8, 9, 11, 12
 
 BASE_NAMES = ("kills", "health", "ammo", "x", "y", "angle_sin", "angle_cos", "velocity_x", "velocity_y")
 ENEMY_NAMES = (
@@ -114,7 +120,9 @@ class FeatureExtractor:
         if objects is not None:
             self._enemy_values = self._enemies(objects, x, y, angle)
         features = np.array(base + self._enemy_values, dtype=np.float32)
-        return np.clip(features, -1.0, 1.0, out=features)  # one clip for all scaled values
+        # one clip for all scaled values; the bare ufuncs skip np.clip's Python-level dispatch
+        np.minimum(features, 1.0, out=features)
+        return np.maximum(features, -1.0, out=features)
 
     def _assign_slots(self, present: dict, x: float, y: float) -> None:
         """Free the slots of enemies that left; give free slots to newcomers, nearest first."""
@@ -125,20 +133,23 @@ class FeatureExtractor:
         if None not in slot_ids:
             return
         held = set(slot_ids)
-        newcomers = [obj for enemy_id, obj in present.items() if enemy_id not in held]
+        newcomers = [f for enemy_id, f in present.items() if enemy_id not in held]
         if newcomers:
-            newcomers.sort(key=lambda o: (o.position_x - x) ** 2 + (o.position_y - y) ** 2)
+            newcomers.sort(key=lambda f: (f[X] - x) ** 2 + (f[Y] - y) ** 2)
             free = [slot for slot, enemy_id in enumerate(slot_ids) if enemy_id is None]
-            for slot, obj in zip(free, newcomers, strict=False):
-                slot_ids[slot] = obj.id
+            for slot, f in zip(free, newcomers, strict=False):
+                slot_ids[slot] = f[ID]
 
     def _enemies(self, objects: list, x: float, y: float, angle_rad: float) -> list[float]:
         """The enemy block (slots x 10 values, not yet clipped) for this step's object list."""
-        names = self._enemy_names
-        if names is None:
-            present = {obj.id: obj for obj in objects if obj.category == "Monster"}
+        # One call per object: vizdoom's pickling tuple carries every field at about half the cost
+        # of reading six properties one by one (the layout is checked in tests/test_env.py).
+        fields = [object_state(obj) for obj in objects]
+        if self._enemy_names is None:
+            present = {f[ID]: f for f in fields if f[CATEGORY] == "Monster"}
         else:
-            present = {obj.id: obj for obj in objects if obj.name in names}
+            names = self._enemy_names
+            present = {f[ID]: f for f in fields if f[NAME] in names}
         self._assign_slots(present, x, y)
         s = self.settings
         origin_x, origin_y = self._origin_x, self._origin_y
@@ -147,13 +158,13 @@ class FeatureExtractor:
             if enemy_id is None:
                 values += self._empty_slot
                 continue
-            obj = present[enemy_id]
-            ex, ey = obj.position_x, obj.position_y
+            f = present[enemy_id]
+            ex, ey = f[X], f[Y]
             dx, dy = ex - x, ey - y
             direction = math.atan2(dy, dx)
             bearing = direction - angle_rad
             # facing: the enemy's heading minus the direction from it back to the player
-            facing = math.radians(obj.angle) - direction - math.pi
+            facing = math.radians(f[ANGLE]) - direction - math.pi
             values += (
                 math.hypot(dx, dy) / s.distance_scale_units,
                 math.sin(bearing),
@@ -162,8 +173,8 @@ class FeatureExtractor:
                 math.cos(facing),
                 (ex - origin_x) / s.position_scale_units,
                 (ey - origin_y) / s.position_scale_units,
-                obj.velocity_x / s.velocity_scale_units_per_tic,
-                obj.velocity_y / s.velocity_scale_units_per_tic,
+                f[VELOCITY_X] / s.velocity_scale_units_per_tic,
+                f[VELOCITY_Y] / s.velocity_scale_units_per_tic,
                 1.0,
             )
         return values

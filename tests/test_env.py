@@ -188,6 +188,7 @@ def test_screen_observation_without_live_view_uses_the_gray_buffer():
     env = DoomEnv("basic", screen=True, screen_height=48, screen_width=64)
     try:
         assert env.game.get_screen_format().name == "GRAY8"
+        check_env(env.unwrapped, skip_render_check=True)
         observation, _ = env.reset(seed=0)
         assert observation["screen"].shape == (48, 64, 1)
         assert observation["screen"].max() > 0
@@ -234,3 +235,17 @@ def test_register_is_idempotent_and_makes_the_env():
         assert env.action_space.n == 8
     finally:
         env.close()
+
+
+def test_vizdoom_object_state_layout_matches_what_features_read(arena):
+    from envs import features
+
+    arena.reset(seed=0)
+    objects = arena.game.get_state().objects
+    assert objects
+    for obj in objects:
+        f = features.object_state(obj)
+        assert f[features.ID] == obj.id
+        assert (f[features.X], f[features.Y], f[features.ANGLE]) == (obj.position_x, obj.position_y, obj.angle)
+        assert (f[features.VELOCITY_X], f[features.VELOCITY_Y]) == (obj.velocity_x, obj.velocity_y)
+        assert (f[features.NAME], f[features.CATEGORY]) == (obj.name, obj.category)
