@@ -102,15 +102,15 @@ class CultureSettings:
 
     def __post_init__(self) -> None:
         if not self.devices:
-            raise ValueError("culture.devices is empty: list at least one device")
+            raise ValueError("devices is empty: list at least one device")
         if any(d.simulated for d in self.devices) and len(self.devices) > 1:
             raise ValueError(
-                "culture.devices: a simulated device is a template (one culture is started per env runner); "
+                "devices: a simulated device is a template (one culture is started per env runner); "
                 "list exactly one sim/random/zero device, or only cl1 devices"
             )
         ids = [d.device_id for d in self.devices]
         if len(set(ids)) != len(ids):
-            raise ValueError(f"culture.devices: device ids must be unique, got {ids}")
+            raise ValueError(f"devices: device ids must be unique, got {ids}")
 
 
 def _free_port(host: str) -> int:
