@@ -30,7 +30,7 @@ import gymnasium as gym
 import numpy as np
 import vizdoom
 
-from envs.actions import action_table
+from envs.actions import action_buttons, action_table
 from envs.curriculum import Curriculum
 from envs.features import FeatureExtractor, FeatureSettings, feature_size
 from envs.rewards import EVENTS, RewardSettings, RewardShaper
@@ -64,7 +64,25 @@ def _game_variable(name: str) -> vizdoom.GameVariable:
 
 
 class DoomEnv(gym.Env):
-    """Gymnasium env over vizdoom with feature (and optional screen) observations; see module docstring."""
+    """Gymnasium env over vizdoom with feature (and optional screen) observations; see module docstring.
+
+    Args:
+        scenario: a scenario name (`envs.scenarios.available_scenarios()`) or a path to a .cfg.
+        frame_skip: tics the chosen action is held for per step (35 tics = 1 s of game time).
+        action_set: "joint" (54 actions) or "single" (8); see `envs.actions`.
+        screen: add a grayscale screen of screen_height x screen_width to the observation.
+        reward_mode: "shaped" (`envs.rewards` terms), "scenario" (the cfg's own reward) or "both".
+        reward_settings, feature_settings: the settings dataclass, a dict of overrides, or None.
+        enemy_names: object names that fill enemy slots, overriding the scenario's list.
+        ammo_variable: the game variable read as ammo (e.g. "AMMO2" for pistol/chaingun bullets).
+        add_missing_game_variables: add the variables the features need when the cfg lacks them
+            (True) or fail at construction naming them (False).
+        reset_delay_s: seconds `reset()` waits before starting an episode (e.g. ~1 s to let a
+            living culture settle).
+        render_mode: None, or "rgb_array" for a live view (`render()` returns RGB frames).
+        curriculum: a `Curriculum` or its keyword arguments; its current scenario replaces
+            `scenario`, and `reset()` switches scenario when it advances.
+    """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 35}
 
@@ -87,6 +105,7 @@ class DoomEnv(gym.Env):
         render_mode: str | None = None,
         curriculum: Curriculum | dict | None = None,
     ):
+        action_buttons(action_set)  # fails on an unknown action set before a game starts
         if frame_skip < 1:
             raise ValueError(f"frame_skip must be >= 1, got {frame_skip}")
         if render_mode not in (None, *self.metadata["render_modes"]):
