@@ -8,11 +8,14 @@ importing the module lazily so that `spikeloop --help` stays fast.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 # name -> (module, one-line help). Order is the order shown in --help.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("experiments.commands.train", "train the closed loop from an experiment YAML"),
+    "tune": ("experiments.commands.tune", "sweep experiment settings with Ray Tune (--resume to continue)"),
     "device": ("bridge.device", "run the device-side program (sim, cl, random or zero backend)"),
 }
 
@@ -39,7 +42,17 @@ def _dispatch(table: dict[str, tuple[str, str]], name: str, argv: list[str], pro
         print(f"spikeloop: unknown {prog} {name!r}; choose from: {', '.join(table)}", file=sys.stderr)
         return 2
     module = importlib.import_module(table[name][0])
-    return int(module.main(argv) or 0)
+    try:
+        return int(module.main(argv) or 0)
+    except KeyboardInterrupt:
+        print(f"spikeloop {name}: interrupted", file=sys.stderr)
+        return 130
+    except (RuntimeError, OSError, ValueError) as exc:
+        if os.environ.get("SPIKELOOP_DEBUG"):
+            raise
+        # A clear line, not a traceback from deep inside; SPIKELOOP_DEBUG=1 shows the traceback.
+        print(f"spikeloop {name}: {exc}", file=sys.stderr)
+        return 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

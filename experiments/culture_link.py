@@ -129,6 +129,7 @@ class CultureLink:
         self.counts: Counter[str] = Counter()
         self.consecutive_timeouts = 0
         self._pending_feedback: list[FeedbackCommand] = []
+        self._episode_records: list[dict[str, Any]] = []
         self._device_actor = None
         self._busy_s = 0.0
         self._opened = time.monotonic()
@@ -254,6 +255,15 @@ class CultureLink:
         self.counts["feedback_commands"] += len(feedback)
         self.counts["events"] += len(events)
         self.bridge.send_all(feedback, events)
+
+    def record_episode(self, record: dict[str, Any]) -> None:
+        """Keep a finished episode's summary until the driver collects it."""
+        self._episode_records.append({"device_id": self.device.device_id, "env_runner": self.runner_index} | record)
+
+    def pop_episode_records(self) -> list[dict[str, Any]]:
+        """The episode summaries since the last call (the driver writes them to the run's JSONL)."""
+        records, self._episode_records = self._episode_records, []
+        return records
 
     def duty(self) -> float:
         """Share of wall time spent in exchanges since the link opened."""

@@ -16,6 +16,7 @@ under the `culture/` prefix.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import numpy as np
@@ -46,7 +47,7 @@ def episode_end_payload(episode, episode_index: int) -> dict[str, Any]:
     infos = episode.get_infos()
     last = infos[-1] if len(infos) else {}
     kills = int(last.get("kills", 0))
-    game_reward_sum = float(sum(i.get("scenario_reward", 0.0) for i in infos[1:]))
+    game_reward_sum = float(sum(i.get("scenario_reward", 0.0) for i in infos[1:]))  # the game's own reward
     success, fail = int((rewards > 0).sum()), int((rewards < 0).sum())
     length = len(rewards)
     return {
@@ -105,6 +106,12 @@ class ClosedLoopCallbacks(RLlibCallback):
         commands, scales = link.feedback_policy.for_episode(episode_return, value_s0)
         payload = episode_end_payload(episode, self.episodes_done)
         link.flush(commands, [("episode_end", payload)])
+        link.record_episode(payload | {
+            "episode_feedback_commands": len(commands),
+            "episode_surprise_td_error": scales.td_error,
+            "timeouts_in_episode": int(len(episode) - np.sum(episode.get_extra_model_outputs(EXCHANGE_OK))),
+            "wall_time": time.time(),
+        })
         if metrics_logger is not None:
             stats = link.stats()
             lat = stats["latency_ms"]

@@ -177,7 +177,7 @@ class Experiment(BaseModel):
     def _env_and_ablation(cls, data: Any) -> Any:
         if isinstance(data, dict):
             model = data.get("model")
-            if isinstance(model, dict) and "ablation" in model:
+            if isinstance(model, dict) and model.get("ablation", data.get("ablation", "none")) != data.get("ablation", "none"):
                 raise ValueError("model.ablation: set the ablation with the top-level `ablation:` key")
             env = data.get("env", {})
             if env is not None and not isinstance(env, dict):

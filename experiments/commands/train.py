@@ -1,0 +1,31 @@
+"""`spikeloop train EXP.yaml`: one closed-loop training run."""
+
+from __future__ import annotations
+
+import argparse
+
+from experiments.commands.common import add_experiment_arguments, load_or_exit
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Flags of `spikeloop train`."""
+    parser = argparse.ArgumentParser(
+        prog="spikeloop train",
+        description="Train the closed loop (encoder -> culture -> decoder) with PPO. Writes a run directory under "
+        "output.root_dir with the resolved experiment, TensorBoard event files, episodes.jsonl, "
+        "learning_curve.png and checkpoints; prints one progress line per training iteration.",
+    )
+    add_experiment_arguments(parser)
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the newest run of this experiment's name from its last checkpoint")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    """Run `spikeloop train`."""
+    args = build_parser().parse_args(argv)
+    experiment = load_or_exit(args)
+    from experiments.runner import run
+
+    run(experiment, sweep=False, resume=args.resume)
+    return 0

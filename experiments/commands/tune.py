@@ -1,0 +1,35 @@
+"""`spikeloop tune EXP.yaml`: a Ray Tune sweep over the experiment's `tune.search_space`."""
+
+from __future__ import annotations
+
+import argparse
+
+from experiments.commands.common import add_experiment_arguments, load_or_exit
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Flags of `spikeloop tune`."""
+    parser = argparse.ArgumentParser(
+        prog="spikeloop tune",
+        description="Sweep settings (tune.search_space: dotted keys -> grid/choice/uniform/loguniform/randint) with "
+        "Ray Tune. Each trial gets its own directory, checkpoints and TensorBoard files; failed trials are retried "
+        "from their last checkpoint (tune.max_failures).",
+    )
+    add_experiment_arguments(parser)
+    parser.add_argument("--resume", action="store_true",
+                        help="resume the newest sweep of this experiment's name (e.g. after the driver was killed); "
+                        "unfinished and errored trials continue from their checkpoints")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    """Run `spikeloop tune`."""
+    args = build_parser().parse_args(argv)
+    experiment = load_or_exit(args)
+    if not experiment.tune.search_space and not args.resume:
+        print("spikeloop tune: the experiment has no tune.search_space; use `spikeloop train` for a single run")
+        return 2
+    from experiments.runner import run
+
+    run(experiment, sweep=True, resume=args.resume)
+    return 0

@@ -1,0 +1,174 @@
+"""What a run leaves behind while it trains: TensorBoard, episodes.jsonl, a learning curve.
+
+All written into the trial's directory by the trial itself, after each training
+iteration: TensorBoard scalars grouped by prefix (episode/, ppo/, encoder/,
+decoder/, spikes/, feedback/, loop/), one JSON line per finished episode
+(numbering continues across resumes), and `learning_curve.png` redrawn from
+the JSONL. A progress line per iteration goes to stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+EPISODES_FILE = "episodes.jsonl"
+CURVE_FILE = "learning_curve.png"
+
+# TensorBoard tag -> path in RLlib's result dict ("*" = any module id).
+RESULT_TAGS: dict[str, str] = {
+    "episode/return_mean": "env_runners/episode_return_mean",
+    "episode/length_mean": "env_runners/episode_len_mean",
+    "episode/kills": "env_runners/episode/kills",
+    "episode/success_rate": "env_runners/episode/success_rate",
+    "episode/env_steps_lifetime": "num_env_steps_sampled_lifetime",
+    "ppo/policy_loss": "learners/*/policy_loss",
+    "ppo/vf_loss": "learners/*/vf_loss",
+    "ppo/kl": "learners/*/mean_kl_loss",
+    "ppo/clip_fraction": "learners/*/clip_fraction",
+    "ppo/explained_variance": "learners/*/vf_explained_var",
+    "encoder/entropy": "learners/*/encoder_entropy",
+    "encoder/lr": "learners/*/encoder_lr",
+    "encoder/ratio_mean": "learners/*/ratio_mean",
+    "decoder/entropy": "learners/*/decoder_entropy",
+    "decoder/weight_norm": "learners/*/decoder_weight_norm",
+    "decoder/bias_share": "learners/*/decoder_bias_share",
+    "decoder/l2_loss": "learners/*/decoder_l2_loss",
+    "feedback/commands_per_step": "env_runners/culture/feedback_commands_per_step",
+    "feedback/sent": "env_runners/culture/feedback_sent",
+    "feedback/suppressed": "env_runners/culture/feedback_suppressed",
+    "feedback/clamped_commands": "env_runners/culture/clamped_commands",
+    "feedback/frequency_scale": "env_runners/culture/feedback_frequency_scale",
+    "feedback/surprise_td_error": "env_runners/culture/surprise_td_error",
+    "feedback/surprise_ratio": "env_runners/culture/surprise_ratio",
+    "feedback/episode_surprise_td_error": "env_runners/culture/episode_surprise_td_error",
+    "feedback/events_sent": "env_runners/culture/events_sent",
+    "loop/latency_p50_ms": "env_runners/culture/latency_p50_ms",
+    "loop/latency_p99_ms": "env_runners/culture/latency_p99_ms",
+    "loop/latency_max_ms": "env_runners/culture/latency_max_ms",
+    "loop/timeouts": "env_runners/culture/timeouts",
+    "loop/late": "env_runners/culture/late",
+    "loop/duplicates": "env_runners/culture/duplicates",
+    "loop/foreign": "env_runners/culture/foreign",
+    "loop/malformed": "env_runners/culture/malformed",
+    "loop/exchange_ok_fraction": "env_runners/culture/exchange_ok_fraction",
+    "loop/device_duty": "env_runners/culture/device_duty",
+}
+SPIKE_MEAN_PREFIX = "spike_mean_"
+
+
+def _lookup(result: dict[str, Any], path: str) -> Any:
+    """Follow `a/b/c` through nested dicts; RLlib also keeps keys like "culture/x" flat, so try those too."""
+    parts = path.split("/")
+    node: Any = result
+    for i, part in enumerate(parts):
+        if not isinstance(node, dict):
+            return None
+        rest = "/".join(parts[i:])
+        if rest in node:
+            return node[rest]
+        if part == "*":
+            node = next((v for k, v in node.items() if isinstance(v, dict) and k != "__all_modules__"), None)
+        else:
+            node = node.get(part)
+        if node is None:
+            return None
+    return node
+
+
+def scalars(result: dict[str, Any]) -> dict[str, float]:
+    """The TensorBoard scalars of one training result, by tag."""
+    out: dict[str, float] = {}
+    for tag, path in RESULT_TAGS.items():
+        value = _lookup(result, path)
+        if isinstance(value, (int, float)) and math.isfinite(float(value)):
+            out[tag] = float(value)
+    learner = _lookup(result, "learners/*") or {}
+    for key, value in learner.items():
+        if key.startswith(SPIKE_MEAN_PREFIX) and isinstance(value, (int, float)):
+            out[f"spikes/mean_{key[len(SPIKE_MEAN_PREFIX):]}"] = float(value)
+    return out
+
+
+class RunLog:
+    """TensorBoard, episodes.jsonl and the learning curve of one trial directory."""
+
+    def __init__(self, trial_dir: Path) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.trial_dir = Path(trial_dir)
+        self.trial_dir.mkdir(parents=True, exist_ok=True)
+        self.writer = SummaryWriter(log_dir=str(self.trial_dir), flush_secs=10)
+        self.episodes_path = self.trial_dir / EPISODES_FILE
+        self.episodes_logged = self._count_lines(self.episodes_path)  # continue numbering after a resume
+        self._started = time.monotonic()
+
+    @staticmethod
+    def _count_lines(path: Path) -> int:
+        if not path.exists():
+            return 0
+        with path.open() as f:
+            return sum(1 for line in f if line.strip())
+
+    def log_iteration(self, result: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, float]:
+        """Write one iteration: scalars, episode lines, curve; return the scalars."""
+        step = int(result.get("num_env_steps_sampled_lifetime") or result.get("training_iteration", 0))
+        values = scalars(result)
+        for tag, value in values.items():
+            self.writer.add_scalar(tag, value, global_step=step)
+        if records:
+            with self.episodes_path.open("a") as f:
+                for record in records:
+                    self.episodes_logged += 1
+                    line = {"episode_index": self.episodes_logged, "iteration": result.get("training_iteration"),
+                            "env_steps_lifetime": step} | record
+                    f.write(json.dumps(line) + "\n")
+            self.draw_curve()
+        self.writer.flush()
+        return values
+
+    def draw_curve(self) -> None:
+        """Redraw learning_curve.png from episodes.jsonl (written atomically)."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        rows = [json.loads(line) for line in self.episodes_path.read_text().splitlines() if line.strip()]
+        if not rows:
+            return
+        x = [r["episode_index"] for r in rows]
+        y = [r["episode_reward"] for r in rows]
+        window = max(1, min(20, len(y) // 5))
+        smooth = [sum(y[max(0, i - window + 1): i + 1]) / len(y[max(0, i - window + 1): i + 1]) for i in range(len(y))]
+        fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+        ax.plot(x, y, ".", alpha=0.35, label="episode reward")
+        ax.plot(x, smooth, "-", label=f"mean of last {window}")
+        ax.set_xlabel("episode")
+        ax.set_ylabel("reward")
+        ax.set_title(f"{self.trial_dir.name}: {len(rows)} episodes")
+        ax.legend(loc="best")
+        fig.tight_layout()
+        tmp = self.trial_dir / (CURVE_FILE + ".tmp.png")
+        fig.savefig(tmp)
+        plt.close(fig)
+        tmp.replace(self.trial_dir / CURVE_FILE)
+
+    def progress_line(self, result: dict[str, Any], values: dict[str, float]) -> str:
+        """One human line per iteration: episodes, reward, steps/s, loop latency."""
+        it = result.get("training_iteration", 0)
+        steps = _lookup(result, "env_runners/num_env_steps_sampled") or 0
+        dt = result.get("time_this_iter_s") or float("nan")
+        reward = values.get("episode/return_mean", float("nan"))
+        p50 = values.get("loop/latency_p50_ms", float("nan"))
+        timeouts = int(values.get("loop/timeouts", 0))
+        return (f"[iter {it}] episodes {self.episodes_logged}  reward {reward:.1f}  "
+                f"steps/s {steps / dt if dt else float('nan'):.1f}  loop p50 {p50:.2f} ms  timeouts {timeouts}  "
+                f"elapsed {time.monotonic() - self._started:.0f} s")
+
+    def close(self) -> None:
+        """Flush and close the event file."""
+        self.writer.close()

@@ -1,0 +1,211 @@
+"""The runner behind `spikeloop train` and `spikeloop tune`.
+
+Both go through Ray Tune with one function trainable, so that a single run and
+a sweep get the same things: a trial directory per run with the resolved
+experiment, TensorBoard event files, episodes.jsonl and the learning curve;
+checkpoints every N iterations (the best K by mean episode return and the
+latest are kept) and at the end; retries of failed trials from their last
+checkpoint; and resume after the driver is killed (`--resume`).
+
+A running trial also saves when asked: `spikeloop checkpoint RUN_DIR` drops a
+request file that the trial picks up after its current iteration.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from experiments.schema import Experiment, experiment_from_dict, set_path
+
+RESOLVED_FILE = "experiment.yaml"
+CHECKPOINT_REQUEST = "checkpoint.request"
+SCORE = "episode_return_mean"
+SEARCH_FUNCTIONS = {"grid": "grid_search", "choice": "choice", "uniform": "uniform",
+                    "loguniform": "loguniform", "randint": "randint"}
+
+
+def _trial_experiment(tune_config: dict[str, Any]) -> Experiment:
+    data = copy.deepcopy(tune_config["experiment"])
+    for key, value in (tune_config.get("sweep") or {}).items():
+        set_path(data, key, value)
+    return experiment_from_dict(data, source="trial")
+
+
+def _request_pending(trial_dir: Path) -> bool:
+    """A checkpoint request for this trial or its whole experiment (removed when taken)."""
+    for where in (trial_dir, trial_dir.parent):
+        request = where / CHECKPOINT_REQUEST
+        if request.exists():
+            request.unlink(missing_ok=True)
+            return True
+    return False
+
+
+def _pull_episode_records(algo) -> list[dict[str, Any]]:
+    from experiments.culture_link import current_link
+
+    def pop(_runner):
+        try:
+            return current_link().pop_episode_records()
+        except RuntimeError:
+            return []  # a runner with no culture (the local one when remote runners sample)
+
+    batches = algo.env_runner_group.foreach_env_runner(pop, local_env_runner=True)
+    return [record for batch in batches for record in batch]
+
+
+def train_trial(tune_config: dict[str, Any]) -> None:
+    """The Tune function trainable: build, (restore,) train, log, checkpoint, finish."""
+    from ray import tune
+
+    from experiments.loop import finish
+    from experiments.run_log import RunLog
+
+    experiment = _trial_experiment(tune_config)
+    trial_dir = Path(tune.get_context().get_trial_dir())
+    (trial_dir / RESOLVED_FILE).write_text(experiment.to_yaml())
+    algo = experiment.algorithm_config().build_algo()
+    start = tune.get_checkpoint()
+    if start is not None:
+        with start.as_directory() as path:
+            algo.restore_from_path(path)
+        print(f"resumed from {start.path} at iteration {algo.iteration}", flush=True)
+    log = RunLog(trial_dir)
+    stop = experiment.stop
+    t0 = time.monotonic()
+    reason = "completed"
+    try:
+        while True:
+            result = algo.train()
+            values = log.log_iteration(result, _pull_episode_records(algo))
+            print(log.progress_line(result, values), flush=True)
+            iteration = algo.iteration
+            done = (
+                (stop.iterations is not None and iteration >= stop.iterations)
+                or (stop.env_steps is not None and result.get("num_env_steps_sampled_lifetime", 0) >= stop.env_steps)
+                or (stop.time_s is not None and time.monotonic() - t0 >= stop.time_s)
+            )
+            metrics = {SCORE: values.get("episode/return_mean", float("-inf")), "done": done} | {
+                k.replace("/", "_"): v for k, v in values.items()
+            }
+            save = (iteration % experiment.checkpoint.every_iterations == 0) or _request_pending(trial_dir) or (
+                done and experiment.checkpoint.at_end
+            )
+            if save:
+                with tempfile.TemporaryDirectory() as tmp:
+                    algo.save_to_path(tmp)
+                    tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(tmp))
+            else:
+                tune.report(metrics)
+            if done:
+                break
+    except BaseException as exc:
+        reason = f"error: {type(exc).__name__}"
+        raise
+    finally:
+        log.close()
+        try:
+            finish(algo, reason=reason, total_steps=int(algo.metrics.peek("num_env_steps_sampled_lifetime", default=0)),
+                   total_episodes=log.episodes_logged)
+        finally:
+            algo.stop()
+
+
+def _search_space(experiment: Experiment) -> dict[str, Any]:
+    from ray import tune
+
+    return {key: getattr(tune, SEARCH_FUNCTIONS[kind])(arg)
+            for key, spec in experiment.tune.search_space.items() for kind, arg in spec.items()}
+
+
+def _resources(experiment: Experiment):
+    config = experiment.algorithm_config()
+    return config.algo_class.default_resource_request(config)
+
+
+def init_ray() -> None:
+    """Join the cluster a job was submitted to, or start a local Ray."""
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if ray.is_initialized():
+        return
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"])
+    else:
+        ray.init(include_dashboard=False)
+
+
+def latest_run_dir(experiment: Experiment) -> Path | None:
+    """The newest run directory of this experiment's name (for --resume)."""
+    root = Path(experiment.output.root_dir).resolve()
+    runs = sorted(root.glob(f"{experiment.name}-*/tuner.pkl"), key=lambda p: p.stat().st_mtime)
+    return runs[-1].parent if runs else None
+
+
+def run(experiment: Experiment, *, sweep: bool, resume: bool = False) -> Path:
+    """Train (one trial) or sweep (the tune section), returning the run directory."""
+    from ray import tune
+
+    init_ray()
+    trainable = tune.with_resources(train_trial, _resources(experiment))
+    root = Path(experiment.output.root_dir).resolve()
+    if resume:
+        run_dir = latest_run_dir(experiment)
+        if run_dir is None:
+            raise FileNotFoundError(f"no earlier run of {experiment.name!r} under {root} to resume")
+        print(f"resuming {run_dir}", flush=True)
+        tuner = tune.Tuner.restore(str(run_dir), trainable=trainable, resume_errored=True, restart_errored=False)
+    else:
+        run_name = f"{experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        run_dir = root / run_name
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / RESOLVED_FILE).write_text(experiment.to_yaml())
+        param_space: dict[str, Any] = {"experiment": experiment.model_dump(mode="json")}
+        if sweep and experiment.tune.search_space:
+            param_space["sweep"] = _search_space(experiment)
+        t = experiment.tune
+        tuner = tune.Tuner(
+            trainable,
+            param_space=param_space,
+            tune_config=tune.TuneConfig(
+                num_samples=t.num_samples if sweep else 1,
+                max_concurrent_trials=t.max_concurrent_trials if sweep else 1,
+            ),
+            run_config=tune.RunConfig(
+                name=run_name,
+                storage_path=str(root),
+                checkpoint_config=tune.CheckpointConfig(
+                    num_to_keep=experiment.checkpoint.keep,
+                    checkpoint_score_attribute=SCORE,
+                    checkpoint_score_order="max",
+                ),
+                failure_config=tune.FailureConfig(max_failures=t.max_failures),
+                verbose=0,
+            ),
+        )
+    results = tuner.fit()
+    errors = [r for r in results if r.error]
+    summary = {"run_dir": str(run_dir), "trials": len(results), "errored": len(errors)}
+    try:
+        best = results.get_best_result(metric=SCORE, mode="max")
+        if best.checkpoint is not None:
+            summary["best_checkpoint"] = best.checkpoint.path
+        summary["final_checkpoints"] = [r.checkpoint.path for r in results if r.checkpoint is not None]
+    except (RuntimeError, ValueError):
+        pass
+    (run_dir / "summary.yaml").write_text(yaml.safe_dump(summary, sort_keys=False))
+    for r in errors:
+        print(f"trial failed: {r.error}", file=sys.stderr)
+    print(f"run directory: {run_dir}", flush=True)
+    if errors:
+        raise RuntimeError(f"{len(errors)} of {len(results)} trial(s) failed; see {run_dir}")
+    return run_dir
