@@ -17,12 +17,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("experiments.commands.train", "train the closed loop from an experiment YAML"),
     "tune": ("experiments.commands.tune", "sweep experiment settings with Ray Tune (--resume to continue)"),
     "device": ("bridge.device", "run the device-side program (sim, cl, random or zero backend)"),
+    "check": ("experiments.commands.check", "preflight an experiment: config, scenario, device latency, envelope"),
+    "watch": ("experiments.commands.watch", "play episodes with a checkpoint's policy (no training), feedback on/off"),
+    "checkpoint": ("experiments.commands.checkpoint", "ask a running experiment to save a checkpoint now"),
 }
 
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "bridge": ("bridge.bench", "added latency of one exchange through the bridge actor vs a raw UDP round trip"),
     "device": ("bridge.bench_device", "device reply latency and simulated-culture speed"),
     "env": ("envs.bench", "VizDoom env steps/s against raw DoomGame.make_action"),
+    "loop": ("experiments.bench_loop", "closed-loop env steps/s against a paced (50+50 ms) and an unpaced device"),
 }
 
 

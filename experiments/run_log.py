@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import time
 from pathlib import Path
 from typing import Any
@@ -31,12 +32,11 @@ RESULT_TAGS: dict[str, str] = {
     "ppo/clip_fraction": "learners/*/clip_fraction",
     "ppo/explained_variance": "learners/*/vf_explained_var",
     "encoder/entropy": "learners/*/encoder_entropy",
-    "encoder/lr": "learners/*/encoder_lr",
-    "encoder/ratio_mean": "learners/*/ratio_mean",
+    "encoder/lr": "learners/*/encoder_learning_rate",  # RLlib logs "<optimizer>_learning_rate"
     "decoder/entropy": "learners/*/decoder_entropy",
     "decoder/weight_norm": "learners/*/decoder_weight_norm",
-    "decoder/bias_share": "learners/*/decoder_bias_share",
     "decoder/l2_loss": "learners/*/decoder_l2_loss",
+    "decoder/lr": "learners/*/default_optimizer_learning_rate",  # decoder and value net
     "feedback/commands_per_step": "env_runners/culture/feedback_commands_per_step",
     "feedback/sent": "env_runners/culture/feedback_sent",
     "feedback/suppressed": "env_runners/culture/feedback_suppressed",
@@ -54,6 +54,7 @@ RESULT_TAGS: dict[str, str] = {
     "loop/duplicates": "env_runners/culture/duplicates",
     "loop/foreign": "env_runners/culture/foreign",
     "loop/malformed": "env_runners/culture/malformed",
+    "loop/stale": "env_runners/culture/stale",
     "loop/exchange_ok_fraction": "env_runners/culture/exchange_ok_fraction",
     "loop/device_duty": "env_runners/culture/device_duty",
 }
@@ -79,16 +80,21 @@ def _lookup(result: dict[str, Any], path: str) -> Any:
     return node
 
 
+def _is_number(value: Any) -> bool:
+    """A real number, numpy scalars included (RLlib's counters are numpy int64, not int)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def scalars(result: dict[str, Any]) -> dict[str, float]:
     """The TensorBoard scalars of one training result, by tag."""
     out: dict[str, float] = {}
     for tag, path in RESULT_TAGS.items():
         value = _lookup(result, path)
-        if isinstance(value, (int, float)) and math.isfinite(float(value)):
+        if _is_number(value) and math.isfinite(float(value)):
             out[tag] = float(value)
     learner = _lookup(result, "learners/*") or {}
     for key, value in learner.items():
-        if key.startswith(SPIKE_MEAN_PREFIX) and isinstance(value, (int, float)):
+        if key.startswith(SPIKE_MEAN_PREFIX) and _is_number(value):
             out[f"spikes/mean_{key[len(SPIKE_MEAN_PREFIX):]}"] = float(value)
     return out
 
