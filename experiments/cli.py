@@ -26,6 +26,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "bridge": ("bridge.bench", "added latency of one exchange through the bridge actor vs a raw UDP round trip"),
     "device": ("bridge.bench_device", "device reply latency and simulated-culture speed"),
     "env": ("envs.bench", "VizDoom env steps/s against raw DoomGame.make_action"),
+    "ablation": ("experiments.bench_ablation", "short sim trainings with spikes none/zero/random, several seeds"),
     "loop": ("experiments.bench_loop", "closed-loop env steps/s against a paced (50+50 ms) and an unpaced device"),
 }
 
