@@ -9,9 +9,7 @@ Blocks of the two alternate so that machine load affects both alike.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import socket
 import subprocess
 import sys
@@ -19,6 +17,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from bridge.bench_record import provenance, write_result
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/bridge.json")
 
@@ -119,9 +119,6 @@ def run(exchanges: int, blocks: int) -> dict:
         "exchanges_per_path": len(actor_s),
         "wall_s": time.monotonic() - t_start,
         "target": {"added_p50_ms": 1.0, "added_p99_ms": 3.0},
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-        "command": "spikeloop bench bridge " + " ".join(sys.argv[3:]),
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
 
@@ -136,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.exchanges < 100 or args.blocks < 1:
         parser.error("--exchanges must be >= 100 and --blocks >= 1 for percentiles to mean anything")
     result = run(args.exchanges, args.blocks)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    result |= provenance("bridge", argv)
+    write_result(args.output, result)
     verdict = "meets" if result["added_p50_ms"] <= 1.0 and result["added_p99_ms"] <= 3.0 else "misses"
     print(
         f"added latency p50 {result['added_p50_ms']:.3f} ms, p99 {result['added_p99_ms']:.3f} ms "

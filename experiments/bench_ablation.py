@@ -9,13 +9,13 @@ reading goes in docs/benchmarks.md. A measurement, not a pass/fail test.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from bridge.bench_record import provenance, write_result
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/ablation.json")
 ABLATIONS = ("none", "zero", "random")
@@ -76,9 +76,6 @@ def run(seeds: int, iterations: int, batch: int, scenario: str, reward_mode: str
         "settings": {"seeds": seeds, "iterations": iterations, "env_steps_per_iteration": batch,
                      "scenario": scenario, "reward_mode": reward_mode, "culture": "sim, as fast as possible, 10+20 ms"},
         "wall_s": time.monotonic() - t0,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "command": "spikeloop bench ablation " + " ".join(sys.argv[3:]),
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
 
@@ -97,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.seeds < 1 or args.iterations < 1 or args.batch < 64:
         parser.error("need --seeds >= 1, --iterations >= 1 and --batch >= 64")
     result = run(args.seeds, args.iterations, args.batch, args.scenario, args.reward_mode)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    result |= provenance("ablation", argv)
+    write_result(args.output, result)
     for ablation, s in result["summary"].items():
         print(f"{ablation:>6}: final mean return {s['final_mean_return']:.1f}")
     print(f"written to {args.output}")

@@ -12,13 +12,13 @@ bridge, with feedback on:
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from bridge.bench_record import provenance, write_result
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/loop.json")
 
@@ -77,9 +77,6 @@ def run(paced_steps: int, unpaced_steps: int, scenario: str) -> dict[str, Any]:
         "target": {"paced_steps_per_s": 9.5},
         "settings": {"scenario": scenario, "device": "sim backend via the device program and CL1Bridge actor",
                      "env_runners": 1, "feedback": "on (reference)", "explore": True},
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-        "command": "spikeloop bench loop " + " ".join(sys.argv[3:]),
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
 
@@ -95,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.paced_steps < 10 or args.unpaced_steps < 10:
         parser.error("time at least 10 steps per condition")
     result = run(args.paced_steps, args.unpaced_steps, args.scenario)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    result |= provenance("loop", argv)
+    write_result(args.output, result)
     print(f"paced {result['paced_steps_per_s']:.2f} steps/s (limit {result['limit_steps_per_s']:.1f}, target 9.5); "
           f"unpaced {result['unpaced_steps_per_s']:.1f} steps/s; written to {args.output}")
     return 0
