@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import socket
 import time
 from pathlib import Path
 
 import numpy as np
 
+from bridge.bench_record import provenance, write_result
 from bridge.channels import N_ENCODING
 from bridge.culture import Culture
 from bridge.device import Device, DeviceConfig
@@ -86,10 +86,7 @@ def main(argv: list[str]) -> int:
         "culture_realtime_factor": round(rtf, 2),
         "culture_seconds_simulated": args.culture_seconds,
         "culture": "1000 Izhikevich neurons, 60 synapses each, STDP on, 1 ms step",
-        "command": "spikeloop bench device",
-        "machine": f"{platform.machine()} {platform.processor() or platform.platform()}",
-    }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    } | provenance("device", argv)
+    write_result(args.output, result)
     print(json.dumps(result, indent=2))
     return 0
