@@ -1,0 +1,262 @@
+"""`spikeloop check EXP.yaml`: the preflight a lab runs before a culture is connected.
+
+In order: the experiment validates; its scenario loads (env built, reset, one
+step, closed); every device answers a short series of stimulations (latency and
+timeouts printed); the safety envelope and every feedback channel group are
+printed for review. No Ray is needed: cl1 devices are reached with a
+`BridgeCore` in this process at the configured host and ports; sim, random and
+zero devices are started here on free ports.
+
+The probe stimulates only with the envelope's minimum settings (minimum
+frequency and minimum amplitude on every encoding electrode) and sends no
+feedback and no events (a `training_complete` would end a device's recording).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass, replace
+
+from bridge.channels import ENCODING_ELECTRODES, N_ENCODING, STIM_FREQUENCY_RANGE_HZ
+from bridge.core import BridgeConfig, BridgeCore
+from bridge.protocol import FeedbackCommand, FeedbackType
+from experiments.commands.common import add_experiment_arguments, load_or_exit
+from experiments.culture_link import DeviceSettings
+from experiments.schema import Experiment
+
+DEFAULT_EXCHANGES = 20
+SLOW_REPLY_SHARE = 0.8
+"""A p99 latency above this share of loop.timeout_s is flagged: the loop would time out under load."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Flags of `spikeloop check`."""
+    parser = argparse.ArgumentParser(
+        prog="spikeloop check",
+        description="Preflight an experiment before a culture is connected to it: validate the YAML, load the "
+        "scenario (reset and one step), send each device a short series of stimulations and print its reply "
+        "latency (p50/p99/max) and timeouts, and print the safety envelope and every feedback channel group "
+        "for review. cl1 devices are contacted at their configured host and ports; sim/random/zero devices "
+        "are started locally on free ports. The probe stimulates ONLY at the envelope's minimum frequency and "
+        "amplitude and sends no feedback or events. Exit status: 0 all good, 1 a check failed, 2 invalid "
+        "experiment.",
+    )
+    add_experiment_arguments(parser)
+    parser.add_argument(
+        "--exchanges", type=int, default=DEFAULT_EXCHANGES, metavar="N",
+        help=f"stimulations sent to each device (default {DEFAULT_EXCHANGES}); a device that does not answer the "
+        "first one within loop.timeout_s is reported silent at once",
+    )
+    return parser
+
+
+@dataclass
+class DeviceProbe:
+    """What one device's exchanges showed."""
+
+    device_id: str
+    where: str
+    answered: int
+    timeouts: int
+    latency_ms: dict[str, float]
+    correlation: str
+    clamped: int
+
+    @property
+    def silent(self) -> bool:
+        """True when the device answered nothing."""
+        return self.answered == 0
+
+
+# --- the checks, in the order they run -----------------------------------------------
+
+
+def check_scenario(experiment: Experiment) -> str:
+    """Build the env, reset, take one step, close; returns a one-line description."""
+    from envs.doom_env import DoomEnv
+
+    env = DoomEnv(**experiment.env)
+    try:
+        obs, _ = env.reset(seed=experiment.seed)
+        _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+        scenario = getattr(env.scenario, "name", env.scenario)
+        return (f"scenario {scenario!r}: reset and one step ok (observation {_shape(obs)}, "
+                f"{env.action_space}, step reward {float(reward):g}, terminated={terminated}, truncated={truncated})")
+    finally:
+        env.close()
+
+
+def _shape(obs) -> str:
+    if isinstance(obs, dict):
+        return "{" + ", ".join(f"{k}: {getattr(v, 'shape', '?')}" for k, v in obs.items()) + "}"
+    return str(getattr(obs, "shape", type(obs).__name__))
+
+
+def _bridge_config(experiment: Experiment, dev: DeviceSettings) -> BridgeConfig:
+    return BridgeConfig(
+        device_id=dev.device_id,
+        device_host=dev.host,
+        stim_port=dev.stim_port,
+        event_port=dev.event_port,
+        feedback_port=dev.feedback_port,
+        spike_port=dev.spike_port,
+        bind_host=dev.bind_host,
+        timeout_s=experiment.loop.timeout_s,
+        timeout_policy="zeros",  # a timeout is a finding to report, not an exception
+        envelope=experiment.safety,
+        envelope_policy="clamp",
+    )
+
+
+def _start_local_device(dev: DeviceSettings):
+    """A simulated/ablation device of this process on free ports (the trainer side binds its own)."""
+    from bridge.device import Device, DeviceConfig
+
+    device = Device(DeviceConfig(
+        training_host=dev.bind_host, bind_host=dev.bind_host, stim_port=0, event_port=0, feedback_port=0,
+        spike_port=0, backend=dev.backend, seed=dev.seed, realtime=dev.realtime,
+        tick_frequency_hz=dev.tick_frequency_hz, artifact_wait_ms=dev.artifact_wait_ms,
+        collect_window_ms=dev.collect_window_ms, random_spike_rate_hz=dev.random_spike_rate_hz,
+    ))
+    return device, replace(dev, host=dev.bind_host, stim_port=device.stim_port, event_port=device.event_port,
+                           feedback_port=device.feedback_port, spike_port=0)
+
+
+def probe_device(experiment: Experiment, dev: DeviceSettings, exchanges: int) -> DeviceProbe:
+    """Send `exchanges` minimum-setting stimulations and measure the replies; stops early if the device is silent."""
+    device = None
+    if dev.simulated:
+        device, dev = _start_local_device(dev)
+    envelope = experiment.safety
+    frequencies_hz = [envelope.min_frequency_hz] * N_ENCODING
+    amplitudes_ua = [envelope.min_amplitude_ua] * N_ENCODING
+    try:
+        with BridgeCore(_bridge_config(experiment, dev)) as bridge:
+            if device is not None:
+                device.spike_port = bridge.spike_port  # the device learns where replies go once we bound it
+                device.start()
+            for i in range(exchanges):
+                reply = bridge.exchange(frequencies_hz, amplitudes_ua)
+                if i == 0 and not reply.ok:
+                    break  # silent: more tries would only multiply the wait
+            stats = bridge.stats()
+    finally:
+        if device is not None:
+            device.stop()
+    return DeviceProbe(
+        device_id=dev.device_id,
+        where=f"{dev.host}:{dev.stim_port} (replies to {dev.bind_host}:{stats['spike_port']})",
+        answered=stats["ok"],
+        timeouts=stats["timeouts"],
+        latency_ms=stats["latency_ms"],
+        correlation=stats["correlation"],
+        clamped=stats["clamped_commands"],
+    )
+
+
+def feedback_lines(experiment: Experiment) -> list[str]:
+    """Every feedback group: channels, base Hz/uA/pulses and the most surprise scaling can reach past the envelope."""
+    fb = experiment.feedback
+    s = fb.surprise
+    envelope = experiment.safety
+    lines = [f"feedback {'ON' if fb.enabled else 'OFF (nothing below is sent)'}; surprise scaling "
+             f"{'on' if s.enabled else 'off'}; clamp_to_encoder_range={fb.clamp_to_encoder_range} "
+             f"({STIM_FREQUENCY_RANGE_HZ[0]:g}-{STIM_FREQUENCY_RANGE_HZ[1]:g} Hz); "
+             f"interrupt before unpredictable: {fb.interrupt_before_negative}"]
+    groups = [("step", "step_positive", fb.step_positive), ("step", "step_negative", fb.step_negative),
+              ("episode", "episode_positive", fb.episode_positive),
+              ("episode", "episode_negative", fb.episode_negative)]
+    groups += [("events", name, spec) for name, spec in fb.events.items()]
+    for kind, name, spec in groups:
+        freq_max = spec.frequency_hz * (s.frequency_scale_range[1] if s.enabled else 1.0)
+        if fb.clamp_to_encoder_range:
+            freq_max = min(max(freq_max, STIM_FREQUENCY_RANGE_HZ[0]), STIM_FREQUENCY_RANGE_HZ[1])
+        worst = FeedbackCommand(
+            0, FeedbackType.REWARD, spec.channels, frequency_hz=float(int(freq_max)),
+            amplitude_ua=spec.amplitude_ua * (s.amplitude_scale_max if s.enabled else 1.0),
+            pulses=float(round(spec.pulses * (s.pulse_scale_max if s.enabled else 1.0))), event_name=name,
+        )
+        sent, _ = envelope.check_feedback(worst, "clamp")
+        reach = ("nothing (all channels forbidden)" if sent is None else
+                 f"{sent.frequency_hz:g} Hz, {sent.amplitude_ua:.2f} uA, {int(sent.pulses)} pulses")
+        lines.append(
+            f"  {kind:<8}{name:<18} channels {list(spec.channels)}  {spec.frequency_hz:g} Hz  "
+            f"{spec.amplitude_ua:g} uA  {spec.pulses} pulses  unpredictable={spec.unpredictable}  "
+            f"-> at most {reach}"
+        )
+    return lines
+
+
+# --- the command ---------------------------------------------------------------------
+
+
+def _devices_to_probe(experiment: Experiment) -> list[DeviceSettings]:
+    # A simulated device is a template (one per env runner); probing one instance checks the backend.
+    return list(experiment.devices)
+
+
+def main(argv: list[str]) -> int:
+    """Run `spikeloop check`."""
+    args = build_parser().parse_args(argv)
+    if args.exchanges < 1:
+        print("spikeloop check: --exchanges must be >= 1", file=sys.stderr)
+        return 2
+    experiment = load_or_exit(args)
+    failures: list[str] = []
+    print(f"[ok]   config {args.experiment}: valid (name {experiment.name!r}, {len(experiment.devices)} device(s), "
+          f"{experiment.resources.num_env_runners} env runner(s), ablation {experiment.ablation})", flush=True)
+
+    try:
+        print(f"[ok]   {check_scenario(experiment)}", flush=True)
+    except Exception as exc:  # any failure to load the game is a finding, reported with its cause
+        failures.append(f"scenario: {exc}")
+        print(f"[FAIL] scenario {experiment.env.get('scenario', '(default)')!r}: {exc}", flush=True)
+
+    envelope = experiment.safety
+    print(f"probing devices with {args.exchanges} stimulation(s) each at the envelope MINIMUM only: "
+          f"{envelope.min_frequency_hz:g} Hz, {envelope.min_amplitude_ua:g} uA on every encoding electrode "
+          f"{list(ENCODING_ELECTRODES)}; no feedback, no events; timeout {experiment.loop.timeout_s * 1000:.0f} ms",
+          flush=True)
+    for dev in _devices_to_probe(experiment):
+        label = f"device {dev.device_id!r} ({dev.backend})"
+        t0 = time.monotonic()
+        try:
+            probe = probe_device(experiment, dev, args.exchanges)
+        except OSError as exc:
+            failures.append(f"{label}: {exc}")
+            print(f"[FAIL] {label}: {exc}", flush=True)
+            continue
+        took = time.monotonic() - t0
+        if probe.silent:
+            message = (f"{label} at {probe.where} did not answer within "
+                       f"{experiment.loop.timeout_s * 1000:.0f} ms (gave up after {took:.2f} s): is the device "
+                       f"program running on {dev.host} port {dev.stim_port}, and does it send replies to this host?")
+            failures.append(message)
+            print(f"[FAIL] {message}", flush=True)
+            continue
+        lat = probe.latency_ms
+        status = "ok" if probe.timeouts == 0 else "FAIL"
+        print(f"[{status:<4}] {label} at {probe.where}: {probe.answered}/{probe.answered + probe.timeouts} answered, "
+              f"{probe.timeouts} timeout(s); latency p50 {lat['p50']:.2f} ms  p99 {lat['p99']:.2f} ms  "
+              f"max {lat['max']:.2f} ms; correlation {probe.correlation}; {took:.1f} s", flush=True)
+        if probe.timeouts:
+            failures.append(f"{label}: {probe.timeouts} of {probe.answered + probe.timeouts} stimulations timed out")
+        if lat["p99"] > SLOW_REPLY_SHARE * experiment.loop.timeout_s * 1000:
+            print(f"[warn] {label}: p99 latency is above {SLOW_REPLY_SHARE:.0%} of loop.timeout_s; "
+                  "expect timeouts during training", flush=True)
+        if probe.clamped:
+            print(f"[warn] {label}: the envelope clamped {probe.clamped} probe command(s)", flush=True)
+
+    print(f"safety envelope (review): {envelope.describe()}; policy {experiment.loop.envelope_policy}", flush=True)
+    for line in feedback_lines(experiment):
+        print(line, flush=True)
+
+    if failures:
+        print(f"check FAILED ({len(failures)}):", file=sys.stderr)
+        for failure in failures:
+            print(f"  {failure}", file=sys.stderr)
+        return 1
+    print("check passed: the experiment is ready for its culture", flush=True)
+    return 0

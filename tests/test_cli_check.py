@@ -1,0 +1,88 @@
+"""`spikeloop check`: the preflight, run as a lab runs it (a subprocess), against real UDP devices."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bridge.loopback_device import LoopbackDevice
+from bridge.protocol import decode_stim
+from bridge.safety import SafetyEnvelope
+from experiments.commands import check
+from tests.conftest import free_udp_port
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = str(ROOT / "experiments" / "quickstart.yaml")
+
+
+def spikeloop_check(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
+    """`spikeloop check ...` in a fresh interpreter."""
+    return subprocess.run([sys.executable, "-m", "experiments.cli", "check", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout_s)
+
+
+def cl1_device(device_id: str, stim_port: int, spike_port: int = 0, feedback_port: int = 9, event_port: int = 9) -> str:
+    """A --set that replaces the devices with one cl1 device on loopback."""
+    return (f"devices=[{{device_id: {device_id}, backend: cl1, host: 127.0.0.1, stim_port: {stim_port}, "
+            f"spike_port: {spike_port}, feedback_port: {feedback_port}, event_port: {event_port}}}]")
+
+
+def test_quickstart_passes_and_prints_latency_and_envelope():
+    result = spikeloop_check(QUICKSTART, "--exchanges", "10")
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert re.search(r"device 'sim' \(sim\) .*10/10 answered, 0 timeout\(s\); latency p50 [\d.]+ ms  "
+                     r"p99 [\d.]+ ms  max [\d.]+ ms", out), out
+    assert "scenario 'basic': reset and one step ok" in out
+    assert SafetyEnvelope().describe() in out
+    assert "envelope MINIMUM only" in out
+    for group in ("step_positive", "step_negative", "episode_positive", "episode_negative",
+                  "enemy_kill", "took_damage", "ammo_waste"):
+        assert re.search(rf"{group}\s+channels \[[\d, ]+\]  [\d.]+ Hz  [\d.]+ uA  \d+ pulses", out), group
+    assert "check passed" in out
+
+
+def test_silent_device_fails_within_its_timeout_naming_device_and_port():
+    nobody = free_udp_port()  # bound by no one: stimulations go nowhere
+    t0 = time.monotonic()
+    result = spikeloop_check(QUICKSTART, "--set", cl1_device("silent-cl1", nobody), "--set", "loop.timeout_s=0.2")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert time.monotonic() - t0 < 60
+    failure = result.stderr
+    assert "silent-cl1" in failure and f"127.0.0.1:{nobody}" in failure, failure
+    gave_up_s = float(re.search(r"gave up after ([\d.]+) s", failure).group(1))
+    assert gave_up_s < 2 * 0.2  # one timeout, not one per planned exchange (20 x 0.2 s)
+
+
+def test_probe_stimulates_only_at_the_envelope_minimum():
+    spike_port = free_udp_port()
+    with LoopbackDevice(spike_port=spike_port) as device:
+        result = spikeloop_check(
+            QUICKSTART, "--exchanges", "5",
+            "--set", cl1_device("loop-cl1", device.stim_port, spike_port, device.feedback_port, device.event_port),
+            "--set", "safety.min_frequency_hz=2", "--set", "safety.min_amplitude_ua=0.75",
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        stims = [decode_stim(d) for d in device.received_stims]
+        assert len(stims) == 5
+        assert all(s.frequencies_hz == (2.0,) * 8 and s.amplitudes_ua == (0.75,) * 8 for s in stims)
+        assert device.received_feedback == [] and device.received_events == []  # nothing but the probe
+
+
+def test_invalid_experiment_exits_2_naming_the_key(capsys):
+    broken = str(Path(__file__).parent / "broken_experiments" / "forbidden_electrode.yaml")
+    with pytest.raises(SystemExit) as info:
+        check.main([broken])
+    assert info.value.code == 2
+    assert "feedback.events.enemy_kill.channels" in capsys.readouterr().err
+
+
+def test_help_explains_every_flag():
+    text = check.build_parser().format_help()
+    for flag in ("EXP.yaml", "--set", "--exchanges"):
+        assert flag in text

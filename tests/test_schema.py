@@ -1,0 +1,107 @@
+"""Experiment files: every example validates; every broken one fails naming its key path."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from experiments.schema import ExperimentError, load_experiment
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((ROOT / "experiments").glob("*.yaml"))
+BROKEN = sorted((Path(__file__).parent / "broken_experiments").glob("*.yaml"))
+QUICKSTART = ROOT / "experiments" / "quickstart.yaml"
+
+
+def _expected_key(path: Path) -> str:
+    """The key path a broken file must be reported with: its `# expect: KEY` first line."""
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("# expect: "), f"{path.name}: first line must be '# expect: KEY.PATH'"
+    return first.removeprefix("# expect: ").strip()
+
+
+def test_the_examples_are_all_here():
+    names = {p.name for p in EXAMPLES}
+    assert {"quickstart.yaml", "cl1.yaml", "ablation.yaml", "sweep_feedback.yaml", "multi_device.yaml"} <= names
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_validates(path):
+    experiment = load_experiment(path)
+    assert experiment.name
+    assert load_experiment(path).to_yaml() == experiment.to_yaml()  # deterministic resolution
+
+
+def test_cl1_example_has_the_reference_settings():
+    e = load_experiment(ROOT / "experiments" / "cl1.yaml")
+    assert [d.backend for d in e.devices] == ["cl1"]
+    assert e.feedback.clamp_to_encoder_range is True
+    assert e.env["reset_delay_s"] == 1.0
+    # 50 ms artifact + 50 ms collection: the timeout must exceed one window pair plus a 10 Hz tick.
+    assert 0.2 <= e.loop.timeout_s <= 1.0
+    assert e.resources.num_env_runners == 1
+
+
+def test_multi_device_example_has_one_runner_per_device():
+    e = load_experiment(ROOT / "experiments" / "multi_device.yaml")
+    assert [d.backend for d in e.devices] == ["cl1", "cl1"]
+    assert e.resources.num_env_runners == len(e.devices)
+    assert len({d.resource for d in e.devices}) == 2
+
+
+def test_ablation_example_and_its_switches():
+    path = ROOT / "experiments" / "ablation.yaml"
+    assert load_experiment(path).ablation == "zero"
+    for mode in ("random", "none"):
+        e = load_experiment(path, [f"ablation={mode}"])
+        assert e.ablation == e.model.ablation == mode
+
+
+def test_sweep_example_fits_two_cores():
+    e = load_experiment(ROOT / "experiments" / "sweep_feedback.yaml")
+    space = e.tune.search_space
+    assert {"feedback.enabled", "feedback.surprise.enabled", "feedback.surprise.frequency_gain"} <= set(space)
+    assert math.prod(len(spec["grid"]) for spec in space.values()) == 8
+    assert e.resources.num_env_runners == 0
+    assert e.tune.max_concurrent_trials <= 2
+
+
+@pytest.mark.parametrize("path", BROKEN, ids=lambda p: p.stem)
+def test_broken_file_names_its_key(path):
+    key = _expected_key(path)
+    with pytest.raises(ExperimentError) as info:
+        load_experiment(path)
+    assert key in str(info.value), f"{path.name}: message does not name {key!r}:\n{info.value}"
+
+
+def test_broken_files_cover_every_kind_of_mistake():
+    stems = {p.stem for p in BROKEN}
+    assert {"unknown_top_level", "unknown_nested", "wrong_type", "out_of_range", "forbidden_electrode",
+            "bad_search_key", "cl1_fewer_than_runners"} <= stems
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("stop.iteratons=2", "stop.iteratons"),            # unknown key
+        ("stop.iterations=lots", "stop.iterations"),       # wrong type
+        ("loop.timeout_s=-1", "loop.timeout_s"),           # out of range
+        ("stop.iterations.max=3", "stop.iterations"),      # a value used as a section
+        ("devices.3.seed=1", "devices.3"),                 # no such list item
+        ("stop.iterations", "stop.iterations"),            # no '='
+        ("loop.timeout_s=[1", "loop.timeout_s"),           # value is not YAML
+        ("feedback.events.enemy_kill={channels: [35, 63], frequency_hz: 20, amplitude_ua: 2.5, pulses: 40}",
+         "feedback.events.enemy_kill.channels"),           # forbidden electrode
+    ],
+)
+def test_bad_override_names_its_key(override, key):
+    with pytest.raises(ExperimentError) as info:
+        load_experiment(QUICKSTART, [override])
+    assert key in str(info.value), f"--set {override}: message does not name {key!r}:\n{info.value}"
+
+
+def test_good_override_applies():
+    e = load_experiment(QUICKSTART, ["stop.iterations=2", "devices.0.seed=7", "feedback.surprise.enabled=false"])
+    assert (e.stop.iterations, e.devices[0].seed, e.feedback.surprise.enabled) == (2, 7, False)
