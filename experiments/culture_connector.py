@@ -24,7 +24,9 @@ import torch
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core.columns import Columns
 
-from experiments.culture_link import current_link
+from bridge.channels import N_SPIKE_GROUPS
+from bridge.core import SpikeReply
+from experiments.culture_link import close_link, current_link
 from models.closed_loop_module import SPIKE_MEAN, SPIKES, STIM, STIM_DIST_INPUTS
 
 EXCHANGE_OK = "exchange_ok"
@@ -33,6 +35,10 @@ RAW_SPIKES = "raw_spikes"
 """Extra column: the culture's counts before ablation (for analysis; the decoder saw `spikes`)."""
 STIM_TIMESTAMP = "stim_timestamp_us"
 """Extra column: the wire timestamp of this tick's stimulation."""
+
+
+_NO_EXCHANGE = SpikeReply(np.zeros(N_SPIKE_GROUPS, dtype=np.float32), "timeout", 0.0, 0, None, 0)
+"""Stands in for the reply of a step the env discards (an autoreset step): no stimulation was sent."""
 
 
 class CultureExchange(ConnectorV2):
@@ -54,7 +60,18 @@ class CultureExchange(ConnectorV2):
         stim = encoder.sample() if explore else encoder.deterministic_sample()
         stim_logp = encoder.logp(stim)
 
-        replies = [link.exchange(row.numpy().astype(np.float32)) for row in stim]
+        # An episode that just ended is reset by RLlib's vector env on the *next* step(), which ignores
+        # the action it is given ("next_step" autoreset): that call must not stimulate the culture.
+        acting = [episode.is_reset for episode in episodes] if episodes else [True] * len(stim)
+        try:
+            replies = [link.exchange(row.numpy().astype(np.float32)) if live else _NO_EXCHANGE
+                       for row, live in zip(stim, acting, strict=True)]
+        except BaseException:
+            # Close the link before the error leaves (DeviceLost, a bridge failure): its compiled graph
+            # keeps a task in flight on the bridge actor, and a Ray worker that still owns one cannot
+            # exit, so the failing env runner would hang for ever and keep the device claimed.
+            close_link()
+            raise
         raw = torch.as_tensor(np.stack([r.counts for r in replies]), dtype=torch.float32)
         spikes = rl_module.ablate(raw, generator=self._generator)
         spike_mean = rl_module.spike_mean.detach().float().expand_as(spikes).clone()
@@ -68,7 +85,8 @@ class CultureExchange(ConnectorV2):
         batch[SPIKE_MEAN] = spike_mean
         batch[RAW_SPIKES] = raw
         batch[EXCHANGE_OK] = torch.tensor([1.0 if r.ok else 0.0 for r in replies])
-        batch[STIM_TIMESTAMP] = torch.tensor([r.stim_timestamp_us for r in replies], dtype=torch.int64)
+        # uint64: RLlib's TensorToNumpy reduces int64 to int32, which wraps microsecond timestamps.
+        batch[STIM_TIMESTAMP] = torch.tensor([r.stim_timestamp_us for r in replies], dtype=torch.uint64)
         del batch[STIM_DIST_INPUTS]  # large and recomputed in training: keep episodes lean
         return batch
 

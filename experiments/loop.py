@@ -12,6 +12,7 @@ from typing import Any
 
 from experiments.culture_connector import make_culture_connector
 from experiments.culture_link import CultureSettings, close_link, current_link
+from experiments.live_view.settings import VIEW_SETTINGS_ATTR, ViewSettings
 from experiments.loop_callbacks import CULTURE_SETTINGS_ATTR, ClosedLoopCallbacks
 from models.config import ClosedLoopPPOConfig
 
@@ -30,6 +31,7 @@ def closed_loop_config(
     num_env_runners: int = 1,
     training: dict[str, Any] | None = None,
     seed: int | None = None,
+    view: ViewSettings | None = None,
 ) -> ClosedLoopPPOConfig:
     """A ClosedLoopPPOConfig wired to the culture: one device per env runner."""
     from envs import register
@@ -37,9 +39,12 @@ def closed_loop_config(
     register()  # env runners resolve the env by name; restoring a checkpoint needs it too
     hardware = any(not d.simulated for d in culture.devices)
     runner_resources = {DEVICE_SLOT_RESOURCE: 1} if hardware else {}
+    env_config = dict(env_config or {})
+    if view is not None and view.enabled:
+        env_config["render_mode"] = "rgb_array"  # RGB frames only for a live view: GRAY8 is cheaper to copy
     config = (
         ClosedLoopPPOConfig()
-        .environment(env, env_config=dict(env_config or {}))
+        .environment(env, env_config=env_config)
         .env_runners(
             num_env_runners=num_env_runners,
             num_envs_per_env_runner=1,
@@ -52,9 +57,14 @@ def closed_loop_config(
         .closed_loop(culture_connector=make_culture_connector)
         .debugging(seed=seed)
     )
+    if culture.on_device_loss == "stop":
+        # RLlib's default (restart failed env runners) swallows an env runner's error, waits 60 s and
+        # restarts it: a lost device would never stop the experiment. Let the error end the run.
+        config.fault_tolerance(restart_failed_env_runners=False)
     if training:
         config.training(**training)
     setattr(config, CULTURE_SETTINGS_ATTR, culture)
+    setattr(config, VIEW_SETTINGS_ATTR, view if view is not None and view.enabled else None)
     return config
 
 
