@@ -10,7 +10,8 @@
   episode return - V(s_0)) and the `episode_end` event with the payload devices
   expect, at once.
 Loop metrics (latency, timeouts, feedback counts, surprise, duty) are logged
-under the `culture/` prefix.
+under the `culture/` prefix. With the live view on (`view.enabled`), they also
+start this env runner's view and publish each tick to it (`experiments.live_view`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ray.rllib.core.columns import Columns
 
 from experiments.culture_connector import EXCHANGE_OK
 from experiments.culture_link import CultureSettings, close_link, current_link, open_link
+from experiments.live_view.runner_view import current_view, start_view, view_settings
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +78,10 @@ class ClosedLoopCallbacks(RLlibCallback):
             raise ValueError(
                 "the algorithm config has no culture_settings: build it with experiments.loop.closed_loop_config"
             )
-        open_link(settings, env_runner.worker_index, env_runner.config.gamma)
+        link = open_link(settings, env_runner.worker_index, env_runner.config.gamma)
+        view = view_settings(env_runner.config)
+        if view is not None:
+            start_view(view, env_runner.worker_index, env, link.device.device_id)
 
     def on_episode_step(self, *, episode, env_runner=None, metrics_logger=None, **kwargs) -> None:
         """Queue step t's feedback (it is sent just before stim_{t+1})."""
@@ -96,6 +101,9 @@ class ClosedLoopCallbacks(RLlibCallback):
             metrics_logger.log_value("culture/feedback_commands_per_step", len(commands), window=100)
             ok = episode.get_extra_model_outputs(EXCHANGE_OK, -1)
             metrics_logger.log_value("culture/exchange_ok_fraction", float(ok), window=100)
+        view = current_view()
+        if view is not None:
+            view.publish_step(episode, kwargs.get("env_index", 0))
 
     def on_episode_end(self, *, episode, env_runner=None, metrics_logger=None, **kwargs) -> None:
         """Episode feedback and the episode_end event, sent now."""
@@ -106,6 +114,9 @@ class ClosedLoopCallbacks(RLlibCallback):
         commands, scales = link.feedback_policy.for_episode(episode_return, value_s0)
         payload = episode_end_payload(episode, self.episodes_done)
         link.flush(commands, [("episode_end", payload)])
+        view = current_view()
+        if view is not None:
+            view.end_episode(episode_return)
         link.record_episode(payload | {
             "episode_feedback_commands": len(commands),
             "episode_surprise_td_error": scales.td_error,

@@ -66,6 +66,7 @@ def train_trial(tune_config: dict[str, Any]) -> None:
     """The Tune function trainable: build, (restore,) train, log, checkpoint, finish."""
     from ray import tune
 
+    from experiments.live_view.announce import announce
     from experiments.loop import finish
     from experiments.run_log import RunLog
 
@@ -73,6 +74,8 @@ def train_trial(tune_config: dict[str, Any]) -> None:
     trial_dir = Path(tune.get_context().get_trial_dir())
     (trial_dir / RESOLVED_FILE).write_text(experiment.to_yaml())
     algo = experiment.algorithm_config().build_algo()
+    if experiment.view.enabled:
+        announce(algo, trial_dir)  # live_view.json: the URL each env runner serves, on its own node
     start = tune.get_checkpoint()
     if start is not None:
         with start.as_directory() as path:

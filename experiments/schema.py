@@ -8,7 +8,7 @@ section is derived from `DoomEnv`'s constructor, so the code stays the one
 source of truth for every default.
 
 Top-level sections: name, seed, devices, loop, safety, feedback, env, model,
-ablation, ppo, resources, stop, checkpoint, tune, output.
+ablation, ppo, resources, stop, checkpoint, tune, output, view.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from bridge.channels import N_ELECTRODES
 from bridge.safety import SafetyEnvelope
 from experiments.culture_link import CultureSettings, DeviceSettings
 from experiments.feedback import FeedbackSettings, FeedbackSpec, SurpriseSettings
+from experiments.live_view.settings import ViewSettings
 from models.model_config import ClosedLoopModelConfig
 
 STRICT = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
@@ -135,6 +136,21 @@ class OutputSection(BaseModel):
     step_log: bool = Field(False, description="write the compact per-step stim/spike log")
 
 
+class ViewSection(BaseModel):
+    """The live view: each env runner serves its game, stimulation and spikes over HTTP (port + runner - 1)."""
+
+    model_config = STRICT
+    enabled: bool = ViewSettings.enabled
+    host: str = Field(ViewSettings.host, min_length=1, description='"0.0.0.0" opens the view to the network')
+    port: int = Field(ViewSettings.port, ge=0, le=65535, description="env runner i >= 1 serves on port + i - 1")
+    jpeg_quality: int = Field(ViewSettings.jpeg_quality, ge=1, le=95)
+    max_fps: float = Field(ViewSettings.max_fps, gt=0, le=120, description="frames per second per viewer at most")
+
+    def settings(self) -> ViewSettings:
+        """The settings env runners receive."""
+        return ViewSettings(**self.model_dump())
+
+
 SEARCH_KINDS = ("grid", "choice", "uniform", "loguniform", "randint")
 
 
@@ -171,6 +187,7 @@ class Experiment(BaseModel):
     checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
     tune: TuneSection = Field(default_factory=TuneSection)
     output: OutputSection = Field(default_factory=OutputSection)
+    view: ViewSection = Field(default_factory=ViewSection)
 
     @model_validator(mode="before")
     @classmethod
@@ -244,6 +261,7 @@ class Experiment(BaseModel):
             num_env_runners=self.resources.num_env_runners,
             training=self.ppo.training_kwargs(),
             seed=self.seed,
+            view=self.view.settings(),
         ).learners(num_learners=self.resources.num_learners, num_gpus_per_learner=self.resources.num_gpus_per_learner)
 
     def to_yaml(self) -> str:

@@ -1,0 +1,153 @@
+// spikeloop live view: builds the panels from /layout.json, then follows /events (one state per tick).
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+let layout = null;
+let lastEventAt = 0;
+let spikeScale = 1;  // a slowly decaying maximum, so that bars stay comparable between ticks
+
+function text(id, value) {
+  const el = $(id);
+  if (el) el.textContent = value === null || value === undefined ? "\u2013" : String(value);
+}
+
+function bar(cls) {
+  const outer = document.createElement("div");
+  outer.className = "bar " + cls;
+  outer.appendChild(document.createElement("div"));
+  return outer;
+}
+
+function cell(row, content, cls) {
+  const td = document.createElement("td");
+  if (cls) td.className = cls;
+  if (content instanceof Node) td.appendChild(content); else td.textContent = content;
+  row.appendChild(td);
+  return td;
+}
+
+function buildPanels() {
+  text("runner", layout.runner);
+  text("device", layout.device || "?");
+  const stim = $("stim").tBodies[0];
+  layout.encoding_electrodes.forEach((electrode, i) => {
+    const row = stim.insertRow();
+    cell(row, electrode);
+    cell(row, "\u2013", "num").id = "stim-freq-" + i;
+    cell(row, bar("freq")).id = "stim-freq-bar-" + i;
+    cell(row, "\u2013", "num").id = "stim-amp-" + i;
+    cell(row, bar("amp")).id = "stim-amp-bar-" + i;
+  });
+  const spikes = $("spikes").tBodies[0];
+  Object.keys(layout.spike_groups).forEach((name, i) => {
+    const row = spikes.insertRow();
+    cell(row, name.replace(/_/g, " "));
+    cell(row, "\u2013", "num").id = "spike-" + i;
+    cell(row, bar("spk")).id = "spike-bar-" + i;
+    cell(row, "\u2013", "num").id = "spike-decoder-" + i;
+  });
+  const mea = $("mea");
+  const fb = layout.feedback_electrodes;
+  for (let e = 0; e < layout.grid_side * layout.grid_side; e++) {
+    const d = document.createElement("div");
+    d.id = "mea-" + e;
+    d.textContent = e;
+    if (layout.forbidden_electrodes.includes(e)) d.classList.add("forbidden");
+    if (fb.positive.includes(e)) d.classList.add("fb-pos");
+    else if (fb.negative.includes(e)) d.classList.add("fb-neg");
+    else if (Object.values(fb).some((list) => list.includes(e))) d.classList.add("fb-event");
+    mea.appendChild(d);
+  }
+}
+
+function setBar(id, fraction) {
+  const inner = $(id).querySelector(".bar > div");
+  inner.style.width = (100 * Math.max(0, Math.min(1, fraction))).toFixed(1) + "%";
+}
+
+function fraction(value, range) {
+  return (value - range[0]) / (range[1] - range[0]);
+}
+
+function update(state) {
+  lastEventAt = Date.now();
+  text("episodes-done", state.episodes_done);
+  text("frames-encoded", state.frames.encoded);
+  text("clients", state.frames.clients);
+  showReturns(state.recent_returns);
+  if (!state.seq) return;
+  document.body.dataset.seq = state.seq;
+  text("seq", state.seq);
+  const s = state.stim;
+  s.frequency_hz.forEach((f, i) => {
+    text("stim-freq-" + i, f.toFixed(1));
+    setBar("stim-freq-bar-" + i, fraction(f, layout.frequency_range_hz));
+  });
+  s.amplitude_ua.forEach((a, i) => {
+    text("stim-amp-" + i, a.toFixed(2));
+    setBar("stim-amp-bar-" + i, fraction(a, layout.amplitude_range_ua));
+  });
+  const counts = state.spikes.counts;
+  spikeScale = Math.max(1, 0.95 * spikeScale, ...counts);
+  counts.forEach((c, i) => {
+    text("spike-" + i, c.toFixed(0));
+    setBar("spike-bar-" + i, c / spikeScale);
+    text("spike-decoder-" + i, state.spikes.decoder_input[i].toFixed(0));
+  });
+  text("action", state.action.name);
+  text("step-reward", state.reward.step.toFixed(2));
+  text("episode-return", state.reward.episode_return.toFixed(2));
+  text("episode", state.reward.episode);
+  text("episode-step", state.reward.episode_step);
+  text("tick-ms", state.loop.tick_ms);
+  text("ticks-per-s", state.loop.ticks_per_s);
+  text("stim-to-frame-ms", state.loop.stim_to_frame_ms);
+  text("exchange-ok", state.loop.exchange_ok ? "yes" : "timeout");
+  paintArray(s, counts);
+}
+
+function paintArray(stim, counts) {
+  const freqOf = {};
+  layout.encoding_electrodes.forEach((e, i) => { freqOf[e] = fraction(stim.frequency_hz[i], layout.frequency_range_hz); });
+  Object.values(layout.spike_groups).forEach((electrodes, g) => {
+    electrodes.forEach((e) => {
+      const el = $("mea-" + e);
+      if (e in freqOf) {
+        el.style.background = `rgba(74,163,255,${(0.15 + 0.85 * freqOf[e]).toFixed(2)})`;
+      } else {
+        el.style.background = `rgba(255,165,58,${(0.1 + 0.9 * Math.min(1, counts[g] / spikeScale)).toFixed(2)})`;
+      }
+    });
+  });
+}
+
+function showReturns(returns) {
+  const box = $("returns");
+  const peak = Math.max(1e-9, ...returns.map(Math.abs));
+  box.replaceChildren(...returns.map((r) => {
+    const d = document.createElement("div");
+    d.style.height = (100 * Math.abs(r) / peak).toFixed(0) + "%";
+    d.title = r.toFixed(2);
+    if (r < 0) d.className = "neg";
+    return d;
+  }));
+}
+
+function watchStatus() {
+  const status = $("status");
+  const quiet = (Date.now() - lastEventAt) / 1000;
+  if (!lastEventAt) { status.textContent = "connecting\u2026"; status.className = "stale"; }
+  else if (quiet < 2) { status.textContent = "live"; status.className = "ok"; }
+  else { status.textContent = `no new tick for ${quiet.toFixed(0)} s (learner update, or the run ended)`; status.className = "stale"; }
+}
+
+async function start() {
+  layout = await (await fetch("layout.json", { cache: "no-store" })).json();
+  buildPanels();
+  update(await (await fetch("state.json", { cache: "no-store" })).json());
+  const events = new EventSource("events");
+  events.onmessage = (msg) => update(JSON.parse(msg.data));
+  setInterval(watchStatus, 500);
+}
+
+start().catch((err) => { $("status").textContent = "error: " + err; });

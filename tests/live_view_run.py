@@ -1,0 +1,64 @@
+"""A short real training run with the live view on, kept sampling in the background (live view tests).
+
+Nothing is mocked: a simulated culture, the real env runner process with its
+HTTP server, and `algo.train()` looping on a thread until the test is done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from experiments.schema import experiment_from_dict
+
+TINY_RUN = {
+    "name": "live-view-test",
+    "devices": [{"device_id": "sim", "backend": "sim", "artifact_wait_ms": 10, "collect_window_ms": 20}],
+    "env": {"scenario": "basic", "frame_skip": 4},
+    "model": {"encoder_hiddens": [32], "value_hiddens": [32]},
+    # Small batches: short learner updates, so the game keeps moving while a test watches.
+    "ppo": {"train_batch_size_per_learner": 64, "minibatch_size": 64, "num_epochs": 1},
+    "resources": {"num_env_runners": 1},
+}
+
+
+def free_tcp_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free right now on `host`."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def training_with_view(**view: Any) -> Iterator[Any]:
+    """Build the tiny run with `view` settings, train on a thread while the caller watches, then stop."""
+    from experiments.loop import finish
+
+    experiment = experiment_from_dict(TINY_RUN | {"view": {"enabled": True} | view})
+    algo = experiment.algorithm_config().build_algo()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def train() -> None:
+        try:
+            while not stop.is_set():
+                algo.train()
+        except BaseException as exc:  # reported by the caller's thread below
+            errors.append(exc)
+
+    thread = threading.Thread(target=train, name="live-view-test-train", daemon=True)
+    thread.start()
+    try:
+        yield algo
+    finally:
+        stop.set()
+        thread.join(timeout=120)
+        try:
+            finish(algo, reason="test done")
+        finally:
+            algo.stop()
+    if errors:
+        raise errors[0]

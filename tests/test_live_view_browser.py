@@ -1,0 +1,184 @@
+"""The live view dashboard in a real headless Chromium, against a real training run.
+
+Chromium is driven over its DevTools protocol on a pipe (`--remote-debugging-pipe`:
+JSON messages separated by NUL bytes on fds 3 and 4), so no websocket package is
+needed and the page runs in real time with its endless MJPEG and event streams.
+Screenshots and DOM dumps go to test-artifacts/live_view/.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from bridge.channels import STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
+from experiments.live_view.announce import served_views
+from tests.live_view_run import free_tcp_port, training_with_view
+
+CHROMIUM = shutil.which("chromium")
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "live_view"
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-dev-shm-usage", "--remote-debugging-pipe", "--window-size=1280,1000")
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)"),
+]
+
+
+class Chromium:
+    """A headless Chromium and one page, spoken to over the DevTools pipe."""
+
+    def __init__(self, url: str, width: int = 1280, height: int = 1000) -> None:
+        self._profile = tempfile.TemporaryDirectory(prefix="live-view-chromium-")
+        to_browser, self._write = os.pipe()
+        self._read, from_browser = os.pipe()
+        # Numbers >= 10, so that placing them on 3 and 4 in the child cannot overwrite one another.
+        ends = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (to_browser, from_browser)]
+        os.close(to_browser)
+        os.close(from_browser)
+        self.process = subprocess.Popen(
+            ["bash", "-c", f'exec "$@" 3<&{ends[0]} 4>&{ends[1]} {ends[0]}<&- {ends[1]}>&-', "bash",
+             CHROMIUM, *FLAGS, f"--user-data-dir={self._profile.name}"],
+            pass_fds=ends, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        for fd in ends:
+            os.close(fd)
+        self._next_id = 0
+        self._replies: dict[int, dict[str, Any]] = {}
+        self._arrived = threading.Condition()
+        threading.Thread(target=self._reader, daemon=True).start()
+        target = self.call("Target.createTarget", url="about:blank")["targetId"]
+        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        self.call("Emulation.setDeviceMetricsOverride", self.session, width=width, height=height,
+                  deviceScaleFactor=1, mobile=False)
+        self.call("Page.navigate", self.session, url=url)
+
+    def _reader(self) -> None:
+        buffer = b""
+        with os.fdopen(self._read, "rb", buffering=0) as pipe:
+            while chunk := pipe.read(1 << 16):
+                buffer += chunk
+                *messages, buffer = buffer.split(b"\0")
+                for raw in messages:
+                    message = json.loads(raw)
+                    if "id" in message:  # replies; events are not needed here
+                        with self._arrived:
+                            self._replies[message["id"]] = message
+                            self._arrived.notify_all()
+
+    def call(self, method: str, session: str | None = None, timeout_s: float = 30, **params: Any) -> dict[str, Any]:
+        """Send one DevTools command and wait for its reply."""
+        self._next_id += 1
+        message = {"id": self._next_id, "method": method, "params": params}
+        if session:
+            message["sessionId"] = session
+        os.write(self._write, json.dumps(message).encode() + b"\0")
+        with self._arrived:
+            if not self._arrived.wait_for(lambda: self._next_id in self._replies, timeout_s):
+                raise TimeoutError(f"chromium did not answer {method} within {timeout_s} s")
+            reply = self._replies.pop(self._next_id)
+        if "error" in reply:
+            raise RuntimeError(f"{method}: {reply['error']}")
+        return reply["result"]
+
+    def evaluate(self, expression: str) -> Any:
+        """The value of a JavaScript expression in the page."""
+        reply = self.call("Runtime.evaluate", self.session, expression=expression, returnByValue=True)
+        if "exceptionDetails" in reply:
+            raise RuntimeError(f"{expression}: {reply['exceptionDetails']}")
+        return reply["result"].get("value")
+
+    def screenshot(self, path: Path) -> np.ndarray:
+        """Save a PNG screenshot of the page and return its pixels."""
+        data = base64.b64decode(self.call("Page.captureScreenshot", self.session, format="png")["data"])
+        path.write_bytes(data)
+        return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+
+    def close(self) -> None:
+        """Close the browser."""
+        try:
+            self.call("Browser.close", timeout_s=5)
+        except (TimeoutError, OSError, RuntimeError):
+            pass
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        os.close(self._write)
+        self._profile.cleanup()
+
+
+def _cell(dom: str, element_id: str) -> str:
+    match = re.search(rf'id="{re.escape(element_id)}"[^>]*>([^<]*)<', dom)
+    assert match, f"#{element_id} is not in the dashboard's DOM"
+    return match.group(1)
+
+
+def _game_pixels(screenshot: np.ndarray, box: dict[str, float]) -> np.ndarray:
+    x, y, w, h = (int(round(box[k])) for k in ("x", "y", "width", "height"))
+    return screenshot[y + 2:y + h - 2, x + 2:x + w - 2].astype(np.int16)
+
+
+def test_dashboard_shows_the_game_and_the_culture(ray_session):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with training_with_view(port=free_tcp_port()) as algo:
+        url = served_views(algo)[0]["url"]
+        browser = Chromium(url)
+        try:
+            # Wait (real time) until the page has a decoded game frame and ticks arriving over /events.
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline:
+                ready = browser.evaluate("(() => { const game = document.getElementById('game');"  # null while loading
+                                         " return game ? [game.naturalWidth, Number(document.body.dataset.seq || 0)]"
+                                         " : [0, 0]; })()")
+                if ready[0] > 0 and ready[1] > 0:
+                    break
+                time.sleep(0.5)
+            assert ready[0] == 320, f"the game image never loaded in the dashboard: {ready}"
+            box = browser.evaluate("(() => { const r = document.getElementById('game').getBoundingClientRect();"
+                                   " return {x: r.x, y: r.y, width: r.width, height: r.height}; })()")
+            shots, doms = [], []
+            for n in range(1, 4):  # two screenshots 2 s apart; a third if a learner update froze the game
+                shots.append(browser.screenshot(ARTIFACTS / f"dashboard-{n}.png"))
+                doms.append(browser.evaluate("document.documentElement.outerHTML"))
+                (ARTIFACTS / f"dashboard-{n}.html").write_text(doms[-1])
+                changed = len(shots) > 1 and np.abs(_game_pixels(shots[-1], box) - _game_pixels(shots[0], box)).mean() > 1
+                if changed:
+                    break
+                time.sleep(2)
+        finally:
+            browser.close()
+
+    game = [_game_pixels(shot, box) for shot in shots]
+    assert game[0].std() > 10, "the game area of the screenshot is blank"
+    assert changed, f"the game image did not change over {2 * (len(shots) - 1)} s"
+    first, last = doms[0], doms[-1]
+    assert int(_cell(last, "seq")) > int(_cell(first, "seq")), "the tick counter did not advance"
+    for dom in (first, last):
+        for i in range(8):
+            freq, amp = float(_cell(dom, f"stim-freq-{i}")), float(_cell(dom, f"stim-amp-{i}"))
+            assert STIM_FREQUENCY_RANGE_HZ[0] - 0.1 <= freq <= STIM_FREQUENCY_RANGE_HZ[1] + 0.1
+            assert STIM_AMPLITUDE_RANGE_UA[0] - 0.01 <= amp <= STIM_AMPLITUDE_RANGE_UA[1] + 0.01
+            assert float(_cell(dom, f"spike-{i}")) >= 0
+        assert _cell(dom, "action") not in ("", "\u2013")
+        assert float(_cell(dom, "tick-ms")) >= 0
+        assert _cell(dom, "device") == "sim-1"
+    assert sum(float(_cell(last, f"spike-{i}")) for i in range(8)) > 0, "no spikes shown"
