@@ -192,11 +192,6 @@ def feedback_lines(experiment: Experiment) -> list[str]:
 # --- the command ---------------------------------------------------------------------
 
 
-def _devices_to_probe(experiment: Experiment) -> list[DeviceSettings]:
-    # A simulated device is a template (one per env runner); probing one instance checks the backend.
-    return list(experiment.devices)
-
-
 def main(argv: list[str]) -> int:
     """Run `spikeloop check`."""
     args = build_parser().parse_args(argv)
@@ -219,7 +214,8 @@ def main(argv: list[str]) -> int:
           f"{envelope.min_frequency_hz:g} Hz, {envelope.min_amplitude_ua:g} uA on every encoding electrode "
           f"{list(ENCODING_ELECTRODES)}; no feedback, no events; timeout {experiment.loop.timeout_s * 1000:.0f} ms",
           flush=True)
-    for dev in _devices_to_probe(experiment):
+    # A simulated device is a template (one culture per env runner): probing one instance checks its backend.
+    for dev in experiment.devices:
         label = f"device {dev.device_id!r} ({dev.backend})"
         t0 = time.monotonic()
         try:
