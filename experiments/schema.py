@@ -17,6 +17,7 @@ import copy
 import dataclasses
 import functools
 import inspect
+import json
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -308,18 +309,25 @@ def _get_path(tree: dict[str, Any], dotted: str) -> Any:
     return node
 
 
-def set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
-    """Set `a.b.c` (list items by index: `devices.0.seed`) in a nested dict, creating mappings."""
+def set_path(tree: dict[str, Any], dotted: str, value: Any, defaults: dict[str, Any] | None = None) -> None:
+    """Set `a.b.c` (list items by index: `devices.0.seed`) in a nested dict.
+
+    A section the tree lacks is filled from `defaults` (the default experiment), so
+    overriding one field of e.g. a feedback spec keeps the spec's other defaults.
+    """
     parts = dotted.split(".")
     node: Any = tree
+    default: Any = defaults
     for i, part in enumerate(parts[:-1]):
         if isinstance(node, list):
             if not part.isdigit() or int(part) >= len(node):
                 raise ExperimentError(f"--set {dotted}: {'.'.join(parts[:i + 1])} is not an index of that list")
             node = node[int(part)]
+            default = default[int(part)] if isinstance(default, list) and int(part) < len(default) else None
         else:
+            default = default.get(part) if isinstance(default, dict) else None
             if node.get(part) is None:
-                node[part] = {}
+                node[part] = copy.deepcopy(default) if isinstance(default, dict) else {}
             node = node[part]
         if not isinstance(node, (dict, list)):
             raise ExperimentError(f"--set {dotted}: {'.'.join(parts[:i + 1])} is a value, not a section")
@@ -330,6 +338,16 @@ def set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
         node[int(last)] = value
     else:
         node[last] = value
+
+
+@functools.cache
+def _default_tree_json() -> str:
+    return json.dumps(Experiment().model_dump(mode="json"))
+
+
+def default_experiment_tree() -> dict[str, Any]:
+    """Every setting at its default, as plain data (a fresh copy)."""
+    return json.loads(_default_tree_json())
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -378,9 +396,10 @@ def load_experiment(path: str | Path, overrides: list[str] | tuple[str, ...] = (
 def experiment_from_dict(data: dict[str, Any], overrides=(), source: str = "experiment") -> Experiment:
     """Validate a parsed experiment (with `--set` overrides applied first)."""
     data = copy.deepcopy(data)
+    defaults = default_experiment_tree() if overrides else None
     for text in overrides:
         key, value = parse_override(text)
-        set_path(data, key, value)
+        set_path(data, key, value, defaults)
     try:
         return Experiment.model_validate(data)
     except ValidationError as exc:
