@@ -71,6 +71,7 @@ function fraction(value, range) {
 
 function update(state) {
   lastEventAt = Date.now();
+  watchStatus();
   text("episodes-done", state.episodes_done);
   text("frames-encoded", state.frames.encoded);
   text("clients", state.frames.clients);

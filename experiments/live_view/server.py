@@ -101,7 +101,13 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if path in STATIC:
                 name, kind = STATIC[path]
-                self._send(HTTPStatus.OK, kind, resources.files(__package__).joinpath(name).read_bytes())
+                try:
+                    body = resources.files(__package__).joinpath(name).read_bytes()
+                except FileNotFoundError:  # an installation without the package data
+                    self._send(HTTPStatus.INTERNAL_SERVER_ERROR, "text/plain",
+                               f"{name} is missing from this spikeloop installation; /doom.mjpeg still works\n".encode())
+                    return
+                self._send(HTTPStatus.OK, kind, body)
             elif path == "/doom.mjpeg":
                 self._stream(self._mjpeg_part, "multipart/x-mixed-replace; boundary=" + BOUNDARY)
             elif path == "/events":
