@@ -63,7 +63,7 @@ def run(exchanges: int, blocks: int) -> dict:
     raw_port, actor_port = _free_port(), _free_port()
     raw_dev, raw_ports = _start_device(raw_port)
     actor_dev, actor_ports = _start_device(actor_port)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         bridge = start_bridge(
             BridgeConfig(device_id="bench", spike_port=actor_port, stim_port=actor_ports["stim_port"],

@@ -52,7 +52,7 @@ def run(seeds: int, iterations: int, batch: int, scenario: str, reward_mode: str
     import ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     curves: dict[str, dict[str, list[float]]] = {a: {} for a in ABLATIONS}
     t0 = time.monotonic()
     try:

@@ -57,7 +57,7 @@ def run(paced_steps: int, unpaced_steps: int, scenario: str) -> dict[str, Any]:
     import ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         print(f"paced: {paced_steps} steps against 50 + 50 ms windows in real time...", file=sys.stderr)
         paced = _sample_rate(_experiment(True, scenario), paced_steps, warmup_steps=20)

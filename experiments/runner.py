@@ -40,11 +40,17 @@ def _trial_experiment(tune_config: dict[str, Any]) -> Experiment:
 
 
 def _request_pending(trial_dir: Path) -> bool:
-    """A checkpoint request for this trial or its whole experiment (removed when taken)."""
-    for where in (trial_dir, trial_dir.parent):
-        request = where / CHECKPOINT_REQUEST
-        if request.exists():
-            request.unlink(missing_ok=True)
+    """A checkpoint request for this trial (taken: removed) or for the whole run (each trial takes it once)."""
+    own = trial_dir / CHECKPOINT_REQUEST
+    if own.exists():
+        own.unlink(missing_ok=True)
+        return True
+    shared = trial_dir.parent / CHECKPOINT_REQUEST
+    seen = trial_dir / (CHECKPOINT_REQUEST + ".seen")
+    if shared.exists():
+        stamp = str(shared.stat().st_mtime_ns)
+        if not seen.exists() or seen.read_text() != stamp:
+            seen.write_text(stamp)
             return True
     return False
 
@@ -62,6 +68,26 @@ def _pull_episode_records(algo) -> list[dict[str, Any]]:
     return [record for batch in batches for record in batch]
 
 
+def _trial_dir() -> Path:
+    """The trial's directory in the run directory (under output.root_dir), where its files belong.
+
+    Not `get_trial_dir()`: that is Tune's driver staging directory in the Ray session's temp dir. It is
+    on the node that runs the trial (so a trial on another node never reaches the run directory), it
+    starts empty after a resume (episodes.jsonl would restart at 1 and then overwrite the earlier
+    episodes when Tune syncs it up), and `spikeloop checkpoint RUN_DIR` requests never show up there.
+    """
+    from pyarrow.fs import LocalFileSystem
+    from ray import tune
+
+    context = tune.get_context()
+    storage = context.get_storage()
+    if isinstance(storage.storage_filesystem, LocalFileSystem):
+        path = Path(storage.trial_fs_path)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    return Path(context.get_trial_dir())  # remote storage (s3:// ...): stage locally, Tune uploads
+
+
 def train_trial(tune_config: dict[str, Any]) -> None:
     """The Tune function trainable: build, (restore,) train, log, checkpoint, finish."""
     from ray import tune
@@ -71,7 +97,7 @@ def train_trial(tune_config: dict[str, Any]) -> None:
     from experiments.run_log import RunLog
 
     experiment = _trial_experiment(tune_config)
-    trial_dir = Path(tune.get_context().get_trial_dir())
+    trial_dir = _trial_dir()
     (trial_dir / RESOLVED_FILE).write_text(experiment.to_yaml())
     algo = experiment.algorithm_config().build_algo()
     if experiment.view.enabled:
@@ -85,8 +111,10 @@ def train_trial(tune_config: dict[str, Any]) -> None:
     stop = experiment.stop
     t0 = time.monotonic()
     reason = "completed"
+    # Restored from the final checkpoint (driver killed before the trial was marked finished): nothing to train.
+    finished = start is not None and stop.iterations is not None and algo.iteration >= stop.iterations
     try:
-        while True:
+        while not finished:
             result = algo.train()
             values = log.log_iteration(result, _pull_episode_records(algo))
             print(log.progress_line(result, values), flush=True)
@@ -96,7 +124,9 @@ def train_trial(tune_config: dict[str, Any]) -> None:
                 or (stop.env_steps is not None and result.get("num_env_steps_sampled_lifetime", 0) >= stop.env_steps)
                 or (stop.time_s is not None and time.monotonic() - t0 >= stop.time_s)
             )
-            metrics = {SCORE: values.get("episode/return_mean", float("-inf")), "done": done} | {
+            # Not "done": Tune reserves that key and stops the trial thread (SystemExit inside
+            # tune.report) before the cleanup below can tell the culture training completed.
+            metrics = {SCORE: values.get("episode/return_mean", float("-inf")), "finished": done} | {
                 k.replace("/", "_"): v for k, v in values.items()
             }
             save = (iteration % experiment.checkpoint.every_iterations == 0) or _request_pending(trial_dir) or (
@@ -144,7 +174,7 @@ def init_ray() -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"])
     else:
-        ray.init(include_dashboard=False)
+        ray.init(address="local", include_dashboard=False)  # RAY_ADDRESS unset: a private local Ray
 
 
 def latest_run_dir(experiment: Experiment) -> Path | None:

@@ -122,7 +122,7 @@ def init_ray_for(experiment: Experiment) -> bool:
     hardware = [d for d in experiment.devices if not d.simulated]
     # This machine is where the devices are reached from, so this node owns them.
     resources = {d.resource: 1.0 for d in hardware} | ({"cl1_slot": float(len(hardware))} if hardware else {})
-    ray.init(include_dashboard=False, resources=resources or None)
+    ray.init(address="local", include_dashboard=False, resources=resources or None)
     return True
 
 

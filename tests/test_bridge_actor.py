@@ -19,7 +19,7 @@ from tests.conftest import free_udp_port
 def ray_with_device_resource():
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, resources={device_resource("dish-a"): 1})
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, resources={device_resource("dish-a"): 1})
     yield ray
     ray.shutdown()
 
