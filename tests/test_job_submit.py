@@ -1,0 +1,206 @@
+"""`ray job submit` of the quickstart to a real `ray start --head` cluster, token authentication on.
+
+The cluster is started the way the README tells users to: a token file, `ray
+start --head` (Ray turns token authentication on because a token exists), and
+clients that pass RAY_AUTH_MODE=token plus the token (`ray job submit`) or an
+`Authorization: Bearer` header (the Python JobSubmissionClient). The test checks
+that requests without the token are refused, that the submitted job trains to
+SUCCEEDED, that its run directory is complete, and that `--working-dir .`
+shipped the repository without the virtual environments.
+
+Everything runs on loopback with ports of its own and its own --temp-dir, so
+that other Ray instances on the machine are untouched; teardown kills exactly
+the processes this cluster started (its process group and their descendants),
+never `ray stop`, which stops every Ray on the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent  # the venv's bin: `ray`, `spikeloop`, `python`
+JOB_TIMEOUT_S = 420
+SHORT = [
+    "--set", "stop.iterations=2",
+    "--set", "ppo.train_batch_size_per_learner=256",
+    "--set", "ppo.minibatch_size=64",
+    "--set", "checkpoint.every_iterations=1",
+]
+
+# Polls a job with the Python client; the token goes in an explicit Authorization header.
+POLL_SCRIPT = """
+import json, sys, time
+from ray.job_submission import JobStatus, JobSubmissionClient
+address, token, job_id, timeout = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+client = JobSubmissionClient(address, headers={"Authorization": f"Bearer {token}"})
+deadline = time.monotonic() + timeout
+status = client.get_job_status(job_id)
+while not status.is_terminal() and time.monotonic() < deadline:
+    time.sleep(3)
+    status = client.get_job_status(job_id)
+print(json.dumps({"status": str(status.value), "logs": client.get_job_logs(job_id)}))
+"""
+
+
+def free_tcp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(ppid, pgid) of a live process, from /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[1]), int(fields[2])
+
+
+def cluster_processes(pgid: int) -> set[int]:
+    """Every process in `pgid` and all their descendants (Ray daemons reparent to init, keeping the group)."""
+    table = {pid: st for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()) if (st := _stat(pid))}
+    found = {pid for pid, (_, group) in table.items() if group == pgid}
+    grew = True
+    while grew:
+        children = {pid for pid, (ppid, _) in table.items() if ppid in found} - found
+        found |= children
+        grew = bool(children)
+    found.discard(os.getpid())
+    return found
+
+
+def kill_processes(pids: set[int], grace_s: float = 5.0) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and any(_stat(pid) for pid in pids):
+            time.sleep(0.2)
+        pids = {pid for pid in pids if _stat(pid)}
+        if not pids:
+            return
+
+
+def _http_status(url: str, token: str | None = None) -> int:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+@pytest.fixture
+def head_node(tmp_path: Path):
+    """`ray start --head` on loopback with token authentication; yields what clients need."""
+    temp_dir = Path(tempfile.mkdtemp(prefix="sl-job-", dir="/tmp"))  # short: Ray's socket paths must stay < 108 chars
+    token = secrets.token_hex(32)
+    token_file = tmp_path / "auth_token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    gcs_port, dashboard_port = free_tcp_port(), free_tcp_port()
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    base_env |= {"PATH": f"{BIN}{os.pathsep}{base_env.get('PATH', '')}", "RAY_USAGE_STATS_ENABLED": "0"}
+    # The head only needs the token: `ray start` turns token authentication on when one exists.
+    head_env = base_env | {"RAY_AUTH_TOKEN_PATH": str(token_file)}
+    start = subprocess.Popen(
+        [str(BIN / "ray"), "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(gcs_port),
+         "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard_port), "--include-dashboard", "true",
+         "--num-cpus", "2", "--temp-dir", str(temp_dir), "--disable-usage-stats",
+         "--ray-client-server-port", str(free_tcp_port()), "--dashboard-agent-listen-port", str(free_tcp_port()),
+         "--dashboard-agent-grpc-port", str(free_tcp_port()), "--runtime-env-agent-port", str(free_tcp_port()),
+         "--metrics-export-port", str(free_tcp_port())],
+        env=head_env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,  # the daemons it leaves behind keep this process group: teardown kills exactly them
+    )
+    try:
+        out, _ = start.communicate(timeout=180)
+        assert start.returncode == 0, out[-4000:]
+        assert "Token authentication is enabled" in out, out[-4000:]
+        yield {
+            "address": f"http://127.0.0.1:{dashboard_port}",
+            "token": token,
+            "token_file": token_file,
+            "temp_dir": temp_dir,
+            "env": base_env,
+            # What a user's shell needs for `ray job submit` / `ray job status` against this cluster.
+            "client_env": base_env | {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_file)},
+        }
+    finally:
+        if start.poll() is None:
+            start.kill()
+        kill_processes(cluster_processes(start.pid))
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _ray(args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "ray"), *args], env=env, cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.slow
+def test_job_submit_quickstart_with_token_auth(head_node, tmp_path: Path) -> None:
+    address, token = head_node["address"], head_node["token"]
+
+    # Authentication is on: the job API refuses a request without the token, and a wrong one.
+    assert _http_status(f"{address}/api/jobs/") == 401
+    assert _http_status(f"{address}/api/jobs/", token="0" * 64) == 403
+    assert _http_status(f"{address}/api/jobs/", token=token) == 200
+    # The CLI with the token file but without RAY_AUTH_MODE=token sends no token, and is refused.
+    refused = _ray(["job", "list", "--address", address], head_node["env"] | {"RAY_AUTH_TOKEN_PATH": str(head_node["token_file"])})
+    assert refused.returncode != 0 and "Authentication" in refused.stdout + refused.stderr
+
+    root = tmp_path / "runs"  # absolute: the job runs in an unpacked copy of the working dir
+    job_id = f"spikeloop-test-{secrets.token_hex(4)}"
+    submitted = _ray(["job", "submit", "--address", address, "--working-dir", ".", "--submission-id", job_id,
+                      "--no-wait", "--", "spikeloop", "train", "experiments/quickstart.yaml", *SHORT,
+                      "--set", f"output.root_dir={root}"], head_node["client_env"])
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    try:
+        poll = subprocess.run([sys.executable, "-c", POLL_SCRIPT, address, token, job_id, str(JOB_TIMEOUT_S)],
+                              env=head_node["env"], capture_output=True, text=True, timeout=JOB_TIMEOUT_S + 60)
+        assert poll.returncode == 0, poll.stderr[-4000:]
+        report = json.loads(poll.stdout.strip().splitlines()[-1])
+        logs = report["logs"]
+        assert report["status"] == "SUCCEEDED", logs[-6000:]
+    finally:
+        _ray(["job", "stop", "--address", address, "--no-wait", job_id], head_node["client_env"])
+
+    # The job trained in the cluster and wrote its run directory where the experiment said.
+    runs = sorted(root.glob("quickstart-*"))
+    assert len(runs) == 1, logs[-4000:]
+    run_dir = runs[0]
+    assert f"run directory: {run_dir}" in logs
+    assert "[iter 2]" in logs
+    assert (run_dir / "experiment.yaml").is_file() and (run_dir / "summary.yaml").is_file()
+    trial_dir = next(p for p in run_dir.iterdir() if p.is_dir() and p.name.startswith("train_trial"))
+    assert (trial_dir / "episodes.jsonl").read_text().strip()
+    assert list(trial_dir.glob("events.out.tfevents.*"))
+    assert sorted(p.name for p in trial_dir.glob("checkpoint_*")) == ["checkpoint_000000", "checkpoint_000001"]
+
+    # `--working-dir .` shipped the sources (the job imported them from its copy), not the venvs or .git.
+    packages = [p for p in head_node["temp_dir"].glob("session_*/runtime_resources/working_dir_files/_ray_pkg_*")
+                if p.is_dir()]
+    assert packages, "no unpacked working_dir package found"
+    shipped = {p.name for p in packages[0].iterdir()}
+    assert {"experiments", "bridge", "envs", "models", "pyproject.toml"} <= shipped
+    assert not shipped & {".venv", ".venv312", ".git", "runs"}, shipped

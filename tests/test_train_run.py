@@ -1,0 +1,115 @@
+"""`spikeloop train` end to end, as a user runs it: a subprocess, a local Ray, the quickstart.
+
+What a finished run leaves behind is checked by reading it back the way a user
+would: the resolved config, TensorBoard event files (every tag group), the
+episode log, the learning curve and the checkpoints. Then `--resume` on the
+finished run returns at once without training or logging anything again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+TAG_GROUPS = ("episode/", "ppo/", "encoder/", "decoder/", "spikes/", "feedback/", "loop/")
+SHORT = [
+    "--set", "stop.iterations=2",
+    "--set", "ppo.train_batch_size_per_learner=256",
+    "--set", "ppo.minibatch_size=64",
+    "--set", "checkpoint.every_iterations=1",
+]
+
+
+def _spikeloop(args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    return subprocess.run([sys.executable, "-m", "experiments.cli", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def event_tags(trial_dir: Path) -> set[str]:
+    """Every scalar tag in the trial's TensorBoard event files."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tags: set[str] = set()
+    for path in trial_dir.glob("events.out.tfevents.*"):
+        acc = EventAccumulator(str(path), size_guidance={"scalars": 0})
+        acc.Reload()
+        tags |= set(acc.Tags()["scalars"])
+    return tags
+
+
+def _only(paths: list[Path], what: str) -> Path:
+    assert len(paths) == 1, f"expected one {what}, found {paths}"
+    return paths[0]
+
+
+@pytest.mark.slow
+def test_train_quickstart_leaves_a_complete_run_directory(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    proc = _spikeloop(["train", "experiments/quickstart.yaml", *SHORT, "--set", f"output.root_dir={root}"],
+                      timeout=400)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-6000:]
+    # The final report must not kill the trial thread (Tune's reserved "done" key did: SystemExit).
+    assert "_report_training_result" not in output, output[-6000:]
+
+    run_dir = _only(sorted(root.glob("quickstart-*")), "run directory")
+    assert f"run directory: {run_dir}" in proc.stdout
+
+    # The resolved config: every default written out, the overrides applied.
+    resolved = yaml.safe_load((run_dir / "experiment.yaml").read_text())
+    assert resolved["stop"]["iterations"] == 2
+    assert resolved["ppo"]["train_batch_size_per_learner"] == 256
+    assert resolved["output"]["root_dir"] == str(root)
+    assert {"devices", "loop", "safety", "feedback", "env", "model", "checkpoint"} <= set(resolved)
+    summary = yaml.safe_load((run_dir / "summary.yaml").read_text())
+    assert summary["trials"] == 1 and summary["errored"] == 0
+
+    trial_dir = _only([p for p in run_dir.iterdir() if p.is_dir() and p.name.startswith("train_trial")], "trial")
+    trial_resolved = yaml.safe_load((trial_dir / "experiment.yaml").read_text())
+    assert {k: trial_resolved.get(k) for k in resolved} == resolved
+
+    # TensorBoard: every tag group, and the counters (numpy ints in RLlib's result) among them.
+    tags = event_tags(trial_dir)
+    for group in TAG_GROUPS:
+        assert any(t.startswith(group) for t in tags), f"no {group} tags in {sorted(tags)}"
+    for tag in ("episode/return_mean", "ppo/policy_loss", "encoder/entropy", "encoder/lr", "decoder/weight_norm",
+                "spikes/mean_attack", "feedback/sent", "loop/latency_p50_ms", "loop/timeouts"):
+        assert tag in tags, f"{tag} missing from {sorted(tags)}"
+
+    # episodes.jsonl: one line per finished episode, numbered 1..N.
+    lines = (trial_dir / "episodes.jsonl").read_text().splitlines()
+    episodes = [json.loads(line) for line in lines if line.strip()]
+    assert len(episodes) >= 2
+    assert [e["episode_index"] for e in episodes] == list(range(1, len(episodes) + 1))
+    assert {e["iteration"] for e in episodes} <= {1, 2}
+    assert all("episode_reward" in e for e in episodes)
+    assert (trial_dir / "learning_curve.png").stat().st_size > 1000
+
+    # Checkpoints every iteration (plus the final one), each a restorable RLlib checkpoint.
+    checkpoints = sorted(p.name for p in trial_dir.glob("checkpoint_*"))
+    assert checkpoints == ["checkpoint_000000", "checkpoint_000001"]
+    for name in checkpoints:
+        assert (trial_dir / name / "rllib_checkpoint.json").is_file()
+    assert summary["final_checkpoints"] == [str(trial_dir / "checkpoint_000001")]
+    progress = [json.loads(line) for line in (trial_dir / "result.json").read_text().splitlines()]
+    assert [r["training_iteration"] for r in progress] == [1, 2]
+    assert progress[-1]["finished"] is True
+
+    # --resume on a finished run: restores it, trains nothing, logs nothing twice.
+    proc = _spikeloop(["train", "experiments/quickstart.yaml", *SHORT, "--set", f"output.root_dir={root}", "--resume"],
+                      timeout=300)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-6000:]
+    assert f"resuming {run_dir}" in proc.stdout
+    assert "[iter " not in output
+    assert (trial_dir / "episodes.jsonl").read_text().splitlines() == lines
+    assert sorted(p.name for p in trial_dir.glob("checkpoint_*")) == checkpoints
