@@ -50,7 +50,7 @@ def ray_devices():
     """One Ray session whose only node owns both test devices and one device slot."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=True,
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=True,
              resources={f"cl1:{DEVICE}": 1, f"cl1:{DEAD}": 1, DEVICE_SLOT_RESOURCE: 1})
     yield ray
     ray.shutdown()
