@@ -23,7 +23,15 @@ import numpy as np
 import ray
 
 from bridge.actor import device_resource, start_bridge
-from bridge.channels import EVENT_PORT, FEEDBACK_PORT, SPIKE_PORT, STIM_PORT
+from bridge.channels import (
+    ARTIFACT_WAIT_MS,
+    COLLECT_WINDOW_MS,
+    EVENT_PORT,
+    FEEDBACK_PORT,
+    SPIKE_PORT,
+    STIM_PORT,
+    TICK_FREQUENCY_HZ,
+)
 from bridge.client import BridgeClient
 from bridge.core import BridgeConfig, SpikeReply
 from bridge.protocol import FeedbackCommand
@@ -58,12 +66,12 @@ class DeviceSettings:
     bind_host: str = "127.0.0.1"
     node_resource: str | None = None
     """Custom resource of the node that owns the device (default for cl1: `cl1:<device_id>`)."""
-    # Simulated devices only:
+    # Simulated devices only (defaults: the reference device timing, run as fast as possible):
     seed: int = 0
     realtime: bool = False
-    tick_frequency_hz: float = 1000.0
-    artifact_wait_ms: float = 0.0
-    collect_window_ms: float = 0.0
+    tick_frequency_hz: float = TICK_FREQUENCY_HZ
+    artifact_wait_ms: float = ARTIFACT_WAIT_MS
+    collect_window_ms: float = COLLECT_WINDOW_MS
     random_spike_rate_hz: float = 5.0
 
     @property

@@ -85,3 +85,18 @@ def finish(algo, reason: str = "completed", total_steps: int = 0, total_episodes
         lambda runner: _finish_runner(runner, reason, total_steps, total_episodes), local_env_runner=True
     )
     return sum(bool(r) for r in results)
+
+
+def restore(algo, checkpoint_path: str) -> None:
+    """Restore a checkpoint and make sure every env runner acts with the restored weights.
+
+    RLlib 2.60 pushes restored weights to remote env runners without waiting and the
+    update can be lost; the first iteration would then stimulate the culture with an
+    untrained encoder and a zero spike mean. A blocking sync closes that gap.
+    """
+    algo.restore_from_path(checkpoint_path)
+    if algo.env_runner_group is not None and algo.learner_group is not None:
+        algo.env_runner_group.sync_weights(
+            from_worker_or_learner_group=algo.learner_group, inference_only=True, timeout_seconds=60
+        )
+

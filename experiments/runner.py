@@ -93,7 +93,7 @@ def train_trial(tune_config: dict[str, Any]) -> None:
     from ray import tune
 
     from experiments.live_view.announce import announce
-    from experiments.loop import finish
+    from experiments.loop import finish, restore
     from experiments.run_log import RunLog
 
     experiment = _trial_experiment(tune_config)
@@ -105,7 +105,7 @@ def train_trial(tune_config: dict[str, Any]) -> None:
     start = tune.get_checkpoint()
     if start is not None:
         with start.as_directory() as path:
-            algo.restore_from_path(path)
+            restore(algo, path)
         print(f"resumed from {start.path} at iteration {algo.iteration}", flush=True)
     log = RunLog(trial_dir)
     stop = experiment.stop
@@ -164,8 +164,12 @@ def _resources(experiment: Experiment):
     return config.algo_class.default_resource_request(config)
 
 
-def init_ray() -> None:
-    """Join the cluster a job was submitted to, or start a local Ray."""
+def init_ray(resources: dict[str, float] | None = None) -> None:
+    """Join the cluster in RAY_ADDRESS (as under `ray job submit`), or start a private local Ray.
+
+    `resources`: custom resources the local node advertises (ignored when joining a cluster,
+    whose nodes declare their own with `ray start --resources`).
+    """
     import ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -174,7 +178,7 @@ def init_ray() -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"])
     else:
-        ray.init(address="local", include_dashboard=False)  # RAY_ADDRESS unset: a private local Ray
+        ray.init(address="local", include_dashboard=False, resources=resources or None)
 
 
 def latest_run_dir(experiment: Experiment) -> Path | None:

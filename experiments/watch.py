@@ -18,7 +18,6 @@ end sends `training_complete`. Results go to a new run directory
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -113,16 +112,14 @@ def init_ray_for(experiment: Experiment) -> bool:
     """Join RAY_ADDRESS, or start a local Ray that owns the experiment's cl1 devices; True if started here."""
     import ray
 
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    from experiments.runner import init_ray
+
     if ray.is_initialized():
         return False
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(address=os.environ["RAY_ADDRESS"])
-        return True
     hardware = [d for d in experiment.devices if not d.simulated]
     # This machine is where the devices are reached from, so this node owns them.
     resources = {d.resource: 1.0 for d in hardware} | ({"cl1_slot": float(len(hardware))} if hardware else {})
-    ray.init(address="local", include_dashboard=False, resources=resources or None)
+    init_ray(resources=resources)
     return True
 
 
@@ -133,8 +130,10 @@ def build_watch_algo(experiment: Experiment, checkpoint: Path):
         .env_runners(num_env_runners=0, num_cpus_per_env_runner=1, custom_resources_per_env_runner={})
         .learners(num_learners=0, num_gpus_per_learner=0)
     )
+    from experiments.loop import restore
+
     algo = config.build_algo()
-    algo.restore_from_path(str(checkpoint))
+    restore(algo, str(checkpoint))
     return algo
 
 
