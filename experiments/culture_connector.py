@@ -26,7 +26,7 @@ from ray.rllib.core.columns import Columns
 
 from bridge.channels import N_SPIKE_GROUPS
 from bridge.core import SpikeReply
-from experiments.culture_link import close_link, current_link
+from experiments.culture_link import CultureLink, close_link, current_link
 from models.closed_loop_module import SPIKE_MEAN, SPIKES, STIM, STIM_DIST_INPUTS
 
 EXCHANGE_OK = "exchange_ok"
@@ -39,6 +39,28 @@ STIM_TIMESTAMP = "stim_timestamp_us"
 
 _NO_EXCHANGE = SpikeReply(np.zeros(N_SPIKE_GROUPS, dtype=np.float32), "timeout", 0.0, 0, None, 0)
 """Stands in for the reply of a step the env discards (an autoreset step): no stimulation was sent."""
+
+
+def queue_step_feedback(link: CultureLink, episode, value_next: float, metrics=None) -> None:
+    """Queue the feedback for the episode's last step, scaled by r_t + gamma V(s_{t+1}) - V(s_t).
+
+    It leaves with the next exchange, so feedback for step t always precedes stim_{t+1}.
+    """
+    reward = float(episode.get_rewards(-1))
+    info = episode.get_infos(-1) or {}
+    value_s = float(episode.get_extra_model_outputs(Columns.VF_PREDS, -1))
+    terminated = episode.is_terminated
+    commands, scales = link.feedback_policy.for_step(
+        reward, info.get("events", {}), value_s, 0.0 if terminated else value_next, terminated
+    )
+    link.queue_feedback(commands)
+    if metrics is not None:
+        metrics.log_value("culture/surprise_td_error", scales.td_error, window=100)
+        metrics.log_value("culture/surprise_ratio", scales.ratio, window=100)
+        metrics.log_value("culture/feedback_frequency_scale", scales.frequency, window=100)
+        metrics.log_value("culture/feedback_commands_per_step", len(commands), window=100)
+        metrics.log_value("culture/exchange_ok_fraction", float(episode.get_extra_model_outputs(EXCHANGE_OK, -1)),
+                          window=100)
 
 
 class CultureExchange(ConnectorV2):
@@ -63,6 +85,10 @@ class CultureExchange(ConnectorV2):
         # An episode that just ended is reset by RLlib's vector env on the *next* step(), which ignores
         # the action it is given ("next_step" autoreset): that call must not stimulate the culture.
         acting = [episode.is_reset for episode in episodes] if episodes else [True] * len(stim)
+        # Feedback for the previous step needs V(s_{t+1}): this forward pass just computed it.
+        for row, live in enumerate(acting):
+            if live and len(episodes[row]) > 0:
+                queue_step_feedback(link, episodes[row], float(batch[Columns.VF_PREDS][row]), kwargs.get("metrics"))
         try:
             replies = [link.exchange(row.numpy().astype(np.float32)) if live else _NO_EXCHANGE
                        for row, live in zip(stim, acting, strict=True)]

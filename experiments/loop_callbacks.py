@@ -2,10 +2,11 @@
 
 * `on_environment_created`: open this env runner's `CultureLink` (it knows the
   runner's index, hence which device it drives).
-* `on_episode_step` (after every env step, before the next stimulation): build
-  the step's reward and event feedback, scaled by the TD error
-  r_t + gamma V(s_{t+1}) - V(s_t), and queue it; it leaves with the next
-  exchange, so feedback for step t always precedes stim_{t+1}.
+* step feedback (reward and events, scaled by the TD error
+  r_t + gamma V(s_{t+1}) - V(s_t)) is queued by the culture connector on the next
+  tick, whose forward pass has just computed V(s_{t+1}), and leaves with that
+  tick's exchange, so feedback for step t always precedes stim_{t+1};
+  `on_episode_step` queues it only for an episode's last step.
 * `on_episode_end`: send any queued feedback, the episode feedback (scaled by
   episode return - V(s_0)) and the `episode_end` event with the payload devices
   expect, at once.
@@ -26,7 +27,7 @@ import tree
 from ray.rllib.callbacks.callbacks import RLlibCallback
 from ray.rllib.core.columns import Columns
 
-from experiments.culture_connector import EXCHANGE_OK
+from experiments.culture_connector import EXCHANGE_OK, queue_step_feedback
 from experiments.culture_link import CultureSettings, close_link, current_link, open_link
 from experiments.live_view.runner_view import current_view, start_view, view_settings
 
@@ -84,23 +85,10 @@ class ClosedLoopCallbacks(RLlibCallback):
             start_view(view, env_runner.worker_index, env, link.device.device_id)
 
     def on_episode_step(self, *, episode, env_runner=None, metrics_logger=None, **kwargs) -> None:
-        """Queue step t's feedback (it is sent just before stim_{t+1})."""
-        link = current_link()
-        module = env_runner.module
-        reward = float(episode.get_rewards(-1))
-        info = episode.get_infos(-1) or {}
-        value_s = float(episode.get_extra_model_outputs(Columns.VF_PREDS, -1))
-        terminated = episode.is_terminated
-        value_next = 0.0 if terminated else _value_of(module, episode.get_observations(-1))
-        commands, scales = link.feedback_policy.for_step(reward, info.get("events", {}), value_s, value_next, terminated)
-        link.queue_feedback(commands)
-        if metrics_logger is not None:
-            metrics_logger.log_value("culture/surprise_td_error", scales.td_error, window=100)
-            metrics_logger.log_value("culture/surprise_ratio", scales.ratio, window=100)
-            metrics_logger.log_value("culture/feedback_frequency_scale", scales.frequency, window=100)
-            metrics_logger.log_value("culture/feedback_commands_per_step", len(commands), window=100)
-            ok = episode.get_extra_model_outputs(EXCHANGE_OK, -1)
-            metrics_logger.log_value("culture/exchange_ok_fraction", float(ok), window=100)
+        """Queue the last step's feedback when the episode just ended (else the next tick's connector does)."""
+        if episode.is_done:
+            value_next = 0.0 if episode.is_terminated else _value_of(env_runner.module, episode.get_observations(-1))
+            queue_step_feedback(current_link(), episode, value_next, metrics_logger)
         view = current_view()
         if view is not None:
             view.publish_step(episode, kwargs.get("env_index", 0))
