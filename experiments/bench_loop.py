@@ -6,14 +6,18 @@ bridge, with feedback on:
 * paced: the device runs in real time with the reference 50 + 50 ms artifact
   and collection windows, so one device allows at most 1 / (0.05 + 0.05) = 10
   steps/s; the question is how close the loop gets to that limit;
-* unpaced: zero windows, as fast as possible: what the software costs per tick.
+* unpaced: zero windows, as fast as possible: what the software costs per tick;
+* unpaced with the live view on and a viewer reading `/doom.mjpeg` throughout:
+  the view must not slow the loop (frames are dropped, never queued).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +25,12 @@ from typing import Any
 from bridge.bench_record import provenance, write_result
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/loop.json")
+
+
+def _free_tcp_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def _experiment(paced: bool, scenario: str, extra: dict[str, Any] | None = None):
@@ -33,10 +43,30 @@ def _experiment(paced: bool, scenario: str, extra: dict[str, Any] | None = None)
     return experiment_from_dict(data, source="bench loop")
 
 
+def _watch_stream(url: str, stop: threading.Event, frames: list[int]) -> None:
+    """A viewer: read the MJPEG stream until told to stop, counting JPEG frames."""
+    import urllib.request
+
+    while not stop.is_set():
+        try:
+            with urllib.request.urlopen(url, timeout=5) as stream:
+                while not stop.is_set():
+                    chunk = stream.read(65536)
+                    if not chunk:
+                        break
+                    frames[0] += chunk.count(b"\xff\xd8\xff")
+        except OSError:
+            time.sleep(0.2)  # the server is not up yet
+
+
 def _sample_rate(experiment, steps: int, warmup_steps: int) -> dict[str, float]:
     from experiments.loop import finish
 
     algo = experiment.algorithm_config().build_algo()
+    stop, frames = threading.Event(), [0]
+    if experiment.view.enabled:
+        url = f"http://127.0.0.1:{experiment.view.port}/doom.mjpeg"
+        threading.Thread(target=_watch_stream, args=(url, stop, frames), daemon=True).start()
     try:
         def timed(runner, n=steps, w=warmup_steps):
             runner.sample(num_timesteps=w, explore=True)
@@ -46,8 +76,10 @@ def _sample_rate(experiment, steps: int, warmup_steps: int) -> dict[str, float]:
             return sum(len(e) for e in episodes), elapsed
 
         (n, elapsed), = algo.env_runner_group.foreach_env_runner(timed, local_env_runner=False)
-        return {"steps": n, "seconds": elapsed, "steps_per_s": n / elapsed}
+        return {"steps": n, "seconds": elapsed, "steps_per_s": n / elapsed} | (
+            {"frames_streamed": frames[0]} if experiment.view.enabled else {})
     finally:
+        stop.set()
         finish(algo, reason="benchmark")
         algo.stop()
 
@@ -63,6 +95,12 @@ def run(paced_steps: int, unpaced_steps: int, scenario: str) -> dict[str, Any]:
         paced = _sample_rate(_experiment(True, scenario), paced_steps, warmup_steps=20)
         print(f"unpaced: {unpaced_steps} steps with zero windows...", file=sys.stderr)
         unpaced = _sample_rate(_experiment(False, scenario), unpaced_steps, warmup_steps=200)
+        print(f"paced, live view on and watched: {paced_steps} steps...", file=sys.stderr)
+        paced_viewed = _sample_rate(_experiment(True, scenario, {"view": {"enabled": True, "port": _free_tcp_port()}}),
+                                    paced_steps, warmup_steps=20)
+        print(f"unpaced, live view on and watched: {unpaced_steps} steps...", file=sys.stderr)
+        viewed = _sample_rate(_experiment(False, scenario, {"view": {"enabled": True, "port": _free_tcp_port()}}),
+                              unpaced_steps, warmup_steps=200)
     finally:
         ray.shutdown()
     limit = 1.0 / (0.050 + 0.050)
@@ -72,9 +110,15 @@ def run(paced_steps: int, unpaced_steps: int, scenario: str) -> dict[str, Any]:
         "paced_fraction_of_limit": paced["steps_per_s"] / limit,
         "unpaced_steps_per_s": unpaced["steps_per_s"],
         "unpaced_ms_per_step": 1000.0 / unpaced["steps_per_s"],
+        "view_on_paced_steps_per_s": paced_viewed["steps_per_s"],
+        "view_on_paced_fraction_of_off": paced_viewed["steps_per_s"] / paced["steps_per_s"],
+        "view_on_unpaced_steps_per_s": viewed["steps_per_s"],
+        "view_on_unpaced_fraction_of_off": viewed["steps_per_s"] / unpaced["steps_per_s"],
         "paced": paced,
+        "paced_view_on": paced_viewed,
         "unpaced": unpaced,
-        "target": {"paced_steps_per_s": 9.5},
+        "unpaced_view_on": viewed,
+        "target": {"paced_steps_per_s": 9.5, "view_on_fraction_of_off": 0.95},
         "settings": {"scenario": scenario, "device": "sim backend via the device program and CL1Bridge actor",
                      "env_runners": 1, "feedback": "on (reference)", "explore": True},
     }
@@ -95,5 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     result |= provenance("loop", argv)
     write_result(args.output, result)
     print(f"paced {result['paced_steps_per_s']:.2f} steps/s (limit {result['limit_steps_per_s']:.1f}, target 9.5); "
-          f"unpaced {result['unpaced_steps_per_s']:.1f} steps/s; written to {args.output}")
+          f"with the view on and watched {result['view_on_paced_steps_per_s']:.2f} "
+          f"({result['view_on_paced_fraction_of_off']:.1%}); unpaced {result['unpaced_steps_per_s']:.1f} steps/s, "
+          f"view on {result['view_on_unpaced_steps_per_s']:.1f} ({result['view_on_unpaced_fraction_of_off']:.1%}); "
+          f"written to {args.output}")
     return 0
