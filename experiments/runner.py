@@ -129,7 +129,8 @@ def train_trial(tune_config: dict[str, Any]) -> None:
             metrics = {SCORE: values.get("episode/return_mean", float("-inf")), "finished": done} | {
                 k.replace("/", "_"): v for k, v in values.items()
             }
-            save = (iteration % experiment.checkpoint.every_iterations == 0) or _request_pending(trial_dir) or (
+            requested = _request_pending(trial_dir)  # first, so a request is taken even when a save is due anyway
+            save = requested or iteration % experiment.checkpoint.every_iterations == 0 or (
                 done and experiment.checkpoint.at_end
             )
             if save:
