@@ -84,6 +84,26 @@ class DeviceSettings:
         """The custom resource that marks the node owning this device."""
         return self.node_resource or device_resource(self.device_id)
 
+    def device_config(self, spike_port: int):
+        """The device program's settings for this simulated device (its own ports: any free ones)."""
+        from bridge.device import DeviceConfig
+
+        return DeviceConfig(
+            training_host=self.bind_host,
+            bind_host=self.bind_host,
+            stim_port=0,
+            feedback_port=0,
+            event_port=0,
+            spike_port=spike_port,
+            backend=self.backend,
+            seed=self.seed,
+            realtime=self.realtime,
+            tick_frequency_hz=self.tick_frequency_hz,
+            artifact_wait_ms=self.artifact_wait_ms,
+            collect_window_ms=self.collect_window_ms,
+            random_spike_rate_hz=self.random_spike_rate_hz,
+        )
+
 
 @dataclass(frozen=True)
 class CultureSettings:
@@ -98,6 +118,8 @@ class CultureSettings:
     on_device_loss: Literal["continue", "stop"] = "stop"
     feedback: FeedbackSettings = field(default_factory=FeedbackSettings)
     fast_path: bool = True
+    step_log: bool = False
+    """Keep each exchange's latency so episodes can carry a per-step log (`output.step_log`)."""
 
     def simulated_device_for(self, runner_index: int) -> DeviceSettings:
         """The simulated culture of env runner `runner_index`: the template with its own id and seed."""
@@ -107,6 +129,22 @@ class CultureSettings:
     def devices_on_node(self, node_resources: dict[str, float]) -> list[DeviceSettings]:
         """The hardware devices whose node resource the given node advertises."""
         return [d for d in self.devices if d.resource in node_resources]
+
+    def bridge_config(self, dev: DeviceSettings) -> BridgeConfig:
+        """The bridge settings for one of this experiment's devices."""
+        return BridgeConfig(
+            device_id=dev.device_id,
+            device_host=dev.host,
+            stim_port=dev.stim_port,
+            event_port=dev.event_port,
+            feedback_port=dev.feedback_port,
+            spike_port=dev.spike_port,
+            bind_host=dev.bind_host,
+            timeout_s=self.timeout_s,
+            timeout_policy=self.timeout_policy,
+            envelope=self.envelope,
+            envelope_policy=self.envelope_policy,
+        )
 
     def __post_init__(self) -> None:
         if not self.devices:
@@ -138,6 +176,7 @@ class CultureLink:
         self.consecutive_timeouts = 0
         self._pending_feedback: list[FeedbackCommand] = []
         self._episode_records: list[dict[str, Any]] = []
+        self._latency_ms_by_stim: dict[int, float] = {}  # filled only with settings.step_log
         self._device_actor = None
         self._busy_s = 0.0
         self._opened = time.monotonic()
@@ -150,44 +189,15 @@ class CultureLink:
             self.device, self.bridge = self._claim_device_on_this_node()
         log.info("env runner %d drives device %s (%s)", runner_index, self.device.device_id, self.device.backend)
 
-    def _bridge_config(self, dev: DeviceSettings) -> BridgeConfig:
-        return BridgeConfig(
-            device_id=dev.device_id,
-            device_host=dev.host,
-            stim_port=dev.stim_port,
-            event_port=dev.event_port,
-            feedback_port=dev.feedback_port,
-            spike_port=dev.spike_port,
-            bind_host=dev.bind_host,
-            timeout_s=self.settings.timeout_s,
-            timeout_policy=self.settings.timeout_policy,
-            envelope=self.settings.envelope,
-            envelope_policy=self.settings.envelope_policy,
-        )
-
     def _start_simulated(self, dev: DeviceSettings):
         """Start this runner's simulated device and its bridge, both on this node."""
-        from bridge.device import DeviceConfig
         from bridge.device_actor import start_simulated_device
 
         spike_port = _free_port(dev.bind_host)
-        self._device_actor = start_simulated_device(
-            DeviceConfig(
-                training_host=dev.bind_host,
-                spike_port=spike_port,
-                backend=dev.backend,
-                seed=dev.seed,
-                realtime=dev.realtime,
-                tick_frequency_hz=dev.tick_frequency_hz,
-                artifact_wait_ms=dev.artifact_wait_ms,
-                collect_window_ms=dev.collect_window_ms,
-                random_spike_rate_hz=dev.random_spike_rate_hz,
-            ),
-            node_id=self._node_id,
-        )
+        self._device_actor = start_simulated_device(dev.device_config(spike_port), node_id=self._node_id)
         ports = ray.get(self._device_actor.ports.remote())
         # A fresh name per process: two trials must never share a simulated culture's bridge.
-        config = replace(self._bridge_config(dev), device_id=f"{dev.device_id}-{uuid.uuid4().hex[:8]}",
+        config = replace(self.settings.bridge_config(dev), device_id=f"{dev.device_id}-{uuid.uuid4().hex[:8]}",
                          spike_port=spike_port, device_host=dev.bind_host, **ports)
         return start_bridge(config, node_id=self._node_id)
 
@@ -204,7 +214,7 @@ class CultureLink:
             )
         holders = []
         for dev in candidates:
-            wanted = self._bridge_config(dev)
+            wanted = self.settings.bridge_config(dev)
             actor = start_bridge(wanted, resource=dev.resource)
             running = ray.get(actor.get_config.remote())
             if running != wanted:
@@ -236,6 +246,8 @@ class CultureLink:
         self._busy_s += time.perf_counter() - t0
         self.counts["exchanges"] += 1
         self.counts["feedback_commands"] += len(feedback)
+        if self.settings.step_log:
+            self._latency_ms_by_stim[reply.stim_timestamp_us] = reply.latency_s * 1e3
         if reply.ok:
             self.consecutive_timeouts = 0
         else:
@@ -267,6 +279,11 @@ class CultureLink:
     def record_episode(self, record: dict[str, Any]) -> None:
         """Keep a finished episode's summary until the driver collects it."""
         self._episode_records.append({"device_id": self.device.device_id, "env_runner": self.runner_index} | record)
+
+    def pop_latencies_ms(self, stim_timestamps_us: np.ndarray) -> np.ndarray:
+        """The exchange latencies of these stimulations (NaN where unknown); forgets every kept latency."""
+        kept, self._latency_ms_by_stim = self._latency_ms_by_stim, {}
+        return np.array([kept.get(int(t), np.nan) for t in stim_timestamps_us], dtype=np.float32)
 
     def pop_episode_records(self) -> list[dict[str, Any]]:
         """The episode summaries since the last call (the driver writes them to the run's JSONL)."""

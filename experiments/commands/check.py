@@ -95,31 +95,15 @@ def _shape(obs) -> str:
 
 
 def _bridge_config(experiment: Experiment, dev: DeviceSettings) -> BridgeConfig:
-    return BridgeConfig(
-        device_id=dev.device_id,
-        device_host=dev.host,
-        stim_port=dev.stim_port,
-        event_port=dev.event_port,
-        feedback_port=dev.feedback_port,
-        spike_port=dev.spike_port,
-        bind_host=dev.bind_host,
-        timeout_s=experiment.loop.timeout_s,
-        timeout_policy="zeros",  # a timeout is a finding to report, not an exception
-        envelope=experiment.safety,
-        envelope_policy="clamp",
-    )
+    # A timeout is a finding to report, not an exception; the probe's values are in the envelope anyway.
+    return replace(experiment.culture_settings().bridge_config(dev), timeout_policy="zeros", envelope_policy="clamp")
 
 
 def _start_local_device(dev: DeviceSettings):
     """A simulated/ablation device of this process on free ports (the trainer side binds its own)."""
-    from bridge.device import Device, DeviceConfig
+    from bridge.device import Device
 
-    device = Device(DeviceConfig(
-        training_host=dev.bind_host, bind_host=dev.bind_host, stim_port=0, event_port=0, feedback_port=0,
-        spike_port=0, backend=dev.backend, seed=dev.seed, realtime=dev.realtime,
-        tick_frequency_hz=dev.tick_frequency_hz, artifact_wait_ms=dev.artifact_wait_ms,
-        collect_window_ms=dev.collect_window_ms, random_spike_rate_hz=dev.random_spike_rate_hz,
-    ))
+    device = Device(dev.device_config(spike_port=0))
     return device, replace(dev, host=dev.bind_host, stim_port=device.stim_port, event_port=device.event_port,
                            feedback_port=device.feedback_port, spike_port=0)
 
