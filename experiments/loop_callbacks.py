@@ -27,9 +27,10 @@ import tree
 from ray.rllib.callbacks.callbacks import RLlibCallback
 from ray.rllib.core.columns import Columns
 
-from experiments.culture_connector import EXCHANGE_OK, queue_step_feedback
+from experiments.culture_connector import EXCHANGE_OK, RAW_SPIKES, STIM_TIMESTAMP, queue_step_feedback
 from experiments.culture_link import CultureSettings, close_link, current_link, open_link
 from experiments.live_view.runner_view import current_view, start_view, view_settings
+from models.closed_loop_module import SPIKES, STIM
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,21 @@ def _value_of(module, observation: Any) -> float:
     obs = tree.map_structure(lambda x: torch.as_tensor(np.asarray(x))[None], observation)
     with torch.no_grad():
         return float(module.compute_values({Columns.OBS: obs})[0])
+
+
+def episode_steps(episode, link) -> dict[str, np.ndarray]:
+    """The episode's compact per-step log (`output.step_log`): what was sent, what came back, what was done."""
+    stamps = np.asarray(episode.get_extra_model_outputs(STIM_TIMESTAMP), dtype=np.uint64)
+    return {
+        "stim": np.asarray(episode.get_extra_model_outputs(STIM), dtype=np.float32),
+        "raw_spikes": np.asarray(episode.get_extra_model_outputs(RAW_SPIKES), dtype=np.float32),
+        "spikes": np.asarray(episode.get_extra_model_outputs(SPIKES), dtype=np.float32),
+        "action": np.asarray(episode.get_actions()),
+        "reward": np.asarray(episode.get_rewards(), dtype=np.float32),
+        "exchange_ok": np.asarray(episode.get_extra_model_outputs(EXCHANGE_OK), dtype=np.float32),
+        "stim_timestamp_us": stamps,
+        "latency_ms": link.pop_latencies_ms(stamps),
+    }
 
 
 def episode_end_payload(episode, episode_index: int) -> dict[str, Any]:
@@ -105,12 +121,15 @@ class ClosedLoopCallbacks(RLlibCallback):
         view = current_view()
         if view is not None:
             view.end_episode(episode_return)
-        link.record_episode(payload | {
+        record = payload | {
             "episode_feedback_commands": len(commands),
             "episode_surprise_td_error": scales.td_error,
             "timeouts_in_episode": int(len(episode) - np.sum(episode.get_extra_model_outputs(EXCHANGE_OK))),
             "wall_time": time.time(),
-        })
+        }
+        if link.settings.step_log:
+            record["steps"] = episode_steps(episode, link)  # RunLog writes it to steps/, not the JSONL
+        link.record_episode(record)
         if metrics_logger is not None:
             stats = link.stats()
             lat = stats["latency_ms"]

@@ -18,6 +18,8 @@ from typing import Any
 
 EPISODES_FILE = "episodes.jsonl"
 CURVE_FILE = "learning_curve.png"
+STEPS_DIR = "steps"
+"""Per-step log (`output.step_log`): one `episode_<index>.npz` per episode, named in its JSONL line."""
 
 # TensorBoard tag -> path in RLlib's result dict ("*" = any module id).
 RESULT_TAGS: dict[str, str] = {
@@ -131,10 +133,22 @@ class RunLog:
                     self.episodes_logged += 1
                     line = {"episode_index": self.episodes_logged, "iteration": result.get("training_iteration"),
                             "env_steps_lifetime": step} | record
+                    steps = line.pop("steps", None)
+                    if steps is not None:
+                        line["step_log"] = self._write_steps(self.episodes_logged, steps)
                     f.write(json.dumps(line) + "\n")
             self.draw_curve()
         self.writer.flush()
         return values
+
+    def _write_steps(self, episode_index: int, steps: dict[str, Any]) -> str:
+        """Save one episode's per-step arrays; return the file's path relative to the trial directory."""
+        import numpy as np
+
+        relative = f"{STEPS_DIR}/episode_{episode_index:06d}.npz"
+        (self.trial_dir / STEPS_DIR).mkdir(exist_ok=True)
+        np.savez_compressed(self.trial_dir / relative, **{k: np.asarray(v) for k, v in steps.items()})
+        return relative
 
     def draw_curve(self) -> None:
         """Redraw learning_curve.png from episodes.jsonl (written atomically)."""

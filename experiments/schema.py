@@ -249,6 +249,7 @@ class Experiment(BaseModel):
             on_device_loss=self.loop.on_device_loss,
             feedback=self.feedback,
             fast_path=self.loop.fast_path,
+            step_log=self.output.step_log,
         )
 
     def algorithm_config(self):
