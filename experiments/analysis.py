@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from bridge.channels import SPIKE_GROUP_NAMES
 from experiments.run_log import EPISODES_FILE, STEPS_DIR
 
 RUNS_ENV = "SPIKELOOP_RUNS"
@@ -31,6 +32,8 @@ RESOLVED_FILE = "experiment.yaml"
 EVENT_GLOB = "events.out.tfevents.*"
 N_STIM_CHANNELS = 8
 """The stim vector is [8 frequencies (Hz), 8 amplitudes (uA)]."""
+SPIKE_GROUPS = SPIKE_GROUP_NAMES
+"""Names of the spike groups, in the order of the logged spike columns."""
 
 
 @dataclass(frozen=True)
@@ -108,12 +111,21 @@ def read_episodes(trial: Trial | str | Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+ENV_STEPS_AT_END = "env_steps_at_end"
+"""Derived episode field: the cumulative episode lengths, i.e. env steps when the episode ended.
+
+Finer than the logged `env_steps_lifetime`, which is the step count at the end of the episode's iteration."""
+
+
 def episode_arrays(trial: Trial | str | Path, fields: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-    """Numeric episode fields as arrays (NaN where a record lacks one); all numeric fields by default."""
+    """Numeric episode fields as arrays (NaN where a record lacks one), `env_steps_at_end` too; all by default."""
     records = read_episodes(trial)
     if fields is None:
-        fields = [k for k, v in (records[0] if records else {}).items() if _is_number(v)]
-    return {f: np.array([_as_float(r.get(f)) for r in records], dtype=np.float64) for f in fields}
+        fields = [k for k, v in (records[0] if records else {}).items() if _is_number(v)] + [ENV_STEPS_AT_END]
+    lengths = np.array([_as_float(r.get("episode_length")) for r in records], dtype=np.float64)
+    derived = {ENV_STEPS_AT_END: np.cumsum(np.nan_to_num(lengths))}
+    return {f: derived[f] if f in derived else np.array([_as_float(r.get(f)) for r in records], dtype=np.float64)
+            for f in fields}
 
 
 def _is_number(value: Any) -> bool:
@@ -234,7 +246,7 @@ def _nan_reduce(fn, stacked: np.ndarray) -> np.ndarray:
 
 def episode_curve(trial: Trial | str | Path, field_name: str = "episode_reward",
                   x: str = "episode_index", window: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(x, smoothed field) of one trial's episodes; x is `episode_index` or `env_steps_lifetime`."""
+    """(x, smoothed field) of one trial's episodes; x is `episode_index` or `env_steps_at_end`."""
     arrays = episode_arrays(trial, [x, field_name])
     y = arrays[field_name]
     return arrays[x], smooth(y, window or default_window(len(y)))

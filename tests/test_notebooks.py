@@ -1,0 +1,52 @@
+"""Every analysis notebook runs headless against fresh short runs and draws its figures.
+
+The runs (ablation none/zero/random, 2 iterations of 256 steps, step log on) are the ones
+tests/test_analysis.py reads back; they are made once per session. Each notebook gets the run
+through $SPIKELOOP_RUNS and is executed with nbclient in the repository's kernel.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from experiments.analysis import RUNS_ENV
+from tests.test_analysis import short_runs
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+FIGURES = {"learning_curves": 2, "ablation": 2, "loop_health": 3, "culture_response": 3}
+"""Notebook -> how many figures it draws at least."""
+
+
+@pytest.fixture(scope="module")
+def runs_root(tmp_path_factory) -> Path:
+    """The root directory of the shared short runs."""
+    return short_runs(tmp_path_factory)
+
+
+def images(notebook: nbformat.NotebookNode) -> int:
+    """How many PNG images the executed notebook's outputs hold."""
+    return sum("image/png" in output.get("data", {})
+               for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs)
+
+
+def test_notebooks_are_stored_without_outputs() -> None:
+    for name in FIGURES:
+        notebook = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+        code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+        assert all(not cell.outputs and cell.execution_count is None for cell in code), name
+        assert "from experiments.analysis import" in code[0].source, name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(FIGURES))
+def test_notebook_draws_its_figures(name: str, runs_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(RUNS_ENV, str(runs_root))
+    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    notebook = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    NotebookClient(notebook, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    assert images(notebook) >= FIGURES[name]
