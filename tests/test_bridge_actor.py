@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import os
-import signal
+import subprocess
+import sys
+from pathlib import Path
 
-import numpy as np
 import pytest
 
 from bridge.actor import bridge_actor_name, device_resource, find_bridge, start_bridge
-from bridge.client import BridgeClient
 from bridge.core import BridgeConfig
 from bridge.loopback_device import LoopbackDevice
 from tests.conftest import free_udp_port
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -57,27 +58,13 @@ def test_missing_bridge_is_a_clear_error(ray_with_device_resource):
         find_bridge("nope")
 
 
-@pytest.mark.parametrize("fast_path", [True, False], ids=["compiled-graph", "actor-calls"])
-def test_killed_bridge_is_restarted_and_keeps_serving(ray_with_device_resource, device, fast_path):
-    ray = ray_with_device_resource
-    bridge = start_bridge(config_for(device, f"dish-b-{fast_path}"))
-    client = BridgeClient(bridge, fast_path=fast_path)
-    rng = np.random.default_rng(0)
-    pids = set()
-    for step in range(60):
-        if step == 20:
-            os.kill(ray.get(bridge.pid.remote()), signal.SIGKILL)  # mid-run, as a crash would
-        freqs = rng.uniform(4, 40, 8).astype(np.float32)
-        reply = client.exchange(freqs, [1.5] * 8)
-        assert reply.ok
-        np.testing.assert_array_equal(reply.counts, freqs)
-        pids.add(ray.get(bridge.pid.remote()))
-    assert len(pids) == 2 and client.restarts_seen == 1
-    stats = client.stats()
-    assert stats["restarted"] is True
-    assert stats["spike_port"] == device.spike_port  # the same port, bound again
-    client.close()
-    ray.kill(bridge, no_restart=True)
+@pytest.mark.parametrize("path", ["compiled-graph", "actor-calls"])
+def test_killed_bridge_is_restarted_and_keeps_serving(path):
+    # In a process of its own (see tests/bridge_restart_check.py for why and for the checks).
+    proc = subprocess.run([sys.executable, "-m", "tests.bridge_restart_check", path], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert f"ok: {path}" in proc.stdout
 
 
 def test_actor_name():

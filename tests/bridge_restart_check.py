@@ -1,0 +1,58 @@
+"""Kill a CL1Bridge actor mid-run and keep exchanging: run as its own process by test_bridge_actor.
+
+Its own process because a driver that has used a Ray compiled graph on an actor that
+was then killed can crash (SIGSEGV) at a later `ray.shutdown()`/`ray.init()` in the
+same process; the pytest process must outlive that. Exit status 0 means every check held.
+Usage: python -m tests.bridge_restart_check {compiled-graph|actor-calls}
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import numpy as np
+import ray
+
+from bridge.actor import start_bridge
+from bridge.client import BridgeClient
+from bridge.core import BridgeConfig
+from bridge.loopback_device import LoopbackDevice
+from tests.conftest import free_udp_port
+
+
+def main(path: str) -> int:
+    """Run the scenario; raise AssertionError on any broken expectation."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    device = LoopbackDevice(spike_port=free_udp_port())
+    device.start()
+    bridge = start_bridge(BridgeConfig(device_id=f"dish-b-{path}", spike_port=device.spike_port,
+                                       stim_port=device.stim_port, feedback_port=device.feedback_port,
+                                       event_port=device.event_port, timeout_s=0.5))
+    client = BridgeClient(bridge, fast_path=path == "compiled-graph")
+    rng = np.random.default_rng(0)
+    pids = set()
+    for step in range(60):
+        if step == 20:
+            os.kill(ray.get(bridge.pid.remote()), signal.SIGKILL)  # mid-run, as a crash would
+        freqs = rng.uniform(4, 40, 8).astype(np.float32)
+        reply = client.exchange(freqs, [1.5] * 8)
+        assert reply.ok, f"step {step}: {reply.status}"
+        np.testing.assert_array_equal(reply.counts, freqs)
+        pids.add(ray.get(bridge.pid.remote()))
+    assert len(pids) == 2, pids
+    assert client.restarts_seen == 1, client.restarts_seen
+    stats = client.stats()
+    assert stats["restarted"] is True
+    assert stats["spike_port"] == device.spike_port  # the same port, bound again
+    client.close()
+    ray.kill(bridge, no_restart=True)
+    device.stop()
+    print(f"ok: {path}: 60 exchanges across a restart, pids {sorted(pids)}", flush=True)
+    os._exit(0)  # skip ray.shutdown(): see the module docstring
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
