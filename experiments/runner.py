@@ -207,7 +207,7 @@ def run(experiment: Experiment, *, sweep: bool, resume: bool = False) -> Path:
         run_dir = root / run_name
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / RESOLVED_FILE).write_text(experiment.to_yaml())
-        param_space: dict[str, Any] = {"experiment": experiment.model_dump(mode="json")}
+        param_space: dict[str, Any] = {"experiment": experiment.plain()}
         if sweep and experiment.tune.search_space:
             param_space["sweep"] = _search_space(experiment)
         t = experiment.tune

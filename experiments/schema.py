@@ -195,7 +195,7 @@ class Experiment(BaseModel):
     def _env_and_ablation(cls, data: Any) -> Any:
         if isinstance(data, dict):
             model = data.get("model")
-            if isinstance(model, dict) and model.get("ablation", data.get("ablation", "none")) != data.get("ablation", "none"):
+            if isinstance(model, dict) and "ablation" in model:
                 raise ValueError("model.ablation: set the ablation with the top-level `ablation:` key")
             env = data.get("env", {})
             if env is not None and not isinstance(env, dict):
@@ -266,9 +266,13 @@ class Experiment(BaseModel):
             view=self.view.settings(),
         ).learners(num_learners=self.resources.num_learners, num_gpus_per_learner=self.resources.num_gpus_per_learner)
 
+    def plain(self) -> dict[str, Any]:
+        """The resolved experiment as plain data that validates again (the ablation only at top level)."""
+        return self.model_dump(mode="json", exclude={"model": {"ablation"}})
+
     def to_yaml(self) -> str:
         """The fully resolved experiment, every default written out."""
-        return yaml.safe_dump(_plain(self.model_dump(mode="json")), sort_keys=False)
+        return yaml.safe_dump(_plain(self.plain()), sort_keys=False)
 
 
 def _feedback_specs(feedback: FeedbackSettings):
@@ -283,7 +287,7 @@ def _check_search_entry(experiment: Experiment, key: str, spec: dict[str, Any]) 
     if len(spec) != 1 or next(iter(spec)) not in SEARCH_KINDS:
         raise ValueError(f"{where}: use exactly one of {', '.join(SEARCH_KINDS)}, e.g. {{grid: [0.1, 0.2]}}")
     try:
-        _get_path(experiment.model_dump(), key)
+        _get_path(experiment.plain(), key)
     except KeyError:
         raise ValueError(f"{where}: {key!r} is not a setting of the experiment") from None
 
@@ -343,7 +347,7 @@ def set_path(tree: dict[str, Any], dotted: str, value: Any, defaults: dict[str, 
 
 @functools.cache
 def _default_tree_json() -> str:
-    return json.dumps(Experiment().model_dump(mode="json"))
+    return json.dumps(Experiment().plain())
 
 
 def default_experiment_tree() -> dict[str, Any]:
