@@ -32,6 +32,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.process_tree import group_and_descendants, proc_stat
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent  # the venv's bin: `ray`, `spikeloop`, `python`
 JOB_TIMEOUT_S = 420
@@ -63,28 +65,6 @@ def free_tcp_port() -> int:
         return sock.getsockname()[1]
 
 
-def _stat(pid: int) -> tuple[int, int] | None:
-    """(ppid, pgid) of a live process, from /proc."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return int(fields[1]), int(fields[2])
-
-
-def cluster_processes(pgid: int) -> set[int]:
-    """Every process in `pgid` and all their descendants (Ray daemons reparent to init, keeping the group)."""
-    table = {pid: st for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()) if (st := _stat(pid))}
-    found = {pid for pid, (_, group) in table.items() if group == pgid}
-    grew = True
-    while grew:
-        children = {pid for pid, (ppid, _) in table.items() if ppid in found} - found
-        found |= children
-        grew = bool(children)
-    found.discard(os.getpid())
-    return found
-
-
 def kill_processes(pids: set[int], grace_s: float = 5.0) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
@@ -93,9 +73,9 @@ def kill_processes(pids: set[int], grace_s: float = 5.0) -> None:
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and any(_stat(pid) for pid in pids):
+        while time.monotonic() < deadline and any(proc_stat(pid) for pid in pids):
             time.sleep(0.2)
-        pids = {pid for pid in pids if _stat(pid)}
+        pids = {pid for pid in pids if proc_stat(pid)}
         if not pids:
             return
 
@@ -148,7 +128,7 @@ def head_node(tmp_path: Path):
     finally:
         if start.poll() is None:
             start.kill()
-        kill_processes(cluster_processes(start.pid))
+        kill_processes(group_and_descendants(start.pid))
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 

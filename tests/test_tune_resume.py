@@ -24,32 +24,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.process_tree import group_and_descendants, proc_stat
+
 REPO = Path(__file__).resolve().parents[1]
 ITERATIONS = 4
 STARTUP_TIMEOUT_S = 300
 RESUMED = re.compile(r"resumed from (\S+) at iteration (\d+)")
-
-
-def _stat(pid: int) -> tuple[int, int] | None:
-    """(ppid, pgid) of a live process, from /proc."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return int(fields[1]), int(fields[2])
-
-
-def group_and_descendants(pgid: int) -> set[int]:
-    """Every process in `pgid` and all their descendants."""
-    table = {pid: st for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()) if (st := _stat(pid))}
-    found = {pid for pid, (_, group) in table.items() if group == pgid}
-    grew = True
-    while grew:
-        children = {pid for pid, (ppid, _) in table.items() if ppid in found} - found
-        found |= children
-        grew = bool(children)
-    found.discard(os.getpid())
-    return found
 
 
 def sigkill_all(pids: set[int], wait_s: float = 30.0) -> None:
@@ -59,7 +39,7 @@ def sigkill_all(pids: set[int], wait_s: float = 30.0) -> None:
         except ProcessLookupError:
             pass
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and any(_stat(pid) and not _zombie(pid) for pid in pids):
+    while time.monotonic() < deadline and any(proc_stat(pid) and not _zombie(pid) for pid in pids):
         time.sleep(0.2)
 
 
