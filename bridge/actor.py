@@ -22,7 +22,8 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from bridge.core import BridgeConfig, BridgeCore, SpikeReply
+from bridge.core import BridgeConfig, BridgeCore
+from bridge.local_channel import LocalChannelServer
 from bridge.protocol import FeedbackCommand
 
 NAMESPACE = "spikeloop"
@@ -44,6 +45,7 @@ class CL1Bridge(BridgeCore):
 
     def __init__(self, config: BridgeConfig) -> None:
         super().__init__(config)
+        self._channel: LocalChannelServer | None = None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # Ray warns about its own internal use of a deprecated API here
             self._restarted = ray.get_runtime_context().was_current_actor_reconstructed
@@ -52,9 +54,20 @@ class CL1Bridge(BridgeCore):
         """Core stats plus whether this actor is a restart."""
         return super().stats() | {"restarted": self._restarted, "pid": os.getpid()}
 
-    def exchange_packed(self, args: tuple) -> SpikeReply:
-        """`exchange` taking one (frequencies, amplitudes[, feedback]) tuple: the compiled-graph entry point."""
-        return self.exchange(*args)
+    def local_channel(self) -> tuple[str, str, float]:
+        """(node id, socket path, answer bound in s) of the exchange fast path, started on first use."""
+        if self._channel is None:
+            methods = {"feedback": self.feedback, "event": self.event, "send_all": self.send_all, "stats": self.stats}
+            self._channel = LocalChannelServer(self.exchange, methods)
+        # An exchange answers within the device timeout; anything far beyond it means a stuck actor.
+        return ray.get_runtime_context().get_node_id(), self._channel.path, 2 * self.config.timeout_s + 30.0
+
+    def close(self) -> None:
+        """Close the exchange fast path, then the device sockets."""
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+        super().close()
 
     def send_all(self, feedback: Sequence[FeedbackCommand], events: Sequence[tuple[str, dict]] = ()) -> int:
         """Send feedback commands then events in one call; returns how many feedback commands went out."""

@@ -1,11 +1,11 @@
 """`BridgeClient`: how an env runner (or any caller) talks to a device's bridge actor.
 
-Exchanges are the hot path, once per game tick, so they go through a Ray
-compiled graph (a shared-memory channel to the actor instead of a task per
-call): on the 2-core reference machine that cuts the round trip through the
-actor from about 1-2 ms to a few tenths of a millisecond. Everything else
-(feedback, events, stats) is an ordinary actor call. If the actor dies, the
-client waits for Ray to restart it, compiles the graph again and repeats the
+Exchanges are the hot path, once per game tick. A caller on the bridge's node
+(every env runner: they are placed there) sends them over the bridge's local
+Unix socket (`bridge.local_channel`), which costs tens of microseconds where a
+Ray actor call costs milliseconds; a caller elsewhere uses actor calls.
+Everything else (feedback, events, stats) is an ordinary actor call. If the
+actor dies, the client waits for Ray to restart it, reconnects and repeats the
 exchange: the repeat is a new tick for the culture, and is counted.
 """
 
@@ -19,6 +19,7 @@ from typing import Any
 import ray
 
 from bridge.core import SpikeReply
+from bridge.local_channel import ChannelLost, LocalChannelClient
 from bridge.protocol import FeedbackCommand
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,10 @@ class BridgeClient:
         self.fast_path = fast_path
         self.restart_wait_s = restart_wait_s
         self.restarts_seen = 0
-        self._graph = None
+        self._channel: LocalChannelClient | None = None
+        self._channel_refused = False  # the bridge runs on another node: actor calls only
+        self._held_feedback: list[FeedbackCommand] = []  # posted but not yet sent: leaves with the next exchange
+        self._in_flight: tuple[tuple, Any] | None = None  # (arguments, ObjectRef | None for the socket | error)
 
     def exchange(
         self,
@@ -41,59 +45,139 @@ class BridgeClient:
         feedback: Sequence[FeedbackCommand] = (),
     ) -> SpikeReply:
         """Send `feedback` (if any), stimulate once, and return the culture's answer."""
-        args = (tuple(float(f) for f in frequencies_hz), tuple(float(a) for a in amplitudes_ua), tuple(feedback))
+        self.send_exchange(frequencies_hz, amplitudes_ua, feedback)
+        return self.receive_reply()
+
+    def send_exchange(
+        self,
+        frequencies_hz: Sequence[float],
+        amplitudes_ua: Sequence[float],
+        feedback: Sequence[FeedbackCommand] = (),
+    ) -> None:
+        """Start an exchange: feedback and stimulation leave now, `receive_reply` returns the answer.
+
+        The caller may work while the culture answers (a tick's device window is
+        ~100 ms). An exchange still in flight is answered and dropped first, so a
+        reply is never taken for a later stimulation's.
+        """
+        if self._in_flight is not None:
+            log.warning("an exchange was started before the previous reply was taken; dropping that reply")
+            self.receive_reply()
+        args = (frequencies_hz, amplitudes_ua, (*self._held_feedback, *feedback))
+        self._held_feedback.clear()
         try:
-            return self._exchange_once(args)
-        except (ray.exceptions.RayActorError, ray.exceptions.RayChannelError) as exc:
+            self._in_flight = (args, self._send(args))
+        except (ray.exceptions.RayActorError, ChannelLost) as exc:
+            self._in_flight = (args, exc)  # recovered in receive_reply, like a loss while waiting
+
+    def receive_reply(self) -> SpikeReply:
+        """The answer to the exchange `send_exchange` started."""
+        if self._in_flight is None:
+            raise RuntimeError("no exchange in flight: call send_exchange first")
+        (args, ticket), self._in_flight = self._in_flight, None
+        try:
+            if isinstance(ticket, Exception):
+                raise ticket
+            return self._receive(ticket)
+        except (ray.exceptions.RayActorError, ChannelLost) as exc:
             log.warning("bridge actor lost during an exchange (%s); waiting for its restart", type(exc).__name__)
-            self._drop_graph()
+            self._drop_channel()
             self._wait_for_restart()
             self.restarts_seen += 1
-            return self._exchange_once(args)
+            return self._receive(self._send(args))
+
+    def post_feedback(self, feedback: Sequence[FeedbackCommand]) -> None:
+        """Send feedback ahead of the next exchange, without waiting for it.
+
+        Over the local socket the bridge handles it while the caller prepares the
+        stimulation, so the tick's critical path is shorter; an error it causes is
+        raised by the next exchange. Otherwise it travels with the next exchange.
+        Either way it reaches the device before that exchange's stimulation. If the
+        actor dies in between, posted feedback may be lost: never sent twice.
+        """
+        if not feedback:
+            return
+        if self._channel is None or self._in_flight is not None:
+            self._held_feedback.extend(feedback)
+            return
+        try:
+            self._channel.post_feedback(feedback)
+        except ChannelLost:
+            self._drop_channel()  # the next exchange waits for the restart and reconnects
+            self._held_feedback.extend(feedback)
 
     def feedback(self, command: FeedbackCommand) -> bool:
         """Send feedback through the bridge's safety envelope."""
-        return ray.get(self.actor.feedback.remote(command))
+        return self._call("feedback", command)
 
     def event(self, event_type: str, data: dict[str, Any] | None = None) -> None:
         """Send an event to the device."""
-        ray.get(self.actor.event.remote(event_type, data or {}))
+        self._call("event", event_type, data or {})
 
     def send_all(self, feedback: Sequence[FeedbackCommand], events: Sequence[tuple[str, dict]] = ()) -> int:
-        """Send feedback commands, then events, in one actor call."""
-        return ray.get(self.actor.send_all.remote(tuple(feedback), tuple(events)))
+        """Send feedback commands, then events, in one call."""
+        return self._call("send_all", tuple(feedback), tuple(events))
 
     def stats(self) -> dict[str, Any]:
         """The bridge's loop statistics."""
-        return ray.get(self.actor.stats.remote())
+        return self._call("stats")
+
+    @property
+    def path(self) -> str:
+        """How exchanges travel now: `local socket` or `actor calls`."""
+        return "local socket" if self._channel is not None else "actor calls"
 
     def close(self) -> None:
-        """Tear down the compiled graph (the actor and its sockets stay up)."""
-        self._drop_graph()
+        """Hang up the fast path (the actor and its sockets stay up); a reply still owed is dropped."""
+        self._in_flight = None
+        self._drop_channel()
 
     # --- internals -----------------------------------------------------------------
 
-    def _exchange_once(self, args: tuple) -> SpikeReply:
-        if not self.fast_path:
-            return ray.get(self.actor.exchange.remote(*args))
-        if self._graph is None:
-            self._graph = self._compile()
-        return ray.get(self._graph.execute(args))
+    def _send(self, args: tuple) -> ray.ObjectRef | None:
+        """Start the exchange on the fastest path; returns what `_receive` needs (None: the socket)."""
+        if self.fast_path and self._channel is None and not self._channel_refused:
+            self._channel = self._connect()
+        if self._channel is not None:
+            self._channel.send(*args)
+            return None
+        frequencies_hz, amplitudes_ua, feedback = args
+        return self.actor.exchange.remote(tuple(map(float, frequencies_hz)), tuple(map(float, amplitudes_ua)), feedback)
 
-    def _compile(self):
-        from ray.dag import InputNode
+    def _call(self, name: str, *args: Any) -> Any:
+        """A bridge method other than the exchange: over the local socket when it is open and idle.
 
-        with InputNode() as stim:
-            node = self.actor.exchange_packed.bind(stim)
-        return node.experimental_compile()
+        Not repeated if the actor dies meanwhile (feedback must never reach a culture twice); the
+        caller sees the error, and the next exchange reconnects.
+        """
+        if self._channel is None or self._in_flight is not None:
+            return ray.get(getattr(self.actor, name).remote(*args))
+        try:
+            return self._channel.invoke(name, *args)
+        except ChannelLost:
+            self._drop_channel()
+            raise
 
-    def _drop_graph(self) -> None:
-        if self._graph is not None:
-            try:
-                self._graph.teardown()
-            except Exception as exc:  # a graph whose actor died may fail to tear down cleanly
-                log.debug("compiled graph teardown: %s", exc)
-            self._graph = None
+    def _receive(self, ticket: ray.ObjectRef | None) -> SpikeReply:
+        if ticket is not None:
+            return ray.get(ticket)
+        if self._channel is None:
+            raise ChannelLost("the exchange socket was closed while a reply was owed")
+        return self._channel.receive()
+
+    def _connect(self) -> LocalChannelClient | None:
+        """The bridge's local socket, or None when the bridge runs on another node."""
+        node_id, path, answer_within_s = ray.get(self.actor.local_channel.remote())
+        if node_id != ray.get_runtime_context().get_node_id():
+            log.info("bridge actor on node %s, this caller elsewhere: exchanges use actor calls", node_id[:8])
+            self._channel_refused = True
+            return None
+        return LocalChannelClient(path, answer_within_s)
+
+    def _drop_channel(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
 
     def _wait_for_restart(self) -> None:
         deadline = time.monotonic() + self.restart_wait_s

@@ -297,16 +297,22 @@ class Device:
                 self.backend.advance_to(reply.collect_end_s)
                 if not self.backend.blocking and self.backend.available_until_s() < reply.collect_end_s:
                     return  # hardware data for the window's end comes with a later tick
+                # The culture has already run to the window's end: build the datagram now, so that
+                # only the send is left when the window closes.
+                counts, datagram = self._reply_datagram(reply)
                 while self.backend.now_s() < reply.collect_end_s:
                     pass  # spin: the last ~1.5 ms, for a reply within 1 ms of the window's end
             else:
                 self.backend.advance_to(reply.collect_end_s)
+                counts, datagram = self._reply_datagram(reply)
             self._pending.popleft()
-            self._send(reply)
+            self._send(reply, counts, datagram)
 
-    def _send(self, reply: _PendingReply) -> None:
-        counts = self.backend.spike_counts(reply.collect_start_s, reply.collect_end_s)
-        datagram = encode_spikes(SpikeCounts(reply.stim_timestamp_us, tuple(float(c) for c in counts)))
+    def _reply_datagram(self, reply: _PendingReply) -> tuple[list[float], bytes]:
+        counts = [float(c) for c in self.backend.spike_counts(reply.collect_start_s, reply.collect_end_s)]
+        return counts, encode_spikes(SpikeCounts(reply.stim_timestamp_us, tuple(counts)))
+
+    def _send(self, reply: _PendingReply, counts: list[float], datagram: bytes) -> None:
         try:
             self._stim_sock.sendto(datagram, self._reply_to)
         except OSError as exc:
@@ -315,7 +321,7 @@ class Device:
             return
         self.counters["replies"] += 1
         self.backend.record("spikes", {"t_s": reply.collect_end_s, "timestamp_us": reply.stim_timestamp_us,
-                                       "counts": [float(c) for c in counts],
+                                       "counts": counts,
                                        "device_latency_ms": (time.monotonic() - reply.received_monotonic_s) * 1e3})
 
 

@@ -15,7 +15,8 @@ change nothing in the game); with False, a missing one is an error at constructi
 Screen buffer format: RGB24 with `render_mode="rgb_array"` (a live view), so that `render()` /
 `last_rgb_frame()` return the engine's buffer as is; GRAY8 otherwise, the cheapest buffer to copy
 and already what the screen observation needs. Without a live view `last_rgb_frame()` still
-works but returns the gray frame on three channels, converted only when called.
+works but returns the gray frame on three channels, converted only when called. With neither a
+screen observation nor a live view the game renders at 160x120 instead of 320x240.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ from envs.scenarios import DEFAULT_SCENARIO, Scenario, resolve_scenario
 
 GAME_RESOLUTION = vizdoom.ScreenResolution.RES_320X240
 GAME_RESOLUTION_HEIGHT, GAME_RESOLUTION_WIDTH = 240, 320
+HEADLESS_RESOLUTION = vizdoom.ScreenResolution.RES_160X120
+"""When no one looks at the frame (no screen observation, no live view): the game is the same, and
+rendering a quarter of the pixels saves ~0.4 ms per step, on the closed loop's critical path."""
 # ITU-R BT.601 luma weights, as float32 so the matrix product stays float32.
 RGB_TO_GRAY = np.array([0.299, 0.587, 0.114], dtype=np.float32)
 NO_EVENTS = dict.fromkeys(EVENTS, 0)
@@ -178,7 +182,7 @@ class DoomEnv(gym.Env):
         game.set_window_visible(False)
         game.set_sound_enabled(False)
         game.set_mode(vizdoom.Mode.PLAYER)
-        game.set_screen_resolution(GAME_RESOLUTION)
+        game.set_screen_resolution(GAME_RESOLUTION if self.screen or self.render_mode else HEADLESS_RESOLUTION)
         game.set_screen_format(vizdoom.ScreenFormat.GRAY8 if self._gray_buffer else vizdoom.ScreenFormat.RGB24)
         game.set_objects_info_enabled(True)
 

@@ -17,6 +17,7 @@ through, so nothing of RLlib is forked.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ from ray.rllib.core.columns import Columns
 from bridge.channels import N_SPIKE_GROUPS
 from bridge.core import SpikeReply
 from experiments.culture_link import CultureLink, close_link, current_link
+from experiments.feedback import SurpriseScales
 from models.closed_loop_module import SPIKE_MEAN, SPIKES, STIM, STIM_DIST_INPUTS
 
 EXCHANGE_OK = "exchange_ok"
@@ -41,7 +43,15 @@ _NO_EXCHANGE = SpikeReply(np.zeros(N_SPIKE_GROUPS, dtype=np.float32), "timeout",
 """Stands in for the reply of a step the env discards (an autoreset step): no stimulation was sent."""
 
 
-def queue_step_feedback(link: CultureLink, episode, value_next: float, metrics=None) -> None:
+@dataclass(frozen=True)
+class StepFeedback:
+    """What `queue_step_feedback` queued for one step, for its metrics."""
+
+    scales: SurpriseScales
+    commands: int
+
+
+def queue_step_feedback(link: CultureLink, episode, value_next: float) -> StepFeedback:
     """Queue the feedback for the episode's last step, scaled by r_t + gamma V(s_{t+1}) - V(s_t).
 
     It leaves with the next exchange, so feedback for step t always precedes stim_{t+1}.
@@ -54,13 +64,19 @@ def queue_step_feedback(link: CultureLink, episode, value_next: float, metrics=N
         reward, info.get("events", {}), value_s, 0.0 if terminated else value_next, terminated
     )
     link.queue_feedback(commands)
-    if metrics is not None:
-        metrics.log_value("culture/surprise_td_error", scales.td_error, window=100)
-        metrics.log_value("culture/surprise_ratio", scales.ratio, window=100)
-        metrics.log_value("culture/feedback_frequency_scale", scales.frequency, window=100)
-        metrics.log_value("culture/feedback_commands_per_step", len(commands), window=100)
-        metrics.log_value("culture/exchange_ok_fraction", float(episode.get_extra_model_outputs(EXCHANGE_OK, -1)),
-                          window=100)
+    return StepFeedback(scales, len(commands))
+
+
+def log_step_feedback(metrics, step: StepFeedback, episode) -> None:
+    """Log one step's surprise scaling, feedback and exchange outcome to RLlib's metrics (if a logger)."""
+    if metrics is None:
+        return
+    metrics.log_value("culture/surprise_td_error", step.scales.td_error, window=100)
+    metrics.log_value("culture/surprise_ratio", step.scales.ratio, window=100)
+    metrics.log_value("culture/feedback_frequency_scale", step.scales.frequency, window=100)
+    metrics.log_value("culture/feedback_commands_per_step", step.commands, window=100)
+    metrics.log_value("culture/exchange_ok_fraction", float(episode.get_extra_model_outputs(EXCHANGE_OK, -1)),
+                      window=100)
 
 
 class CultureExchange(ConnectorV2):
@@ -78,41 +94,58 @@ class CultureExchange(ConnectorV2):
         if Columns.ACTIONS in batch:
             return batch  # random actions or a module that acts itself: not ours to touch
         link = current_link()
-        encoder = rl_module.encoder_distribution(batch[STIM_DIST_INPUTS])
-        stim = encoder.sample() if explore else encoder.deterministic_sample()
-        stim_logp = encoder.logp(stim)
-
         # An episode that just ended is reset by RLlib's vector env on the *next* step(), which ignores
         # the action it is given ("next_step" autoreset): that call must not stimulate the culture.
-        acting = [episode.is_reset for episode in episodes] if episodes else [True] * len(stim)
-        # Feedback for the previous step needs V(s_{t+1}): this forward pass just computed it.
-        for row, live in enumerate(acting):
-            if live and len(episodes[row]) > 0:
-                queue_step_feedback(link, episodes[row], float(batch[Columns.VF_PREDS][row]), kwargs.get("metrics"))
+        values = batch[Columns.VF_PREDS]
+        acting = [episode.is_reset for episode in episodes] if episodes else [True] * len(values)
+        # Feedback for the previous step needs V(s_{t+1}): this forward pass just computed it. It leaves
+        # at once, so the bridge sends it while the stimulation is sampled, still ahead of it.
+        queued = [(queue_step_feedback(link, episodes[row], float(values[row])), episodes[row])
+                  for row, live in enumerate(acting) if live and len(episodes[row]) > 0]
+        link.post_feedback()
+
+        encoder = rl_module.encoder_distribution(batch[STIM_DIST_INPUTS])
+        stim = encoder.sample() if explore else encoder.deterministic_sample()
+        stim_np = stim.float().numpy()
+
+        def while_culture_answers() -> tuple[torch.Tensor, torch.Tensor]:
+            # Work that needs no spikes runs inside the device's window instead of after it.
+            for step, episode in queued:
+                log_step_feedback(kwargs.get("metrics"), step, episode)
+            spike_mean = rl_module.spike_mean.detach().float().expand(len(acting), -1)
+            return encoder.logp(stim), spike_mean
+
+        stim_logp = spike_mean = None
+        replies = []
         try:
-            replies = [link.exchange(row.numpy().astype(np.float32)) if live else _NO_EXCHANGE
-                       for row, live in zip(stim, acting, strict=True)]
+            for row, live in enumerate(acting):
+                if not live:
+                    replies.append(_NO_EXCHANGE)
+                    continue
+                link.send_stim(stim_np[row].astype(np.float32, copy=False))
+                if stim_logp is None:
+                    stim_logp, spike_mean = while_culture_answers()
+                replies.append(link.receive_spikes())
         except BaseException:
-            # Close the link before the error leaves (DeviceLost, a bridge failure): its compiled graph
-            # keeps a task in flight on the bridge actor, and a Ray worker that still owns one cannot
-            # exit, so the failing env runner would hang for ever and keep the device claimed.
+            # Close the link before the error leaves (DeviceLost, a bridge failure): it releases the
+            # device, so the failing env runner never keeps its culture claimed.
             close_link()
             raise
-        raw = torch.as_tensor(np.stack([r.counts for r in replies]), dtype=torch.float32)
-        spikes = rl_module.ablate(raw, generator=self._generator)
-        spike_mean = rl_module.spike_mean.detach().float().expand_as(spikes).clone()
-        decoder = rl_module.decoder_distribution(rl_module.decode(spikes, spike_mean))
-        action = decoder.sample() if explore else decoder.to_deterministic().sample()
+        if stim_logp is None:
+            stim_logp, spike_mean = while_culture_answers()
+        raw = np.stack([r.counts for r in replies])
+        spikes = rl_module.ablate(torch.from_numpy(raw), generator=self._generator)
+        action, action_logp = rl_module.act(rl_module.decode(spikes, spike_mean), explore=bool(explore))
 
         batch[Columns.ACTIONS] = action
-        batch[Columns.ACTION_LOGP] = stim_logp + decoder.logp(action)
-        batch[STIM] = stim.float()
-        batch[SPIKES] = spikes
-        batch[SPIKE_MEAN] = spike_mean
+        batch[Columns.ACTION_LOGP] = stim_logp + action_logp
+        batch[STIM] = stim_np
+        batch[SPIKES] = spikes.numpy()
+        batch[SPIKE_MEAN] = spike_mean.numpy().copy()
         batch[RAW_SPIKES] = raw
-        batch[EXCHANGE_OK] = torch.tensor([1.0 if r.ok else 0.0 for r in replies])
-        # uint64: RLlib's TensorToNumpy reduces int64 to int32, which wraps microsecond timestamps.
-        batch[STIM_TIMESTAMP] = torch.tensor([r.stim_timestamp_us for r in replies], dtype=torch.uint64)
+        batch[EXCHANGE_OK] = np.array([1.0 if r.ok else 0.0 for r in replies], dtype=np.float32)
+        # uint64: microsecond wire timestamps (RLlib's TensorToNumpy would narrow a torch int64 to int32).
+        batch[STIM_TIMESTAMP] = np.array([r.stim_timestamp_us for r in replies], dtype=np.uint64)
         del batch[STIM_DIST_INPUTS]  # large and recomputed in training: keep episodes lean
         return batch
 

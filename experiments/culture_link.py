@@ -118,6 +118,7 @@ class CultureSettings:
     on_device_loss: Literal["continue", "stop"] = "stop"
     feedback: FeedbackSettings = field(default_factory=FeedbackSettings)
     fast_path: bool = True
+    reply_spin_ms: float = 1.0
     step_log: bool = False
     """Keep each exchange's latency so episodes can carry a per-step log (`output.step_log`)."""
 
@@ -144,6 +145,7 @@ class CultureSettings:
             timeout_policy=self.timeout_policy,
             envelope=self.envelope,
             envelope_policy=self.envelope_policy,
+            reply_spin_ms=self.reply_spin_ms,
         )
 
     def __post_init__(self) -> None:
@@ -179,6 +181,7 @@ class CultureLink:
         self._latency_ms_by_stim: dict[int, float] = {}  # filled only with settings.step_log
         self._device_actor = None
         self._busy_s = 0.0
+        self._t_sent = 0.0
         self._opened = time.monotonic()
         self._node_id = ray.get_runtime_context().get_node_id()
         self._owner = f"env-runner-{runner_index}@{self._node_id[:8]}:{os.getpid()}"
@@ -239,13 +242,22 @@ class CultureLink:
 
     def exchange(self, stim: np.ndarray) -> SpikeReply:
         """Send queued feedback, then this tick's stimulation ([16]: Hz then uA); return the reply."""
-        t0 = time.perf_counter()
+        self.send_stim(stim)
+        return self.receive_spikes()
+
+    def send_stim(self, stim: np.ndarray) -> None:
+        """Start the tick: queued feedback, then the stimulation, leave now; `receive_spikes` answers."""
+        self._t_sent = time.perf_counter()
         feedback, self._pending_feedback = self._pending_feedback, []
         half = len(stim) // 2
-        reply = self.bridge.exchange(stim[:half], stim[half:], feedback)
-        self._busy_s += time.perf_counter() - t0
-        self.counts["exchanges"] += 1
+        self.bridge.send_exchange(stim[:half], stim[half:], feedback)
         self.counts["feedback_commands"] += len(feedback)
+
+    def receive_spikes(self) -> SpikeReply:
+        """The culture's answer to the stimulation `send_stim` sent; counts timeouts and device loss."""
+        reply = self.bridge.receive_reply()
+        self._busy_s += time.perf_counter() - self._t_sent
+        self.counts["exchanges"] += 1
         if self.settings.step_log:
             self._latency_ms_by_stim[reply.stim_timestamp_us] = reply.latency_s * 1e3
         if reply.ok:
@@ -268,6 +280,12 @@ class CultureLink:
     def queue_feedback(self, commands: list[FeedbackCommand]) -> None:
         """Feedback for the step just taken: it goes out just before the next stimulation."""
         self._pending_feedback.extend(commands)
+
+    def post_feedback(self) -> None:
+        """Send the queued feedback now, ahead of the stimulation being prepared (see BridgeClient.post_feedback)."""
+        feedback, self._pending_feedback = self._pending_feedback, []
+        self.counts["feedback_commands"] += len(feedback)
+        self.bridge.post_feedback(feedback)
 
     def flush(self, extra_feedback: list[FeedbackCommand] = (), events: list[tuple[str, dict]] = ()) -> None:
         """Send queued feedback, `extra_feedback` and events now (episode end, shutdown)."""
@@ -306,6 +324,10 @@ class CultureLink:
         except Exception as exc:
             log.warning("could not release device %s: %s", self.device.device_id, exc)
         self.bridge.close()
+        if not self.device.simulated:
+            # Ray ends an actor once its creator holds no handle to it; a hardware device's bridge must
+            # outlive this link (the next link, `spikeloop watch` and tools find it by name).
+            _RETAINED_BRIDGES[self.device.device_id] = self.bridge.actor
         if self._device_actor is not None:
             try:
                 ray.get(self._device_actor.stop.remote(), timeout=10)
@@ -314,6 +336,8 @@ class CultureLink:
 
 
 _LINK: CultureLink | None = None
+_RETAINED_BRIDGES: dict[str, Any] = {}
+"""Hardware bridge actors this process found or created, kept alive after their link closed."""
 
 
 def open_link(settings: CultureSettings, runner_index: int, gamma: float) -> CultureLink:

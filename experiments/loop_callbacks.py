@@ -27,7 +27,13 @@ import tree
 from ray.rllib.callbacks.callbacks import RLlibCallback
 from ray.rllib.core.columns import Columns
 
-from experiments.culture_connector import EXCHANGE_OK, RAW_SPIKES, STIM_TIMESTAMP, queue_step_feedback
+from experiments.culture_connector import (
+    EXCHANGE_OK,
+    RAW_SPIKES,
+    STIM_TIMESTAMP,
+    log_step_feedback,
+    queue_step_feedback,
+)
 from experiments.culture_link import CultureSettings, close_link, current_link, open_link
 from experiments.live_view.runner_view import current_view, start_view, view_settings
 from models.closed_loop_module import SPIKES, STIM
@@ -104,7 +110,7 @@ class ClosedLoopCallbacks(RLlibCallback):
         """Queue the last step's feedback when the episode just ended (else the next tick's connector does)."""
         if episode.is_done:
             value_next = 0.0 if episode.is_terminated else _value_of(env_runner.module, episode.get_observations(-1))
-            queue_step_feedback(current_link(), episode, value_next, metrics_logger)
+            log_step_feedback(metrics_logger, queue_step_feedback(current_link(), episode, value_next), episode)
         view = current_view()
         if view is not None:
             view.publish_step(episode, kwargs.get("env_index", 0))

@@ -52,6 +52,9 @@ class LoopSection(BaseModel):
     on_device_loss: Literal["continue", "stop"] = "stop"
     envelope_policy: Literal["clamp", "raise"] = "clamp"
     fast_path: bool = True
+    reply_spin_ms: float = Field(
+        1.0, ge=0, le=20, description="the bridge polls for a reply this long either side of its expected arrival"
+    )
 
 
 class PPOSection(BaseModel):
@@ -249,6 +252,7 @@ class Experiment(BaseModel):
             on_device_loss=self.loop.on_device_loss,
             feedback=self.feedback,
             fast_path=self.loop.fast_path,
+            reply_spin_ms=self.loop.reply_spin_ms,
             step_log=self.output.step_log,
         )
 

@@ -35,6 +35,10 @@ SPIKE_MEAN = "spike_mean"
 """Batch column: the centring mean used when acting [B, N_SPIKE_GROUPS]."""
 
 
+MODE_DEPENDENT_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._NormBase)
+"""Layers whose output depends on train/eval mode; the module has none (see forward_exploration)."""
+
+
 class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
     """Encoder, decoder and value net of the closed loop; settings in ClosedLoopModelConfig."""
 
@@ -55,6 +59,9 @@ class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
         # Persistent buffers: in state_dict, hence in checkpoints and in the weights synced to env runners.
         self.register_buffer("spike_mean", torch.zeros(N_SPIKE_GROUPS))
         self.register_buffer("spike_mean_count", torch.zeros((), dtype=torch.float64))
+        mode_dependent = [type(m).__name__ for m in self.modules() if isinstance(m, MODE_DEPENDENT_LAYERS)]
+        if mode_dependent:  # acting skips RLlib's train/eval switch (see forward_exploration)
+            raise TypeError(f"layers that act differently in training are not supported here: {mode_dependent}")
 
     # ---- parameter groups (the learner gives the encoder its own learning rate) ----
 
@@ -86,6 +93,17 @@ class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
             Columns.VF_PREDS: self._values(features),
         }
 
+    # RLlib's TorchRLModule switches to eval mode and back around every acting pass: two walks over all
+    # submodules per game tick, on the tick's critical path. This module has no layer that behaves
+    # differently in training (no dropout, no normalisation), so acting skips the switch.
+    def forward_exploration(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
+        """Acting pass while exploring (no train/eval switch: nothing here depends on the mode)."""
+        return self._forward_exploration(batch, **kwargs)
+
+    def forward_inference(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
+        """Acting pass without exploration (no train/eval switch: nothing here depends on the mode)."""
+        return self._forward_inference(batch, **kwargs)
+
     def _forward_train(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
         """Training pass: also replays the stored spikes through the decoder with the stored mean."""
         out = self._forward(batch)
@@ -115,6 +133,16 @@ class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
     def decoder_distribution(self, action_logits: torch.Tensor) -> TorchCategorical:
         """Categorical over the game actions."""
         return TorchCategorical.from_logits(action_logits)
+
+    def act(self, action_logits: torch.Tensor, explore: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """(action, its log-probability) from decoder logits: sampled, or the most likely when not exploring.
+
+        The same Categorical as `decoder_distribution`, in four tensor ops: it runs on every tick
+        between the culture's answer and the game step, where each microsecond counts.
+        """
+        logp_all = torch.log_softmax(action_logits, dim=-1)
+        action = torch.multinomial(logp_all.exp(), 1).squeeze(-1) if explore else logp_all.argmax(-1)
+        return action, logp_all.gather(-1, action.unsqueeze(-1)).squeeze(-1)
 
     def ablate(self, spikes: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """The decoder input under this module's ablation setting; store what this returns."""

@@ -1,9 +1,8 @@
 """Kill a CL1Bridge actor mid-run and keep exchanging: run as its own process by test_bridge_actor.
 
-Its own process because a driver that has used a Ray compiled graph on an actor that
-was then killed can crash (SIGSEGV) at a later `ray.shutdown()`/`ray.init()` in the
-same process; the pytest process must outlive that. Exit status 0 means every check held.
-Usage: python -m tests.bridge_restart_check {compiled-graph|actor-calls}
+Its own process so that a Ray session with a SIGKILLed actor in it never shares a process
+with the rest of the suite. Exit status 0 means every check held.
+Usage: python -m tests.bridge_restart_check {local-socket|actor-calls}
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ def main(path: str) -> int:
     bridge = start_bridge(BridgeConfig(device_id=f"dish-b-{path}", spike_port=device.spike_port,
                                        stim_port=device.stim_port, feedback_port=device.feedback_port,
                                        event_port=device.event_port, timeout_s=0.5))
-    client = BridgeClient(bridge, fast_path=path == "compiled-graph")
+    client = BridgeClient(bridge, fast_path=path == "local-socket")
     rng = np.random.default_rng(0)
     pids = set()
     for step in range(60):
@@ -42,6 +41,7 @@ def main(path: str) -> int:
         assert reply.ok, f"step {step}: {reply.status}"
         np.testing.assert_array_equal(reply.counts, freqs)
         pids.add(ray.get(bridge.pid.remote()))
+    assert client.path == ("local socket" if path == "local-socket" else "actor calls"), client.path
     assert len(pids) == 2, pids
     assert client.restarts_seen == 1, client.restarts_seen
     stats = client.stats()

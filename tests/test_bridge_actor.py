@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from bridge.actor import bridge_actor_name, device_resource, find_bridge, start_bridge
+from bridge.client import BridgeClient
 from bridge.core import BridgeConfig
 from bridge.loopback_device import LoopbackDevice
+from bridge.protocol import FeedbackCommand, FeedbackType
 from tests.conftest import free_udp_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,12 +56,35 @@ def test_named_pinned_and_found(ray_with_device_resource, device):
     ray.kill(bridge, no_restart=True)
 
 
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_client_exchanges_posts_feedback_and_calls_on_either_path(ray_with_device_resource, device, fast_path):
+    ray = ray_with_device_resource
+    bridge = start_bridge(config_for(device, f"dish-c-{fast_path}"))
+    client = BridgeClient(bridge, fast_path=fast_path)
+    reward = FeedbackCommand(0, FeedbackType.REWARD, (19, 20, 22), 20, 2.0, 30, False, "reward")
+    try:
+        assert client.exchange([12.0] * 8, [1.5] * 8).counts.tolist() == [12.0] * 8
+        assert client.path == ("local socket" if fast_path else "actor calls")
+        client.post_feedback([reward])
+        assert client.exchange([13.0] * 8, [1.5] * 8).counts.tolist() == [13.0] * 8
+        assert client.send_all([reward], [("episode_end", {"episode": 1})]) == 1
+        stats = client.stats()
+        assert (stats["exchanges"], stats["ok"], stats["feedback_sent"], stats["events_sent"]) == (2, 2, 2, 1)
+        deadline = time.monotonic() + 5
+        while (len(device.received_feedback), len(device.received_events)) != (2, 1) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert (len(device.received_feedback), len(device.received_events)) == (2, 1)
+    finally:
+        client.close()
+        ray.kill(bridge, no_restart=True)
+
+
 def test_missing_bridge_is_a_clear_error(ray_with_device_resource):
     with pytest.raises(LookupError, match="no bridge actor for device 'nope'"):
         find_bridge("nope")
 
 
-@pytest.mark.parametrize("path", ["compiled-graph", "actor-calls"])
+@pytest.mark.parametrize("path", ["local-socket", "actor-calls"])
 def test_killed_bridge_is_restarted_and_keeps_serving(path):
     # In a process of its own (see tests/bridge_restart_check.py for why and for the checks).
     proc = subprocess.run([sys.executable, "-m", "tests.bridge_restart_check", path], cwd=ROOT,

@@ -171,6 +171,26 @@ def test_check_env_screen_off(arena):
     check_env(arena.unwrapped, skip_render_check=True)
 
 
+def test_no_screen_and_no_view_renders_small_and_plays_the_same_game(arena):
+    # Nobody looks at the frame: the engine renders 160x120, and the game itself is unchanged.
+    assert (arena.game.get_screen_width(), arena.game.get_screen_height()) == (160, 120)
+    assert arena.last_rgb_frame().shape == (120, 160, 3)
+    viewed = DoomEnv(render_mode="rgb_array")
+    try:
+        assert (viewed.game.get_screen_width(), viewed.game.get_screen_height()) == (320, 240)
+        for env in (arena, viewed):
+            env.reset(seed=7)
+        for step in range(40):
+            a = arena.step(step % arena.action_space.n)
+            b = viewed.step(step % viewed.action_space.n)
+            np.testing.assert_array_equal(a[0], b[0])
+            assert a[1:4] == b[1:4]
+            if a[2] or a[3]:
+                break
+    finally:
+        viewed.close()
+
+
 def test_check_env_screen_on_with_rgb_render():
     env = DoomEnv(screen=True, render_mode="rgb_array")
     try:

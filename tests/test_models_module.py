@@ -143,3 +143,38 @@ def test_model_config_keys() -> None:
         ClosedLoopModelConfig(ablation="shuffle")
     with pytest.raises(ValueError):
         ClosedLoopModelConfig(stim_amplitude_range_ua=(2.5, 1.0))
+
+
+def test_act_is_the_decoder_distribution_in_fewer_ops() -> None:
+    module = make_module(n_actions=6)
+    logits = torch.tensor([[2.0, 0.0, -1.0, 0.5, 0.5, -3.0]] * 20000)
+    torch.manual_seed(0)
+    action, logp = module.act(logits, explore=True)
+    categorical = module.decoder_distribution(logits)
+    torch.testing.assert_close(logp, categorical.logp(action))
+    # Sampled with the Categorical's probabilities (5 sigma on 20000 draws).
+    freq = torch.bincount(action, minlength=6).double() / len(action)
+    probs = torch.softmax(logits[0].double(), -1)
+    assert torch.all((freq - probs).abs() < 5 * torch.sqrt(probs * (1 - probs) / len(action)))
+    greedy, greedy_logp = module.act(logits[:3], explore=False)
+    assert greedy.tolist() == [0, 0, 0]
+    torch.testing.assert_close(greedy_logp, module.decoder_distribution(logits[:3]).logp(greedy))
+
+
+def test_acting_skips_the_train_eval_switch_and_refuses_mode_dependent_layers() -> None:
+    module = make_module()
+    module.train()
+    module.forward_exploration({Columns.OBS: torch.randn(2, 59)})
+    module.forward_inference({Columns.OBS: torch.randn(2, 59)})
+    assert module.training  # untouched: nothing in the module depends on the mode
+    with pytest.raises(TypeError, match="Dropout"):
+        _module_with_dropout()
+
+
+def _module_with_dropout() -> ClosedLoopRLModule:
+    class WithDropout(ClosedLoopRLModule):
+        def setup(self) -> None:
+            self.extra = torch.nn.Dropout(0.1)
+            super().setup()
+
+    return WithDropout(observation_space=BOX_OBS, action_space=gym.spaces.Discrete(8), model_config={})

@@ -1,0 +1,187 @@
+"""The exchange fast path: the bridge's local Unix socket, its message codec, and the reply spin."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+
+import numpy as np
+import pytest
+
+from bridge.core import BridgeConfig, BridgeCore, SpikeReply
+from bridge.local_channel import (
+    ChannelLost,
+    LocalChannelClient,
+    LocalChannelServer,
+    decode_reply,
+    decode_request,
+    encode_reply,
+    encode_request,
+)
+from bridge.loopback_device import LoopbackDevice
+from bridge.protocol import FeedbackCommand, FeedbackType
+from bridge.safety import SafetyViolation
+from tests.conftest import free_udp_port
+
+FEEDBACK = FeedbackCommand(1_000, FeedbackType.REWARD, (1, 2, 3), 20.0, 2.0, 5, False, "reward_negative")
+
+
+def test_request_and_reply_survive_the_codec_exactly():
+    freqs, amps = np.linspace(4, 40, 8, dtype=np.float32), (1.0, 1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 1.1)
+    f, a, fb = decode_request(encode_request(freqs, amps, (FEEDBACK,)))
+    assert f == tuple(float(x) for x in freqs) and a == amps and fb == (FEEDBACK,)
+    assert decode_request(encode_request(freqs, amps, ()))[2] == ()
+    for reply in (SpikeReply(np.arange(8, dtype=np.float32), "ok", 0.1003, 123456789012, 987654321, 2),
+                  SpikeReply(np.zeros(8, dtype=np.float32), "timeout", 0.5, 42, None, 0)):
+        back = decode_reply(encode_reply(reply))
+        np.testing.assert_array_equal(back.counts, reply.counts)
+        assert back.counts.flags.writeable
+        assert (back.status, back.latency_s, back.stim_timestamp_us, back.reply_timestamp_us, back.clamped) == (
+            reply.status, reply.latency_s, reply.stim_timestamp_us, reply.reply_timestamp_us, reply.clamped)
+
+
+class RecordingBridge:
+    """Stands in for BridgeCore's methods behind the socket; records the order of calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.fail_feedback = False
+
+    def exchange(self, freqs, amps, feedback=()):
+        for command in feedback:
+            self.feedback(command)
+        self.calls.append("stim")
+        if freqs[0] < 0:
+            raise SafetyViolation("frequency -1 Hz is outside 4-40 Hz")
+        return SpikeReply(np.asarray(freqs, dtype=np.float32), "ok", 0.001, len(self.calls), len(self.calls), 0)
+
+    def feedback(self, command):
+        if self.fail_feedback:
+            raise SafetyViolation("feedback amplitude 9 uA is outside the envelope")
+        self.calls.append("feedback")
+        return True
+
+    def stats(self):
+        return {"calls": len(self.calls)}
+
+
+@pytest.fixture()
+def served():
+    bridge = RecordingBridge()
+    server = LocalChannelServer(bridge.exchange, {"feedback": bridge.feedback, "stats": bridge.stats})
+    client = LocalChannelClient(server.path, answer_within_s=5.0)
+    yield bridge, server, client
+    client.close()
+    server.close()
+
+
+def test_socket_lives_in_a_private_directory_and_goes_away_on_close(served):
+    _, server, _ = served
+    directory = os.path.dirname(server.path)
+    assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
+    server.close()
+    assert not os.path.exists(directory)
+
+
+def test_exchange_calls_and_errors_cross_the_socket(served):
+    bridge, _, client = served
+    reply = client.call(np.full(8, 12.0), np.full(8, 1.5), (FEEDBACK,))
+    assert reply.ok and reply.counts.tolist() == [12.0] * 8
+    assert bridge.calls == ["feedback", "stim"]
+    assert client.invoke("stats") == {"calls": 2}
+    with pytest.raises(SafetyViolation, match="outside 4-40 Hz"):
+        client.call(np.full(8, -1.0), np.full(8, 1.5))
+    with pytest.raises(ValueError, match="'close' is not served"):
+        client.invoke("close")
+    assert client.call(np.full(8, 5.0), np.full(8, 1.5)).counts[0] == 5.0  # the connection is still in step
+
+
+def test_posted_feedback_is_handled_before_the_next_stimulation(served):
+    bridge, _, client = served
+    client.post_feedback((FEEDBACK, FEEDBACK))
+    client.call(np.full(8, 7.0), np.full(8, 1.5))
+    assert bridge.calls == ["feedback", "feedback", "stim"]
+
+
+def test_an_error_from_posted_feedback_is_raised_by_the_next_request_which_does_nothing(served):
+    bridge, _, client = served
+    bridge.fail_feedback = True
+    client.post_feedback((FEEDBACK,))
+    with pytest.raises(SafetyViolation, match="feedback amplitude"):
+        client.call(np.full(8, 7.0), np.full(8, 1.5))
+    assert bridge.calls == []  # the stimulation never left
+    bridge.fail_feedback = False
+    assert client.call(np.full(8, 7.0), np.full(8, 1.5)).ok
+
+
+def test_a_closed_server_is_channel_lost_not_a_hang(served):
+    _, server, client = served
+    client.call(np.full(8, 7.0), np.full(8, 1.5))
+    server.close()
+    with pytest.raises(ChannelLost):
+        client.call(np.full(8, 7.0), np.full(8, 1.5))
+    with pytest.raises(ChannelLost, match="cannot connect"):
+        LocalChannelClient(server.path, answer_within_s=1.0)
+
+
+def test_a_stuck_bridge_is_a_clear_timeout():
+    release = threading.Event()
+    server = LocalChannelServer(lambda *args: release.wait(10), {})
+    client = LocalChannelClient(server.path, answer_within_s=0.3)
+    try:
+        with pytest.raises(TimeoutError, match="did not answer an exchange within"):
+            client.call(np.full(8, 7.0), np.full(8, 1.5))
+    finally:
+        release.set()
+        client.close()
+        server.close()
+
+
+@pytest.mark.parametrize("reply_spin_ms", [0.0, 2.0])
+def test_reply_spin_keeps_every_reply_correct_and_timeouts_on_time(reply_spin_ms):
+    # A device that answers after 20 ms, like a paced one; replies 30-33 are lost.
+    lost = range(30, 34)
+    device = LoopbackDevice(spike_port=free_udp_port(), delay_s=0.02,
+                            fault_for=lambda i: "drop" if i in lost else "delay").start()
+    core = BridgeCore(BridgeConfig(spike_port=device.spike_port, stim_port=device.stim_port,
+                                   feedback_port=device.feedback_port, event_port=device.event_port,
+                                   timeout_s=0.1, reply_spin_ms=reply_spin_ms))
+    try:
+        rng = np.random.default_rng(3)
+        for i in range(40):
+            freqs = rng.uniform(4, 40, 8).astype(np.float32)
+            reply = core.exchange(freqs, [1.5] * 8)
+            if i in lost:
+                assert reply.status == "timeout" and 0.1 <= reply.latency_s
+            else:
+                assert reply.ok, i
+                np.testing.assert_array_equal(reply.counts, freqs)
+                assert 0.019 < reply.latency_s < 0.09
+        window = core._spin_window(0.0)
+        if reply_spin_ms:
+            assert window is not None and window[1] - window[0] == pytest.approx(0.004)
+            assert 0.019 - 0.002 < window[0] < 0.09  # around the expected reply, not from the send
+        else:
+            assert window is None
+    finally:
+        core.close()
+        device.stop()
+
+
+def test_reply_spin_is_off_for_devices_that_answer_at_once():
+    device = LoopbackDevice(spike_port=free_udp_port()).start()
+    core = BridgeCore(BridgeConfig(spike_port=device.spike_port, stim_port=device.stim_port,
+                                   feedback_port=device.feedback_port, event_port=device.event_port))
+    try:
+        for _ in range(20):
+            assert core.exchange([10.0] * 8, [1.5] * 8).ok
+        assert core._spin_window(0.0) is None
+    finally:
+        core.close()
+        device.stop()
+
+
+def test_reply_spin_setting_is_checked():
+    with pytest.raises(ValueError, match="reply_spin_ms=-1"):
+        BridgeConfig(reply_spin_ms=-1)
