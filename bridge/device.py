@@ -248,10 +248,10 @@ class Device:
     # --- handlers ----------------------------------------------------------------------
 
     def _on_stim(self, data: bytes) -> None:
+        received = time.monotonic()  # the windows start when the command is taken in, before decoding it
+        at_s = self.backend.now_s()
         cmd = decode_stim(data)
         self.counters["stim"] += 1
-        received = time.monotonic()
-        at_s = self.backend.now_s()
         self.backend.advance_to(at_s)
         self.backend.stimulate(at_s, cmd.frequencies_hz, cmd.amplitudes_ua)
         start_s = at_s + self.config.artifact_wait_ms / 1000.0

@@ -25,7 +25,7 @@ import torch
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core.columns import Columns
 
-from bridge.channels import N_SPIKE_GROUPS
+from bridge.channels import N_ENCODING, N_SPIKE_GROUPS
 from bridge.core import SpikeReply
 from experiments.culture_link import CultureLink, close_link, current_link
 from experiments.feedback import SurpriseScales
@@ -98,6 +98,8 @@ class CultureExchange(ConnectorV2):
         # the action it is given ("next_step" autoreset): that call must not stimulate the culture.
         values = batch[Columns.VF_PREDS]
         acting = [episode.is_reset for episode in episodes] if episodes else [True] * len(values)
+        if not any(acting):
+            return _autoreset_columns(batch, len(acting))
         # Feedback for the previous step needs V(s_{t+1}): this forward pass just computed it. It leaves
         # at once, so the bridge sends it while the stimulation is sampled, still ahead of it.
         queued = [(queue_step_feedback(link, episodes[row], float(values[row])), episodes[row])
@@ -113,6 +115,9 @@ class CultureExchange(ConnectorV2):
             for step, episode in queued:
                 log_step_feedback(kwargs.get("metrics"), step, episode)
             spike_mean = rl_module.spike_mean.detach().float().expand(len(acting), -1)
+            batch[STIM] = stim_np
+            batch[SPIKE_MEAN] = spike_mean.numpy().copy()
+            del batch[STIM_DIST_INPUTS]  # large and recomputed in training: keep episodes lean
             return encoder.logp(stim), spike_mean
 
         stim_logp = spike_mean = None
@@ -139,15 +144,25 @@ class CultureExchange(ConnectorV2):
 
         batch[Columns.ACTIONS] = action
         batch[Columns.ACTION_LOGP] = stim_logp + action_logp
-        batch[STIM] = stim_np
         batch[SPIKES] = spikes.numpy()
-        batch[SPIKE_MEAN] = spike_mean.numpy().copy()
         batch[RAW_SPIKES] = raw
         batch[EXCHANGE_OK] = np.array([1.0 if r.ok else 0.0 for r in replies], dtype=np.float32)
         # uint64: microsecond wire timestamps (RLlib's TensorToNumpy would narrow a torch int64 to int32).
         batch[STIM_TIMESTAMP] = np.array([r.stim_timestamp_us for r in replies], dtype=np.uint64)
-        del batch[STIM_DIST_INPUTS]  # large and recomputed in training: keep episodes lean
         return batch
+
+
+def _autoreset_columns(batch: dict[str, Any], rows: int) -> dict[str, Any]:
+    """The columns for a tick on which every env only resets: RLlib discards them, nothing was sent."""
+    batch[Columns.ACTIONS] = torch.zeros(rows, dtype=torch.long)
+    batch[Columns.ACTION_LOGP] = torch.zeros(rows)
+    batch[STIM] = np.zeros((rows, 2 * N_ENCODING), dtype=np.float32)
+    for column in (SPIKES, SPIKE_MEAN, RAW_SPIKES):
+        batch[column] = np.zeros((rows, N_SPIKE_GROUPS), dtype=np.float32)
+    batch[EXCHANGE_OK] = np.zeros(rows, dtype=np.float32)
+    batch[STIM_TIMESTAMP] = np.zeros(rows, dtype=np.uint64)
+    del batch[STIM_DIST_INPUTS]
+    return batch
 
 
 def make_culture_connector(env=None, spaces=None) -> ConnectorV2:
