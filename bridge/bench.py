@@ -70,7 +70,7 @@ def run(exchanges: int, blocks: int) -> dict:
                          feedback_port=actor_ports["feedback_port"], event_port=actor_ports["event_port"],
                          timeout_s=1.0)
         )
-        client = BridgeClient(bridge)  # what env runners use: the compiled-graph fast path
+        client = BridgeClient(bridge)  # what env runners use: the local-socket fast path
         raw_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         raw_sock.bind(("127.0.0.1", raw_port))
         raw_sock.settimeout(1.0)
@@ -114,7 +114,7 @@ def run(exchanges: int, blocks: int) -> dict:
         "actor_max_ms": actor["max"],
         "plain_actor_call_p50_ms": task["p50"],
         "plain_actor_call_p99_ms": task["p99"],
-        "path": "BridgeClient (Ray compiled graph to the CL1Bridge actor); plain_* = ordinary actor task calls",
+        "path": "BridgeClient (local Unix socket to the CL1Bridge actor); plain_* = ordinary actor task calls",
         "bridge_internal_p50_ms": stats["latency_ms"]["p50"],
         "exchanges_per_path": len(actor_s),
         "wall_s": time.monotonic() - t_start,

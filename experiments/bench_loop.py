@@ -5,7 +5,8 @@ bridge, with feedback on:
 
 * paced: the device runs in real time with the reference 50 + 50 ms artifact
   and collection windows, so one device allows at most 1 / (0.05 + 0.05) = 10
-  steps/s; the question is how close the loop gets to that limit;
+  steps/s; the question is how close the loop gets to that limit (timed over
+  several windows: the median is the result, the range shows the spread);
 * unpaced: zero windows, as fast as possible: what the software costs per tick;
 * unpaced with the live view on and a viewer reading `/doom.mjpeg` throughout:
   the view must not slow the loop (frames are dropped, never queued).
@@ -59,7 +60,10 @@ def _watch_stream(url: str, stop: threading.Event, frames: list[int]) -> None:
             time.sleep(0.2)  # the server is not up yet
 
 
-def _sample_rate(experiment, steps: int, warmup_steps: int) -> dict[str, float]:
+def _sample_rate(experiment, steps: int, warmup_steps: int, repeats: int = 1) -> dict[str, Any]:
+    """Steps/s over `repeats` timed windows of `steps` steps on one env runner; the median is the result."""
+    import statistics
+
     from experiments.loop import finish
 
     algo = experiment.algorithm_config().build_algo()
@@ -68,31 +72,37 @@ def _sample_rate(experiment, steps: int, warmup_steps: int) -> dict[str, float]:
         url = f"http://127.0.0.1:{experiment.view.port}/doom.mjpeg"
         threading.Thread(target=_watch_stream, args=(url, stop, frames), daemon=True).start()
     try:
-        def timed(runner, n=steps, w=warmup_steps):
+        def timed(runner, n=steps, w=warmup_steps, k=repeats):
             runner.sample(num_timesteps=w, explore=True)
-            t0 = time.perf_counter()
-            episodes = runner.sample(num_timesteps=n, explore=True)
-            elapsed = time.perf_counter() - t0
-            return sum(len(e) for e in episodes), elapsed
+            windows = []
+            for _ in range(k):
+                t0 = time.perf_counter()
+                episodes = runner.sample(num_timesteps=n, explore=True)
+                windows.append((sum(len(e) for e in episodes), time.perf_counter() - t0))
+            return windows
 
-        (n, elapsed), = algo.env_runner_group.foreach_env_runner(timed, local_env_runner=False)
-        return {"steps": n, "seconds": elapsed, "steps_per_s": n / elapsed} | (
-            {"frames_streamed": frames[0]} if experiment.view.enabled else {})
+        (windows,) = algo.env_runner_group.foreach_env_runner(timed, local_env_runner=False)
+        rates = [n / elapsed for n, elapsed in windows]
+        result = {"steps": sum(n for n, _ in windows), "seconds": sum(e for _, e in windows),
+                  "steps_per_s": statistics.median(rates)}
+        if repeats > 1:
+            result |= {"steps_per_s_each": rates, "steps_per_s_min": min(rates), "steps_per_s_max": max(rates)}
+        return result | ({"frames_streamed": frames[0]} if experiment.view.enabled else {})
     finally:
         stop.set()
         finish(algo, reason="benchmark")
         algo.stop()
 
 
-def run(paced_steps: int, unpaced_steps: int, scenario: str) -> dict[str, Any]:
+def run(paced_steps: int, unpaced_steps: int, scenario: str, repeats: int = 3) -> dict[str, Any]:
     """Measure both conditions and return the results."""
     import ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        print(f"paced: {paced_steps} steps against 50 + 50 ms windows in real time...", file=sys.stderr)
-        paced = _sample_rate(_experiment(True, scenario), paced_steps, warmup_steps=20)
+        print(f"paced: {repeats} x {paced_steps} steps against 50 + 50 ms windows in real time...", file=sys.stderr)
+        paced = _sample_rate(_experiment(True, scenario), paced_steps, warmup_steps=20, repeats=repeats)
         print(f"unpaced: {unpaced_steps} steps with zero windows...", file=sys.stderr)
         unpaced = _sample_rate(_experiment(False, scenario), unpaced_steps, warmup_steps=200)
         print(f"paced, live view on and watched: {paced_steps} steps...", file=sys.stderr)
@@ -108,6 +118,8 @@ def run(paced_steps: int, unpaced_steps: int, scenario: str) -> dict[str, Any]:
         "paced_steps_per_s": paced["steps_per_s"],
         "limit_steps_per_s": limit,
         "paced_fraction_of_limit": paced["steps_per_s"] / limit,
+        "paced_steps_per_s_range": [paced.get("steps_per_s_min", paced["steps_per_s"]),
+                                    paced.get("steps_per_s_max", paced["steps_per_s"])],
         "unpaced_steps_per_s": unpaced["steps_per_s"],
         "unpaced_ms_per_step": 1000.0 / unpaced["steps_per_s"],
         "view_on_paced_steps_per_s": paced_viewed["steps_per_s"],
@@ -130,15 +142,21 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--paced-steps", type=int, default=300, help="steps timed against the paced device (300)")
     parser.add_argument("--unpaced-steps", type=int, default=3000, help="steps timed as fast as possible (3000)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed paced windows; the median is reported, with the range (default 3)")
     parser.add_argument("--scenario", default="basic", help="VizDoom scenario (default basic)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help=f"result file (default {DEFAULT_OUTPUT})")
     args = parser.parse_args(argv)
     if args.paced_steps < 10 or args.unpaced_steps < 10:
         parser.error("time at least 10 steps per condition")
-    result = run(args.paced_steps, args.unpaced_steps, args.scenario)
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    result = run(args.paced_steps, args.unpaced_steps, args.scenario, args.repeats)
     result |= provenance("loop", argv)
     write_result(args.output, result)
-    print(f"paced {result['paced_steps_per_s']:.2f} steps/s (limit {result['limit_steps_per_s']:.1f}, target 9.5); "
+    low, high = result["paced_steps_per_s_range"]
+    print(f"paced {result['paced_steps_per_s']:.2f} steps/s (median of {args.repeats}, range {low:.2f}-{high:.2f}; "
+          f"limit {result['limit_steps_per_s']:.1f}, target 9.5); "
           f"with the view on and watched {result['view_on_paced_steps_per_s']:.2f} "
           f"({result['view_on_paced_fraction_of_off']:.1%}); unpaced {result['unpaced_steps_per_s']:.1f} steps/s, "
           f"view on {result['view_on_unpaced_steps_per_s']:.1f} ({result['view_on_unpaced_fraction_of_off']:.1%}); "
