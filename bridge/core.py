@@ -205,7 +205,7 @@ class BridgeCore:
         self._busy_s = 0.0
         self._created = time.monotonic()
         self._closed = False
-        # The actor may serve an exchange (compiled-graph thread) and a stats or
+        # The actor may serve an exchange (local-socket thread) and a stats or
         # feedback call at once; one lock keeps a drain from stealing a reply.
         self._lock = threading.RLock()
 

@@ -3,13 +3,19 @@
 It runs first in RLlib's module-to-env pipeline on each env runner, on the
 module's batched output for this tick:
 
-1. sample `stim_t` from the encoder's Beta distributions (or take their mode);
-2. send it through the bridge (after the previous step's feedback) and wait
-   for the reply that answers *this* stimulation;
-3. apply the decoder-input ablation, centre with the module's spike mean, and
-   sample `action_t` from the decoder;
-4. write the action, the joint log-probability and the columns the learner
-   replays (`stim`, `spikes`, `spike_mean`) into the batch.
+1. build the previous step's feedback (its surprise needs this pass's V(s_t))
+   and post it to the bridge, which sends it while the next steps run;
+2. sample `stim_t` from the encoder's Beta distributions (or take their mode)
+   and send it; while the culture answers (~100 ms on a device), do what needs
+   no spikes: its log-probability, metrics, the `stim` and `spike_mean` columns;
+3. take the reply that answers *this* stimulation, apply the decoder-input
+   ablation, centre with the module's spike mean, and sample `action_t`;
+4. write the action, the joint log-probability and the other columns the
+   learner and the logs replay into the batch.
+
+Everything between the reply and the next stimulation is the tick's critical
+path (see docs/benchmarks.md, loop), so it is kept to the few ops that need the
+spikes.
 
 RLlib's own GetActions piece then sees an action already there and passes it
 through, so nothing of RLlib is forked.
