@@ -3,10 +3,11 @@
 Exchanges are the hot path, once per game tick. A caller on the bridge's node
 (every env runner: they are placed there) sends them over the bridge's local
 Unix socket (`bridge.local_channel`), which costs tens of microseconds where a
-Ray actor call costs milliseconds; a caller elsewhere uses actor calls.
-Everything else (feedback, events, stats) is an ordinary actor call. If the
-actor dies, the client waits for Ray to restart it, reconnects and repeats the
-exchange: the repeat is a new tick for the culture, and is counted.
+Ray actor call costs milliseconds; a caller elsewhere uses actor calls. The
+other calls (feedback, events, stats) take the same socket when it is open and
+no exchange is in flight. If the actor dies during an exchange, the client
+waits for Ray to restart it, reconnects and repeats the exchange: the repeat is
+a new tick for the culture, and is counted. Other calls are not repeated.
 """
 
 from __future__ import annotations

@@ -364,21 +364,20 @@ class BridgeCore:
         spin_s = self.config.reply_spin_ms / 1000.0
         if spin_s <= 0 or len(self._recent_latencies_s) < RECENT_LATENCIES:
             return None
-        expected = t_sent + min(self._recent_latencies_s)
-        if expected - t_sent < SPIN_MIN_LATENCY_S:
+        earliest_s = min(self._recent_latencies_s)
+        if earliest_s < SPIN_MIN_LATENCY_S:
             return None
-        return expected - spin_s, expected + spin_s
+        return t_sent + earliest_s - spin_s, t_sent + earliest_s + spin_s
 
     def _await_datagram(self, deadline: float, spin_window: tuple[float, float] | None):
         """The next spike-port datagram before `deadline` (None if none), polling inside `spin_window`."""
         now = time.perf_counter()
         if spin_window is not None and now < spin_window[1]:
-            spin_from, spin_until = spin_window
-            if min(spin_from, deadline) > now:
-                got = self._recv(min(spin_from, deadline) - now)
+            sleep_until, spin_until = min(spin_window[0], deadline), min(spin_window[1], deadline)
+            if sleep_until > now:
+                got = self._recv(sleep_until - now)
                 if got is not None:
                     return got
-            spin_until = min(spin_until, deadline)
             self._spike_sock.setblocking(False)
             while time.perf_counter() < spin_until:
                 try:

@@ -142,8 +142,6 @@ class CultureExchange(ConnectorV2):
             # device, so the failing env runner never keeps its culture claimed.
             close_link()
             raise
-        if stim_logp is None:
-            stim_logp, spike_mean = while_culture_answers()
         raw = np.stack([r.counts for r in replies])
         spikes = rl_module.ablate(torch.from_numpy(raw), generator=self._generator)
         action, action_logp = rl_module.act(rl_module.decode(spikes, spike_mean), explore=bool(explore))

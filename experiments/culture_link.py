@@ -240,13 +240,11 @@ class CultureLink:
 
     # --- the tick ------------------------------------------------------------------
 
-    def exchange(self, stim: np.ndarray) -> SpikeReply:
-        """Send queued feedback, then this tick's stimulation ([16]: Hz then uA); return the reply."""
-        self.send_stim(stim)
-        return self.receive_spikes()
-
     def send_stim(self, stim: np.ndarray) -> None:
-        """Start the tick: queued feedback, then the stimulation, leave now; `receive_spikes` answers."""
+        """Start the tick: queued feedback, then the stimulation ([16]: Hz then uA), leave now.
+
+        `receive_spikes` returns the culture's answer.
+        """
         self._t_sent = time.perf_counter()
         feedback, self._pending_feedback = self._pending_feedback, []
         half = len(stim) // 2
