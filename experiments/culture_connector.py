@@ -35,7 +35,7 @@ from bridge.channels import N_ENCODING, N_SPIKE_GROUPS
 from bridge.core import SpikeReply
 from experiments.culture_link import CultureLink, close_link, current_link
 from experiments.feedback import SurpriseScales
-from models.closed_loop_module import SPIKE_MEAN, SPIKES, STIM, STIM_DIST_INPUTS
+from models.closed_loop_module import SPIKE_MEAN, SPIKES, STIM, STIM_DIST_INPUTS, STIM_LOGP
 
 EXCHANGE_OK = "exchange_ok"
 """Extra column: 1.0 when the culture answered this tick's stimulation, 0.0 on a timeout."""
@@ -148,6 +148,7 @@ class CultureExchange(ConnectorV2):
 
         batch[Columns.ACTIONS] = action
         batch[Columns.ACTION_LOGP] = stim_logp + action_logp
+        batch[STIM_LOGP] = stim_logp
         batch[SPIKES] = spikes.numpy()
         batch[RAW_SPIKES] = raw
         batch[EXCHANGE_OK] = np.array([1.0 if r.ok else 0.0 for r in replies], dtype=np.float32)
@@ -160,6 +161,7 @@ def _autoreset_columns(batch: dict[str, Any], rows: int) -> dict[str, Any]:
     """The columns for a tick on which every env only resets: RLlib discards them, nothing was sent."""
     batch[Columns.ACTIONS] = torch.zeros(rows, dtype=torch.long)
     batch[Columns.ACTION_LOGP] = torch.zeros(rows)
+    batch[STIM_LOGP] = torch.zeros(rows)
     batch[STIM] = np.zeros((rows, 2 * N_ENCODING), dtype=np.float32)
     for column in (SPIKES, SPIKE_MEAN, RAW_SPIKES):
         batch[column] = np.zeros((rows, N_SPIKE_GROUPS), dtype=np.float32)

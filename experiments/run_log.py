@@ -38,7 +38,17 @@ RESULT_TAGS: dict[str, str] = {
     "decoder/entropy": "learners/*/decoder_entropy",
     "decoder/weight_norm": "learners/*/decoder_weight_norm",
     "decoder/l2_loss": "learners/*/decoder_l2_loss",
-    "decoder/lr": "learners/*/default_optimizer_learning_rate",  # decoder and value net
+    "decoder/lr": "learners/*/decoder_learning_rate",
+    "value/lr": "learners/*/default_optimizer_learning_rate",  # the value net keeps RLlib's default optimizer
+    "value/target_mean": "learners/*/value_target_mean",
+    "value/target_std": "learners/*/value_target_std",
+    "ppo/gradient_norm": "learners/*/gradients_global_norm",
+    "encoder/ratio_mean": "learners/*/encoder_ratio_mean",
+    "encoder/ratio_std": "learners/*/encoder_ratio_std",
+    "encoder/ratio_clip_fraction": "learners/*/encoder_ratio_clip_fraction",
+    "decoder/ratio_mean": "learners/*/decoder_ratio_mean",
+    "decoder/ratio_std": "learners/*/decoder_ratio_std",
+    "decoder/ratio_clip_fraction": "learners/*/decoder_ratio_clip_fraction",
     "feedback/commands_per_step": "env_runners/culture/feedback_commands_per_step",
     "feedback/sent": "env_runners/culture/feedback_sent",
     "feedback/suppressed": "env_runners/culture/feedback_suppressed",
@@ -162,15 +172,24 @@ class RunLog:
             return
         x = [r["episode_index"] for r in rows]
         y = [r["episode_reward"] for r in rows]
-        window = max(1, min(20, len(y) // 5))
-        smooth = [sum(y[max(0, i - window + 1): i + 1]) / len(y[max(0, i - window + 1): i + 1]) for i in range(len(y))]
-        fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+        killed = [1.0 if r.get("kill_count", 0) > 0 else 0.0 for r in rows]
+        window = max(1, min(100, len(y) // 5))
+
+        def rolling(values: list[float]) -> list[float]:
+            return [sum(values[max(0, i - window + 1): i + 1]) / len(values[max(0, i - window + 1): i + 1])
+                    for i in range(len(values))]
+
+        fig, (ax, ax_kills) = plt.subplots(1, 2, figsize=(11, 4), dpi=100)
         ax.plot(x, y, ".", alpha=0.35, label="episode reward")
-        ax.plot(x, smooth, "-", label=f"mean of last {window}")
+        ax.plot(x, rolling(y), "-", label=f"mean of last {window}")
         ax.set_xlabel("episode")
         ax.set_ylabel("reward")
         ax.set_title(f"{self.trial_dir.name}: {len(rows)} episodes")
         ax.legend(loc="best")
+        ax_kills.plot(x, rolling(killed), "-", color="tab:red")
+        ax_kills.set_ylim(-0.02, 1.02)
+        ax_kills.set_xlabel("episode")
+        ax_kills.set_ylabel(f"kill rate (last {window} episodes)")
         fig.tight_layout()
         tmp = self.trial_dir / (CURVE_FILE + ".tmp.png")
         fig.savefig(tmp)
@@ -183,9 +202,10 @@ class RunLog:
         steps = _lookup(result, "env_runners/num_env_steps_sampled") or 0
         dt = result.get("time_this_iter_s") or float("nan")
         reward = values.get("episode/return_mean", float("nan"))
+        kills = values.get("episode/kills", float("nan"))
         p50 = values.get("loop/latency_p50_ms", float("nan"))
         timeouts = int(values.get("loop/timeouts", 0))
-        return (f"[iter {it}] episodes {self.episodes_logged}  reward {reward:.1f}  "
+        return (f"[iter {it}] episodes {self.episodes_logged}  reward {reward:.1f}  kills/episode {kills:.2f}  "
                 f"steps/s {steps / dt if dt else float('nan'):.1f}  loop p50 {p50:.2f} ms  timeouts {timeouts}  "
                 f"elapsed {time.monotonic() - self._started:.0f} s")
 

@@ -22,13 +22,16 @@ from torch import nn
 from bridge.channels import N_ENCODING, N_SPIKE_GROUPS
 from models.decoder import SpikeDecoder
 from models.distributions import TorchRangedBeta
-from models.encoder import StimEncoder, mlp, split_observation_space
+from models.encoder import StimEncoder, features_and_screen, split_observation_space
 from models.model_config import ClosedLoopModelConfig
+from models.value import NormalizedValueNet
 
 STIM_DIST_INPUTS = "stim_dist_inputs"
 """Forward output: raw encoder head [B, 4 * N_ENCODING] (alpha raws for 16 dims, then beta raws)."""
 STIM = "stim"
 """Batch column: the sampled stimulation [B, 2 * N_ENCODING], Hz then uA, unclamped."""
+STIM_LOGP = "stim_logp"
+"""Batch column: log p(stim | obs) when acting, the encoder's part of ACTION_LOGP (the joint one)."""
 SPIKES = "spikes"
 """Batch column: the decoder input actually used [B, N_SPIKE_GROUPS] (after ablation, before centring)."""
 SPIKE_MEAN = "spike_mean"
@@ -50,7 +53,8 @@ class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
         self.encoder = StimEncoder(self.observation_space, s)
         self.decoder = SpikeDecoder(N_SPIKE_GROUPS, self.n_actions, s)
         features_space, _ = split_observation_space(self.observation_space)
-        self.value_net = mlp(int(np.prod(features_space.shape)), s.value_hiddens, 1)
+        self.value_net = NormalizedValueNet(int(np.prod(features_space.shape)), s.value_hiddens,
+                                            normalize=s.value_normalization, momentum=s.value_norm_momentum)
         stim_low = [s.stim_frequency_range_hz[0]] * N_ENCODING + [s.stim_amplitude_range_ua[0]] * N_ENCODING
         stim_high = [s.stim_frequency_range_hz[1]] * N_ENCODING + [s.stim_amplitude_range_ua[1]] * N_ENCODING
         # Non-persistent: ranges come from the config, a checkpoint must not override them.
@@ -73,21 +77,19 @@ class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
         """Trainable parameters of the spike decoder (empty if frozen)."""
         return [p for p in self.decoder.parameters() if p.requires_grad]
 
+    def decoder_weight_l2(self) -> torch.Tensor:
+        """Sum of the squared decoder weights (for the optional L2 term and its metric)."""
+        return self.decoder.weight_l2()
+
     def value_parameters(self) -> list[nn.Parameter]:
         """Trainable parameters of the value net."""
         return [p for p in self.value_net.parameters() if p.requires_grad]
 
     # ---- forward passes ----
 
-    def _features_and_screen(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        obs = batch[Columns.OBS]
-        if isinstance(obs, dict):
-            return obs["features"], obs.get("screen")
-        return obs, None
-
     def _forward(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
         """Acting pass: encoder Beta inputs and value predictions; no action (the culture decides)."""
-        features, screen = self._features_and_screen(batch)
+        features, screen = features_and_screen(batch[Columns.OBS])
         return {
             STIM_DIST_INPUTS: self.encoder(features, screen),
             Columns.VF_PREDS: self._values(features),
@@ -112,11 +114,11 @@ class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
 
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
         """Value estimates [B] from the scalar observation features (ValueFunctionAPI, used by GAE)."""
-        features, _ = self._features_and_screen(batch)
+        features, _ = features_and_screen(batch[Columns.OBS])
         return self._values(features)
 
     def _values(self, features: torch.Tensor) -> torch.Tensor:
-        return self.value_net(features.float().flatten(1)).squeeze(-1)
+        return self.value_net(features)
 
     # ---- pieces the culture connector calls ----
 

@@ -1,8 +1,15 @@
 """ClosedLoopPPOConfig: RLlib's PPOConfig with the closed loop's learner settings and defaults.
 
-Reference defaults: gamma 0.997, lambda 0.95, clip 0.2, value coefficient 0.3, decoder
-entropy 0.02, encoder entropy 0 (the reference's -0.10 was never applied; settable),
-minibatch 256, 4 epochs, 2048 steps per update, encoder learning rate 4x the base one.
+Kept from the reference trainer: gamma 0.997, lambda 0.95, clip 0.2, value coefficient 0.3,
+decoder entropy 0.02, encoder entropy 0 (the reference's -0.10 was never applied; settable),
+4 epochs, the gradient norm clipped at 3 over all parameters together.
+
+Changed from it, because with them nothing learned within 20k steps of `basic` (measurements
+in docs/architecture.md, "The learner"): 512 env steps per update in minibatches of 128
+(reference 2048 / 256), learning rates 1e-3 for the encoder and 1e-2 for the decoder and the
+(normalised) value net (reference 1.2e-3 / 3e-4 / 3e-4), and the encoder's and decoder's
+ratios clipped each on its own ("factored"; reference: one joint ratio). Every one of them is
+a setting: the reference values can be set back per experiment.
 """
 
 from __future__ import annotations
@@ -27,12 +34,12 @@ class ClosedLoopPPOConfig(PPOConfig):
         self.clip_param = 0.2
         self.vf_loss_coeff = 0.3
         self.vf_clip_param = float("inf")  # RLlib semantics (clamp on the squared error); inf = unclipped
-        self.minibatch_size = 256
+        self.minibatch_size = 128
         self.num_epochs = 4
-        self.train_batch_size_per_learner = 2048
-        self.lr = 3e-4  # base rate: decoder and value net; the encoder gets lr * encoder_lr_multiplier
-        self.grad_clip = 0.5
-        self.grad_clip_by = "global_norm"  # applied per optimizer: encoder and decoder+value separately
+        self.train_batch_size_per_learner = 512
+        self.lr = 1e-2  # the value net's rate; encoder and decoder get lr times their multipliers
+        self.grad_clip = 3.0  # the reference's max norm, over all parameters at once (see the learner)
+        self.grad_clip_by = "global_norm"
         self.use_kl_loss = False
         self.entropy_coeff = 0.0  # unused: see encoder_entropy_coeff / decoder_entropy_coeff
         # One culture cannot serve two games: one env per env runner.
@@ -43,10 +50,15 @@ class ClosedLoopPPOConfig(PPOConfig):
         """loss -= encoder_entropy_coeff * H(stim | obs); any sign (negative sharpens the stimulation)."""
         self.decoder_entropy_coeff = 0.02
         """loss -= decoder_entropy_coeff * H(action | spikes); any sign."""
-        self.encoder_lr_multiplier = 4.0
+        self.encoder_lr_multiplier = 0.1
         """Encoder learning rate = lr * this (its own optimizer; also scales an lr schedule)."""
+        self.decoder_lr_multiplier = 1.0
+        """Decoder learning rate = lr * this (its own optimizer; also scales an lr schedule)."""
         self.decoder_weight_l2_coeff = 0.0
         """loss += this * sum of squared decoder weights (effective weights if non-negative)."""
+        self.ratio_clipping = "factored"
+        """"joint": one clipped ratio over log p(stim) + log p(action); "factored": the encoder's and the
+        decoder's ratios clipped each on its own, surrogates summed."""
 
         # The module-to-env piece that exchanges stim for spikes with the culture.
         self.culture_connector: Callable[[Any, Any], ConnectorV2] | None = None
@@ -58,7 +70,9 @@ class ClosedLoopPPOConfig(PPOConfig):
         encoder_entropy_coeff: float = NotProvided,
         decoder_entropy_coeff: float = NotProvided,
         encoder_lr_multiplier: float = NotProvided,
+        decoder_lr_multiplier: float = NotProvided,
         decoder_weight_l2_coeff: float = NotProvided,
+        ratio_clipping: str = NotProvided,
         **kwargs,
     ) -> Self:
         """PPOConfig.training plus the closed-loop settings."""
@@ -69,8 +83,12 @@ class ClosedLoopPPOConfig(PPOConfig):
             self.decoder_entropy_coeff = decoder_entropy_coeff
         if encoder_lr_multiplier is not NotProvided:
             self.encoder_lr_multiplier = encoder_lr_multiplier
+        if decoder_lr_multiplier is not NotProvided:
+            self.decoder_lr_multiplier = decoder_lr_multiplier
         if decoder_weight_l2_coeff is not NotProvided:
             self.decoder_weight_l2_coeff = decoder_weight_l2_coeff
+        if ratio_clipping is not NotProvided:
+            self.ratio_clipping = ratio_clipping
         return self
 
     def closed_loop(self, *, culture_connector: Callable[[Any, Any], ConnectorV2] | None = NotProvided) -> Self:
@@ -111,8 +129,10 @@ class ClosedLoopPPOConfig(PPOConfig):
                 "entropy_coeff is not used by the closed-loop learner: set encoder_entropy_coeff "
                 "and decoder_entropy_coeff instead"
             )
-        if self.encoder_lr_multiplier <= 0.0:
-            self._value_error("encoder_lr_multiplier must be > 0")
+        if self.encoder_lr_multiplier <= 0.0 or self.decoder_lr_multiplier <= 0.0:
+            self._value_error("encoder_lr_multiplier and decoder_lr_multiplier must be > 0")
+        if self.ratio_clipping not in ("joint", "factored"):
+            self._value_error(f"ratio_clipping must be 'joint' or 'factored', got {self.ratio_clipping!r}")
         if self.decoder_weight_l2_coeff < 0.0:
             self._value_error("decoder_weight_l2_coeff must be >= 0")
         if self.num_envs_per_env_runner != 1:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -10,6 +11,7 @@ import torch
 from torch import nn
 
 from bridge.channels import N_ENCODING
+from models.distributions import BETA_CONCENTRATION_OFFSET
 from models.model_config import ClosedLoopModelConfig
 
 N_STIM = 2 * N_ENCODING
@@ -34,6 +36,13 @@ def split_observation_space(space: gym.Space) -> tuple[gym.spaces.Box, gym.space
     if isinstance(space, gym.spaces.Box):
         return space, None
     raise ValueError(f"observation space must be a Box or a Dict with 'features' (and 'screen'), got {space}")
+
+
+def features_and_screen(obs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(features, screen or None) of a batch of Box or Dict {"features", "screen"} observations."""
+    if isinstance(obs, dict):
+        return obs["features"], obs.get("screen")
+    return obs, None
 
 
 class ScreenCNN(nn.Module):
@@ -84,7 +93,9 @@ class StimEncoder(nn.Module):
         trunk_size = settings.encoder_hiddens[-1] if settings.encoder_hiddens else in_size
         self.head = nn.Linear(trunk_size, 2 * N_STIM)
         nn.init.normal_(self.head.weight, std=settings.encoder_head_init_std)
-        nn.init.zeros_(self.head.bias)
+        # alpha = beta = softplus(bias) + 1 = concentration / 2 for a zero input.
+        per_side = torch.tensor(settings.encoder_init_concentration / 2.0 - BETA_CONCENTRATION_OFFSET)
+        nn.init.constant_(self.head.bias, float(per_side + torch.log(-torch.expm1(-per_side))))
 
     def forward(self, features: torch.Tensor, screen: torch.Tensor | None = None) -> torch.Tensor:
         """Raw Beta parameters for a batch of observations."""

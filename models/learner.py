@@ -1,12 +1,20 @@
-"""ClosedLoopPPOLearner: PPO with one clipped ratio over log p(stim|obs) + log p(action|spikes).
+"""ClosedLoopPPOLearner: PPO over the closed-loop policy log p(stim|obs) + log p(action|spikes).
 
 Extends RLlib's PPOTorchLearner at its extension points only:
-- `compute_loss_for_module`: the joint-logp surrogate, the value loss, separate encoder
-  and decoder entropy bonuses, an optional decoder weight L2 term, and the metrics;
-- `configure_optimizers_for_module`: two Adam optimizers, "encoder" (lr * encoder_lr_multiplier)
-  and the default one (decoder + value net, lr); each is gradient-clipped on its own;
-- `build`: appends `UpdateSpikeMean` to the learner connector (spike-mean update, once per train batch);
-- `after_gradient_based_update`: logs the running spike means.
+- `compute_loss_for_module`: the clipped surrogate (the encoder's and decoder's ratios clipped
+  each on its own, or one joint ratio: `ratio_clipping`), the value loss in the value net's
+  normalised units, separate encoder and decoder entropy bonuses, an optional decoder weight
+  L2 term, and the metrics (both parts of the ratio included);
+- `configure_optimizers_for_module`: three Adam optimizers, "encoder" (lr * encoder_lr_multiplier),
+  "decoder" (lr * decoder_lr_multiplier) and the default one (value net, lr);
+- `postprocess_gradients_for_module`: one clip of the global gradient norm over all of the
+  module's parameters (the reference's max norm 3), not RLlib's clip per optimizer;
+- `build`: appends `UpdateRunningStats` to the learner connector (spike mean and value-target
+  statistics, once per train batch);
+- `after_gradient_based_update`: logs the running spike means and value-target scale.
+
+A module without an encoder (`DirectRLModule`, the no-culture control) is trained by the
+same loss with the stimulation term left out.
 """
 
 from __future__ import annotations
@@ -27,11 +35,13 @@ from ray.rllib.utils.torch_utils import explained_variance
 from ray.rllib.utils.typing import ModuleID
 
 from bridge.channels import SPIKE_GROUP_NAMES
-from models.closed_loop_module import STIM, STIM_DIST_INPUTS, ClosedLoopRLModule
+from models.closed_loop_module import STIM, STIM_DIST_INPUTS, STIM_LOGP, ClosedLoopRLModule
 from models.config import ClosedLoopPPOConfig
-from models.spike_mean_connector import UpdateSpikeMean
+from models.running_stats_connector import UpdateRunningStats
 
 ENCODER_OPTIMIZER = "encoder"
+DECODER_OPTIMIZER = "decoder"
+"""The value net keeps RLlib's DEFAULT_OPTIMIZER (base lr)."""
 
 # Metric names (under the module id in the learner results).
 ENCODER_ENTROPY_KEY = "encoder_entropy"
@@ -40,6 +50,11 @@ CLIP_FRACTION_KEY = "clip_fraction"
 DECODER_WEIGHT_NORM_KEY = "decoder_weight_norm"
 DECODER_L2_LOSS_KEY = "decoder_l2_loss"
 SPIKE_MEAN_KEY_PREFIX = "spike_mean_"
+GRADIENT_NORM_KEY = "gradients_global_norm"
+VALUE_TARGET_STD_KEY = "value_target_std"
+VALUE_TARGET_MEAN_KEY = "value_target_mean"
+RATIO_PARTS = ("encoder", "decoder")
+"""The joint ratio's two factors, logged each as <part>_ratio_mean / _std / _clip_fraction."""
 
 
 def _scaled_lr(lr_or_schedule: Any, factor: float) -> Any:
@@ -56,28 +71,38 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
         """PPO's build, then the spike-mean connector after GAE at the end of the learner pipeline."""
         super().build()
         if self._learner_connector is not None:
-            self._learner_connector.append(UpdateSpikeMean())
+            self._learner_connector.append(UpdateRunningStats())
 
     def configure_optimizers_for_module(self, module_id: ModuleID, config: ClosedLoopPPOConfig = None) -> None:
-        """Encoder optimizer at lr * encoder_lr_multiplier; decoder + value net at lr."""
+        """Three Adam optimizers: encoder (lr x encoder_lr_multiplier), decoder (lr x decoder_lr_multiplier), value (lr)."""
         module: ClosedLoopRLModule = self._module[module_id].unwrapped()
         # Frozen parameters are left out: TorchLearner.apply_gradients cannot handle a None gradient.
-        encoder_params = module.encoder_parameters()
-        rest_params = module.decoder_parameters() + module.value_parameters()
-        self.register_optimizer(
-            module_id=module_id,
-            optimizer_name=ENCODER_OPTIMIZER,
-            optimizer=torch.optim.Adam(encoder_params),
-            params=encoder_params,
-            lr_or_lr_schedule=_scaled_lr(config.lr, config.encoder_lr_multiplier),
+        groups = (
+            (ENCODER_OPTIMIZER, module.encoder_parameters(), config.encoder_lr_multiplier),
+            (DECODER_OPTIMIZER, module.decoder_parameters(), config.decoder_lr_multiplier),
+            (DEFAULT_OPTIMIZER, module.value_parameters(), 1.0),
         )
-        self.register_optimizer(
-            module_id=module_id,
-            optimizer_name=DEFAULT_OPTIMIZER,
-            optimizer=torch.optim.Adam(rest_params),
-            params=rest_params,
-            lr_or_lr_schedule=config.lr,
-        )
+        for name, params, factor in groups:
+            if params:  # a frozen decoder has none
+                self.register_optimizer(
+                    module_id=module_id,
+                    optimizer_name=name,
+                    optimizer=torch.optim.Adam(params),
+                    params=params,
+                    lr_or_lr_schedule=_scaled_lr(config.lr, factor),
+                )
+
+    def postprocess_gradients_for_module(
+        self, *, module_id: ModuleID, config: ClosedLoopPPOConfig = None, module_gradients_dict: dict
+    ) -> dict:
+        """Clip the global norm of all the module's gradients at grad_clip, once (both optimizers together)."""
+        if not config.grad_clip:
+            return dict(module_gradients_dict)
+        # RLlib clips per optimizer; one clip over everything keeps the encoder, decoder and value
+        # updates in proportion, as the reference trainer did (torch clip_grad_norm_ over all parameters).
+        norm = self._get_clip_function()(module_gradients_dict, grad_clip=config.grad_clip, grad_clip_by="global_norm")
+        self.metrics.log_value((module_id, GRADIENT_NORM_KEY), norm, window=1)
+        return module_gradients_dict
 
     def compute_loss_for_module(
         self,
@@ -87,7 +112,7 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
         batch: dict[str, Any],
         fwd_out: dict[str, torch.Tensor],
     ) -> torch.Tensor:
-        """Clipped surrogate on the joint logp + value loss - entropy bonuses + decoder L2."""
+        """Clipped surrogate (factored or joint) + normalised value loss - entropy bonuses + decoder L2."""
         module: ClosedLoopRLModule = self.module[module_id].unwrapped()
 
         # PPO appends one bootstrap timestep per episode; the loss mask keeps it out of every mean.
@@ -100,30 +125,47 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
         else:
             masked_mean = torch.mean
 
-        stim_dist = module.encoder_distribution(fwd_out[STIM_DIST_INPUTS])
         # forward_train replayed the stored spikes with the stored (act-time) mean: same logits as when acting.
         action_dist = module.decoder_distribution(fwd_out[Columns.ACTION_DIST_INPUTS])
-        logp_stim = stim_dist.logp(batch[STIM])
         logp_action = action_dist.logp(batch[Columns.ACTIONS])
+        has_encoder = STIM_DIST_INPUTS in fwd_out
+        if has_encoder:
+            stim_dist = module.encoder_distribution(fwd_out[STIM_DIST_INPUTS])
+            logp_stim = stim_dist.logp(batch[STIM])
+            old_logp_stim = batch[STIM_LOGP]
+            encoder_entropy = stim_dist.entropy()
+        else:  # the direct control: no stimulation, the action is the whole policy
+            logp_stim = old_logp_stim = encoder_entropy = torch.zeros_like(logp_action)
         # Spikes are data, not a function of the encoder: the encoder learns only through logp_stim
         # (score function), the decoder only through logp_action.
         log_ratio = logp_stim + logp_action - batch[Columns.ACTION_LOGP]
         ratio = torch.exp(log_ratio)
+        part_log_ratios = {
+            "encoder": logp_stim - old_logp_stim,
+            "decoder": logp_action - (batch[Columns.ACTION_LOGP] - old_logp_stim),
+        }
 
         advantages = batch[Postprocessing.ADVANTAGES]
-        surrogate = torch.min(
-            advantages * ratio,
-            advantages * torch.clamp(ratio, 1.0 - config.clip_param, 1.0 + config.clip_param),
-        )
+
+        def clipped_surrogate(r: torch.Tensor) -> torch.Tensor:
+            return torch.min(advantages * r, advantages * torch.clamp(r, 1.0 - config.clip_param, 1.0 + config.clip_param))
+
+        if config.ratio_clipping == "factored":
+            # Each factor gets its own trust region: a stimulation that moved far (16 dimensions) no longer
+            # zeroes the decoder's gradient on that step, and the other way round (docs/architecture.md).
+            surrogate = sum(clipped_surrogate(torch.exp(part)) for part in part_log_ratios.values()) - advantages
+        else:
+            surrogate = clipped_surrogate(ratio)
 
         values = fwd_out[Columns.VF_PREDS]
-        vf_loss = torch.pow(values - batch[Postprocessing.VALUE_TARGETS], 2.0)
+        # In the value net's normalised units (identity when value_normalization is off).
+        normalize = module.value_net.normalize_targets
+        vf_loss = torch.pow(normalize(values) - normalize(batch[Postprocessing.VALUE_TARGETS]), 2.0)
         vf_loss_clipped = torch.clamp(vf_loss, 0.0, config.vf_clip_param)
         if not config.use_critic:
             # Keep the value net in the graph (zero gradient) so its optimizer never sees a None gradient.
             vf_loss_clipped = 0.0 * vf_loss_clipped
 
-        encoder_entropy = stim_dist.entropy()
         decoder_entropy = action_dist.entropy()
 
         total_loss = masked_mean(
@@ -133,7 +175,7 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
             - config.encoder_entropy_coeff * encoder_entropy
             - config.decoder_entropy_coeff * decoder_entropy
         )
-        decoder_l2 = module.decoder.weight_l2()
+        decoder_l2 = module.decoder_weight_l2()
         if config.decoder_weight_l2_coeff:
             total_loss = total_loss + config.decoder_weight_l2_coeff * decoder_l2
 
@@ -141,6 +183,14 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
             # k3 estimator of KL(old || new) of the joint policy: non-negative, low variance.
             mean_kl = masked_mean(ratio - 1.0 - log_ratio)
             clip_fraction = masked_mean(((ratio - 1.0).abs() > config.clip_param).float())
+            part_metrics = {}
+            for part, part_log_ratio in part_log_ratios.items():
+                part_ratio = torch.exp(part_log_ratio)
+                part_mean = masked_mean(part_ratio)
+                part_metrics[f"{part}_ratio_mean"] = part_mean
+                part_metrics[f"{part}_ratio_std"] = masked_mean((part_ratio - part_mean) ** 2).sqrt()
+                part_metrics[f"{part}_ratio_clip_fraction"] = masked_mean(
+                    ((part_ratio - 1.0).abs() > config.clip_param).float())
         if config.use_kl_loss:
             total_loss = total_loss + self.curr_kl_coeffs_per_module[module_id] * masked_mean(ratio - 1.0 - log_ratio)
 
@@ -159,17 +209,22 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
                 CLIP_FRACTION_KEY: clip_fraction,
                 DECODER_WEIGHT_NORM_KEY: decoder_l2.detach().sqrt(),
                 DECODER_L2_LOSS_KEY: config.decoder_weight_l2_coeff * decoder_l2.detach(),
-            },
+            }
+            | part_metrics,
             key=module_id,
             window=1,  # one value per update, like PPO's own loss stats
         )
         return total_loss
 
     def after_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:
-        """PPO's bookkeeping, then log the running spike mean the env runners will act with."""
+        """PPO's bookkeeping, then log the value-target scale and the spike mean the env runners act with."""
         super().after_gradient_based_update(timesteps=timesteps)
         for module_id, module in self.module.items():
             module = module.unwrapped()
+            value_net = getattr(module, "value_net", None)
+            if hasattr(value_net, "target_std"):
+                self.metrics.log_value((module_id, VALUE_TARGET_STD_KEY), value_net.target_std.item(), window=1)
+                self.metrics.log_value((module_id, VALUE_TARGET_MEAN_KEY), value_net.target_mean.item(), window=1)
             if not isinstance(module, ClosedLoopRLModule):
                 continue
             for name, value in zip(SPIKE_GROUP_NAMES, module.spike_mean.tolist(), strict=True):

@@ -34,8 +34,12 @@ class ClosedLoopModelConfig:
     """Amplitude range of every encoding electrode."""
     encoder_hiddens: tuple[int, ...] = (128, 128)
     """Hidden layer sizes of the encoder's scalar-feature MLP trunk (SiLU)."""
-    encoder_head_init_std: float = 0.01
-    """Init std of the Beta heads; small so that the first stimulation is broad (alpha ~ beta ~ 1.7)."""
+    encoder_head_init_std: float = 0.5
+    """Init std of the Beta heads' weights: how much the first stimulation already depends on the observation
+    (0.5: it does from the start, so the decoder has something to read while the encoder learns)."""
+    encoder_init_concentration: float = 3.39
+    """alpha + beta of every stimulation Beta at init (head outputs 0); 3.39 is the bare softplus(0) + 1 each.
+    Higher: a narrower first stimulation (Beta std 0.24 at 3.39, 0.15 at 10 in units of the range)."""
     screen_cnn_filters: tuple[tuple[int, int, int], ...] = ((16, 8, 4), (32, 4, 2))
     """(out_channels, kernel, stride) per conv layer of the screen CNN (used only if obs has a "screen")."""
     screen_embedding_dim: int = 128
@@ -54,12 +58,16 @@ class ClosedLoopModelConfig:
     """Linear readout weights are softplus(raw) >= 0 (only for "linear")."""
     decoder_frozen: bool = False
     """Decoder weights are not trained (requires_grad False): all learning is encoder + culture."""
-    decoder_init_std: float = 0.1
-    """Init std of the linear readout weights (raw weights if non-negative)."""
+    decoder_init_std: float = 0.3
+    """Init std of the linear readout weights (raw weights if non-negative); about the reference's xavier scale."""
 
     # Value net: a separate MLP on the scalar observation features.
     value_hiddens: tuple[int, ...] = (128, 128)
     """Hidden layer sizes of the value MLP (SiLU)."""
+    value_normalization: bool = True
+    """Train the value net on normalised targets (running mean/std, outputs preserved: models/value.py)."""
+    value_norm_momentum: float = 0.1
+    """Weight of each train batch's value targets in the running mean/std (the first batch sets them)."""
 
     # Ablation of the decoder input (the spikes): the science's control conditions.
     ablation: AblationMode = "none"
@@ -90,6 +98,10 @@ class ClosedLoopModelConfig:
             raise ValueError(f"spike_mean_mode must be ema, cumulative or off, got {self.spike_mean_mode!r}")
         if not 0.0 < self.spike_mean_momentum <= 1.0:
             raise ValueError("spike_mean_momentum must lie in (0, 1]")
+        if self.encoder_init_concentration <= 2.0:
+            raise ValueError("encoder_init_concentration must be > 2 (alpha and beta are each > 1)")
+        if not 0.0 < self.value_norm_momentum <= 1.0:
+            raise ValueError("value_norm_momentum must lie in (0, 1]")
         if self.ablation_poisson_rate < 0.0:
             raise ValueError("ablation_poisson_rate must be >= 0")
 

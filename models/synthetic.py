@@ -16,7 +16,7 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
 from bridge.channels import N_ENCODING, N_SPIKE_GROUPS
-from models.closed_loop_module import SPIKE_MEAN, SPIKES, STIM, STIM_DIST_INPUTS, ClosedLoopRLModule
+from models.closed_loop_module import SPIKE_MEAN, SPIKES, STIM, STIM_DIST_INPUTS, STIM_LOGP, ClosedLoopRLModule
 
 Culture = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 """stim [B, 16] (Hz, uA) -> spike counts [B, N_SPIKE_GROUPS]."""
@@ -75,10 +75,12 @@ def act_through_culture(
     spike_mean = module.spike_mean.expand_as(spikes).clone()
     action_dist = module.decoder_distribution(module.decode(spikes, spike_mean))
     action = action_dist.sample() if explore else action_dist.to_deterministic().sample()
+    stim_logp = stim_dist.logp(stim)
     return {
         Columns.ACTIONS: action,
         # The joint log-probability: the PPO ratio is taken over stim and action together.
-        Columns.ACTION_LOGP: stim_dist.logp(stim) + action_dist.logp(action),
+        Columns.ACTION_LOGP: stim_logp + action_dist.logp(action),
+        STIM_LOGP: stim_logp,
         STIM: stim.float(),
         SPIKES: spikes.float(),
         SPIKE_MEAN: spike_mean.float(),

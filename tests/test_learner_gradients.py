@@ -6,6 +6,7 @@ through log p(action | spikes) (its entropy, its L2), the value net only through
 
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
@@ -13,7 +14,7 @@ import torch
 from ray.rllib.core.columns import Columns
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
-from models.closed_loop_module import STIM, STIM_DIST_INPUTS, ClosedLoopRLModule
+from models.closed_loop_module import STIM, STIM_DIST_INPUTS, STIM_LOGP, ClosedLoopRLModule
 from models.config import ClosedLoopPPOConfig
 from models.learner import ClosedLoopPPOLearner
 from models.synthetic import ToyClosedLoopEnv, closed_loop_step, fake_culture
@@ -81,7 +82,7 @@ def parts(learner: ClosedLoopPPOLearner) -> tuple[ClosedLoopRLModule, list, list
 
 def test_policy_term_trains_encoder_through_stim_logp_and_decoder_through_action_logp(learner, batch) -> None:
     module, enc, dec, val = parts(learner)
-    total = loss(learner, batch, config_with(learner))
+    total = loss(learner, batch, config_with(learner, ratio_clipping="joint"))
     assert norm(grads(total, val)) == 0.0  # the value net gets nothing from the policy term
 
     # Reference gradients from the two log-prob terms, with the ratio as a constant weight.
@@ -100,6 +101,42 @@ def test_policy_term_trains_encoder_through_stim_logp_and_decoder_through_action
     # No cross paths: the action log-prob never reaches the encoder, the stim log-prob never the decoder.
     assert norm(grads(logp_action.sum(), enc)) == 0.0
     assert norm(grads(logp_stim.sum(), dec)) == 0.0
+
+
+def test_factored_surrogate_weights_each_part_by_its_own_ratio(learner, batch) -> None:
+    module, enc, dec, _ = parts(learner)
+    total = loss(learner, batch, config_with(learner, ratio_clipping="factored"))
+    fwd = module.forward_train(batch)
+    logp_stim = module.encoder_distribution(fwd[STIM_DIST_INPUTS]).logp(batch[STIM])
+    logp_action = module.decoder_distribution(fwd[Columns.ACTION_DIST_INPUTS]).logp(batch[Columns.ACTIONS])
+    advantages = batch[Postprocessing.ADVANTAGES]
+    encoder_weight = (advantages * torch.exp(logp_stim - batch[STIM_LOGP])).detach()
+    decoder_weight = (advantages * torch.exp(logp_action - batch[Columns.ACTION_LOGP] + batch[STIM_LOGP])).detach()
+    for got, want in zip(grads(total, enc), grads(-(encoder_weight * logp_stim).mean(), enc), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-7)
+    for got, want in zip(grads(total, dec), grads(-(decoder_weight * logp_action).mean(), dec), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("clipping", ["joint", "factored"])
+def test_a_far_moved_stimulation_blocks_the_decoder_only_when_clipping_jointly(learner, batch, clipping) -> None:
+    module, enc, dec, _ = parts(learner)
+    with torch.no_grad():
+        fwd = module.forward_train(batch)
+        logp_stim = module.encoder_distribution(fwd[STIM_DIST_INPUTS]).logp(batch[STIM])
+        logp_action = module.decoder_distribution(fwd[Columns.ACTION_DIST_INPUTS]).logp(batch[Columns.ACTIONS])
+    # Since acting, the stimulation became 10x more likely (encoder ratio 10, far above 1 + clip) and the
+    # action's probability did not change (decoder ratio 1). With positive advantages the joint ratio is
+    # clipped, and with it the decoder's whole gradient; factored, only the encoder's part is.
+    old_stim_logp = logp_stim - math.log(10.0)
+    moved = {**batch, STIM_LOGP: old_stim_logp, Columns.ACTION_LOGP: old_stim_logp + logp_action,
+             Postprocessing.ADVANTAGES: batch[Postprocessing.ADVANTAGES].abs() + 0.1}
+    total = loss(learner, moved, config_with(learner, clip_param=0.2, ratio_clipping=clipping))
+    assert norm(grads(total, enc)) == 0.0  # the encoder's own ratio is out of range either way
+    if clipping == "joint":
+        assert norm(grads(total, dec)) == 0.0
+    else:
+        assert norm(grads(total, dec)) > 0.0
 
 
 def test_zero_advantage_leaves_only_value_gradient(learner, batch) -> None:

@@ -16,7 +16,7 @@ from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from bridge.channels import SPIKE_GROUP_NAMES
 from models.closed_loop_module import SPIKES, ClosedLoopRLModule
 from models.config import ClosedLoopPPOConfig
-from models.learner import ENCODER_OPTIMIZER, ClosedLoopPPOLearner, _scaled_lr
+from models.learner import DECODER_OPTIMIZER, ENCODER_OPTIMIZER, ClosedLoopPPOLearner, _scaled_lr
 from models.synthetic import ToyClosedLoopEnv, closed_loop_step, fake_culture, synthetic_episodes
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -47,15 +47,17 @@ def learner() -> ClosedLoopPPOLearner:
     return build(lr=1e-3)
 
 
-def test_reference_defaults() -> None:
+def test_defaults() -> None:
     config = ClosedLoopPPOConfig()
+    # Kept from the reference trainer.
     assert (config.gamma, config.lambda_, config.clip_param, config.vf_loss_coeff) == (0.997, 0.95, 0.2, 0.3)
-    assert (config.decoder_entropy_coeff, config.encoder_entropy_coeff, config.encoder_lr_multiplier) == (
-        0.02,
-        0.0,
-        4.0,
-    )
-    assert (config.minibatch_size, config.num_epochs, config.train_batch_size_per_learner) == (256, 4, 2048)
+    assert (config.decoder_entropy_coeff, config.encoder_entropy_coeff, config.grad_clip) == (0.02, 0.0, 3.0)
+    # Measured to learn (docs/architecture.md, "The learner").
+    assert (config.lr, config.encoder_lr_multiplier, config.decoder_lr_multiplier) == (1e-2, 0.1, 1.0)
+    assert (config.minibatch_size, config.num_epochs, config.train_batch_size_per_learner) == (128, 4, 512)
+    assert config.ratio_clipping == "factored"
+    with pytest.raises(ValueError, match="ratio_clipping"):
+        ClosedLoopPPOConfig().environment(ToyClosedLoopEnv).training(ratio_clipping="both").validate()
 
 
 def test_config_rejects_rllib_entropy_coeff_and_vector_envs() -> None:
@@ -67,15 +69,17 @@ def test_config_rejects_rllib_entropy_coeff_and_vector_envs() -> None:
 
 def test_separate_optimizers_and_learning_rates(learner) -> None:
     module: ClosedLoopRLModule = learner.module[MID].unwrapped()
-    encoder_opt = learner.get_optimizer(MID, ENCODER_OPTIMIZER)
-    default_opt = learner.get_optimizer(MID, DEFAULT_OPTIMIZER)
-    assert [g["lr"] for g in encoder_opt.param_groups] == [pytest.approx(4e-3)]
-    assert [g["lr"] for g in default_opt.param_groups] == [pytest.approx(1e-3)]
-    encoder_ids = {id(p) for g in encoder_opt.param_groups for p in g["params"]}
-    default_ids = {id(p) for g in default_opt.param_groups for p in g["params"]}
-    assert encoder_ids == {id(p) for p in module.encoder_parameters()}
-    assert default_ids == {id(p) for p in module.decoder_parameters() + module.value_parameters()}
-    assert encoder_ids.isdisjoint(default_ids)
+    ids = {}
+    for name, lr, params in (
+        (ENCODER_OPTIMIZER, 1e-4, module.encoder_parameters()),
+        (DECODER_OPTIMIZER, 1e-3, module.decoder_parameters()),
+        (DEFAULT_OPTIMIZER, 1e-3, module.value_parameters()),
+    ):
+        optimizer = learner.get_optimizer(MID, name)
+        assert [g["lr"] for g in optimizer.param_groups] == [pytest.approx(lr)], name
+        ids[name] = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        assert ids[name] == {id(p) for p in params}, name
+    assert not (ids[ENCODER_OPTIMIZER] & ids[DECODER_OPTIMIZER] or ids[DECODER_OPTIMIZER] & ids[DEFAULT_OPTIMIZER])
     assert _scaled_lr([[0, 1e-3], [1000, 1e-4]], 4.0) == [[0, 4e-3], [1000, 4e-4]]
 
 
@@ -100,8 +104,13 @@ def test_update_on_episodes(learner) -> None:
         "total_loss",
     ):
         assert math.isfinite(peek(results, MID, key)), key
-    assert peek(results, MID, "encoder_learning_rate") == pytest.approx(4e-3)
+    assert peek(results, MID, "encoder_learning_rate") == pytest.approx(1e-4)
+    assert peek(results, MID, "decoder_learning_rate") == pytest.approx(1e-3)
     assert peek(results, MID, "default_optimizer_learning_rate") == pytest.approx(1e-3)
+    for part in ("encoder", "decoder"):
+        for stat in ("mean", "std", "clip_fraction"):
+            assert math.isfinite(peek(results, MID, f"{part}_ratio_{stat}")), (part, stat)
+    assert 0 < peek(results, MID, "gradients_global_norm")
 
     # The spike mean: the first batch sets it to the mean of the spikes actually used (each step once).
     assert used.shape == (256, len(SPIKE_GROUP_NAMES))
@@ -151,10 +160,13 @@ def test_frozen_decoder_stays_put_and_update_runs() -> None:
 def test_checkpoint_round_trip_keeps_spike_mean(learner, tmp_path) -> None:
     module: ClosedLoopRLModule = learner.module[MID].unwrapped()
     module.update_spike_mean(torch.full((4, len(SPIKE_GROUP_NAMES)), 2.5))
+    module.value_net.update_target_stats(torch.tensor([-500.0, -410.0, -430.0]))
     learner.save_to_path(tmp_path)
     restored = build(lr=1e-3)
     restored.restore_from_path(tmp_path)
     restored_module: ClosedLoopRLModule = restored.module[MID].unwrapped()
     torch.testing.assert_close(restored_module.spike_mean, module.spike_mean)
     assert restored_module.spike_mean_count.item() == module.spike_mean_count.item()
-    assert restored.get_optimizer(MID, ENCODER_OPTIMIZER).param_groups[0]["lr"] == pytest.approx(4e-3)
+    for name in ("target_mean", "target_std", "target_count"):  # the value scale travels with the weights
+        torch.testing.assert_close(getattr(restored_module.value_net, name), getattr(module.value_net, name))
+    assert restored.get_optimizer(MID, ENCODER_OPTIMIZER).param_groups[0]["lr"] == pytest.approx(1e-4)
