@@ -40,7 +40,7 @@ from experiments.feedback import FeedbackPolicy, FeedbackSettings
 
 log = logging.getLogger(__name__)
 
-SIMULATED_BACKENDS = ("sim", "random", "zero")
+SIMULATED_BACKENDS = ("sim", "random", "zero", "transparent")
 
 
 class DeviceLost(RuntimeError):
@@ -56,8 +56,9 @@ class DeviceSettings:
     """One culture: a real CL1 reached over the network, or a simulated one started for you."""
 
     device_id: str = "sim"
-    backend: Literal["cl1", "sim", "random", "zero"] = "sim"
-    """`cl1`: a device program already running at `host` (real hardware or cl-sdk); others are started here."""
+    backend: Literal["cl1", "sim", "random", "zero", "transparent"] = "sim"
+    """`cl1`: a device program already running at `host` (real hardware or cl-sdk); others are started here.
+    `transparent` is the perfect-channel control (bridge/backends/transparent.py)."""
     host: str = "127.0.0.1"
     stim_port: int = STIM_PORT
     spike_port: int = SPIKE_PORT
@@ -154,7 +155,7 @@ class CultureSettings:
         if any(d.simulated for d in self.devices) and len(self.devices) > 1:
             raise ValueError(
                 "devices: a simulated device is a template (one culture is started per env runner); "
-                "list exactly one sim/random/zero device, or only cl1 devices"
+                "list exactly one sim/random/zero/transparent device, or only cl1 devices"
             )
         ids = [d.device_id for d in self.devices]
         if len(set(ids)) != len(ids):
@@ -177,7 +178,6 @@ class CultureLink:
         self.counts: Counter[str] = Counter()
         self.consecutive_timeouts = 0
         self._pending_feedback: list[FeedbackCommand] = []
-        self._episode_records: list[dict[str, Any]] = []
         self._latency_ms_by_stim: dict[int, float] = {}  # filled only with settings.step_log
         self._device_actor = None
         self._busy_s = 0.0
@@ -292,19 +292,10 @@ class CultureLink:
         self.counts["events"] += len(events)
         self.bridge.send_all(feedback, events)
 
-    def record_episode(self, record: dict[str, Any]) -> None:
-        """Keep a finished episode's summary until the driver collects it."""
-        self._episode_records.append({"device_id": self.device.device_id, "env_runner": self.runner_index} | record)
-
     def pop_latencies_ms(self, stim_timestamps_us: np.ndarray) -> np.ndarray:
         """The exchange latencies of these stimulations (NaN where unknown); forgets every kept latency."""
         kept, self._latency_ms_by_stim = self._latency_ms_by_stim, {}
         return np.array([kept.get(int(t), np.nan) for t in stim_timestamps_us], dtype=np.float32)
-
-    def pop_episode_records(self) -> list[dict[str, Any]]:
-        """The episode summaries since the last call (the driver writes them to the run's JSONL)."""
-        records, self._episode_records = self._episode_records, []
-        return records
 
     def duty(self) -> float:
         """Share of wall time spent in exchanges since the link opened."""

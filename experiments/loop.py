@@ -10,11 +10,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
 from experiments.culture_connector import make_culture_connector
 from experiments.culture_link import CultureSettings, close_link, current_link
 from experiments.live_view.settings import VIEW_SETTINGS_ATTR, ViewSettings
 from experiments.loop_callbacks import CULTURE_SETTINGS_ATTR, ClosedLoopCallbacks
 from models.config import ClosedLoopPPOConfig
+from models.direct_module import DirectRLModule
 
 log = logging.getLogger(__name__)
 
@@ -22,9 +25,14 @@ DEVICE_SLOT_RESOURCE = "cl1_slot"
 """Every node that owns CL1 devices advertises one of these per device; each env runner takes one."""
 
 
+POLICIES = ("closed_loop", "direct")
+"""`closed_loop`: encoder -> culture -> decoder. `direct`: features -> actions, no culture (the control)."""
+
+
 def closed_loop_config(
     *,
     culture: CultureSettings,
+    policy: str = "closed_loop",
     env: str = "spikeloop-doom",
     env_config: dict[str, Any] | None = None,
     model_config: dict[str, Any] | None = None,
@@ -33,13 +41,18 @@ def closed_loop_config(
     seed: int | None = None,
     view: ViewSettings | None = None,
 ) -> ClosedLoopPPOConfig:
-    """A ClosedLoopPPOConfig wired to the culture: one device per env runner."""
+    """A ClosedLoopPPOConfig wired to the culture (one device per env runner), or the direct control."""
     from envs import register
 
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
     register()  # env runners resolve the env by name; restoring a checkpoint needs it too
-    hardware = any(not d.simulated for d in culture.devices)
+    direct = policy == "direct"
+    hardware = not direct and any(not d.simulated for d in culture.devices)
     runner_resources = {DEVICE_SLOT_RESOURCE: 1} if hardware else {}
     env_config = dict(env_config or {})
+    if direct:
+        view = None  # the live view shows a culture's stimulation and spikes: there are none
     if view is not None and view.enabled:
         env_config["render_mode"] = "rgb_array"  # RGB frames only for a live view: GRAY8 is cheaper to copy
     config = (
@@ -54,16 +67,19 @@ def closed_loop_config(
         )
         .rl_module(model_config=dict(model_config or {}))
         .callbacks(ClosedLoopCallbacks)
-        .closed_loop(culture_connector=make_culture_connector)
         .debugging(seed=seed)
     )
-    if culture.on_device_loss == "stop":
+    if direct:
+        config.rl_module(rl_module_spec=RLModuleSpec(module_class=DirectRLModule, model_config=dict(model_config or {})))
+    else:
+        config.closed_loop(culture_connector=make_culture_connector)
+    if not direct and culture.on_device_loss == "stop":
         # RLlib's default (restart failed env runners) swallows an env runner's error, waits 60 s and
         # restarts it: a lost device would never stop the experiment. Let the error end the run.
         config.fault_tolerance(restart_failed_env_runners=False)
     if training:
         config.training(**training)
-    setattr(config, CULTURE_SETTINGS_ATTR, culture)
+    setattr(config, CULTURE_SETTINGS_ATTR, None if direct else culture)
     setattr(config, VIEW_SETTINGS_ATTR, view if view is not None and view.enabled else None)
     return config
 

@@ -11,7 +11,9 @@
   episode return - V(s_0)) and the `episode_end` event with the payload devices
   expect, at once.
 Loop metrics (latency, timeouts, feedback counts, surprise, duty) are logged
-under the `culture/` prefix. With the live view on (`view.enabled`), they also
+under the `culture/` prefix. Every finished episode's summary is kept in this
+process until the driver collects it (`pop_episode_records`). With the `direct`
+policy (no culture) there is no link: only the episode summaries and metrics. With the live view on (`view.enabled`), they also
 start this env runner's view and publish each tick to it (`experiments.live_view`).
 """
 
@@ -41,7 +43,21 @@ from models.closed_loop_module import SPIKES, STIM
 log = logging.getLogger(__name__)
 
 CULTURE_SETTINGS_ATTR = "culture_settings"
-"""Attribute of the algorithm config that holds the experiment's `CultureSettings`."""
+"""Attribute of the algorithm config that holds the experiment's `CultureSettings` (None: the direct policy)."""
+
+_EPISODE_RECORDS: list[dict[str, Any]] = []
+"""Finished episodes of this env runner process, until the driver collects them."""
+
+
+def pop_episode_records() -> list[dict[str, Any]]:
+    """The episode summaries this process finished since the last call (the driver writes them to the JSONL)."""
+    records = list(_EPISODE_RECORDS)
+    _EPISODE_RECORDS.clear()
+    return records
+
+
+def _has_culture(env_runner) -> bool:
+    return getattr(env_runner.config, CULTURE_SETTINGS_ATTR, None) is not None
 
 
 def _value_of(module, observation: Any) -> float:
@@ -95,12 +111,14 @@ class ClosedLoopCallbacks(RLlibCallback):
         self.episodes_done = 0
 
     def on_environment_created(self, *, env_runner, metrics_logger=None, env, env_context, **kwargs) -> None:
-        """Open the culture link of this env runner."""
-        settings: CultureSettings | None = getattr(env_runner.config, CULTURE_SETTINGS_ATTR, None)
-        if settings is None:
+        """Open the culture link of this env runner (none for the direct policy)."""
+        if not hasattr(env_runner.config, CULTURE_SETTINGS_ATTR):
             raise ValueError(
                 "the algorithm config has no culture_settings: build it with experiments.loop.closed_loop_config"
             )
+        settings: CultureSettings | None = getattr(env_runner.config, CULTURE_SETTINGS_ATTR)
+        if settings is None:
+            return  # the direct policy: no culture
         link = open_link(settings, env_runner.worker_index, env_runner.config.gamma)
         view = view_settings(env_runner.config)
         if view is not None:
@@ -108,7 +126,7 @@ class ClosedLoopCallbacks(RLlibCallback):
 
     def on_episode_step(self, *, episode, env_runner=None, metrics_logger=None, **kwargs) -> None:
         """Queue the last step's feedback when the episode just ended (else the next tick's connector does)."""
-        if episode.is_done:
+        if episode.is_done and _has_culture(env_runner):
             value_next = 0.0 if episode.is_terminated else _value_of(env_runner.module, episode.get_observations(-1))
             log_step_feedback(metrics_logger, queue_step_feedback(current_link(), episode, value_next), episode)
         view = current_view()
@@ -116,13 +134,18 @@ class ClosedLoopCallbacks(RLlibCallback):
             view.publish_step(episode, kwargs.get("env_index", 0))
 
     def on_episode_end(self, *, episode, env_runner=None, metrics_logger=None, **kwargs) -> None:
-        """Episode feedback and the episode_end event, sent now."""
-        link = current_link()
+        """Episode feedback and the episode_end event, sent now; the episode's summary kept for the driver."""
         self.episodes_done += 1
+        payload = episode_end_payload(episode, self.episodes_done)
+        if not _has_culture(env_runner):
+            _EPISODE_RECORDS.append({"device_id": None, "env_runner": env_runner.worker_index, **payload,
+                                     "wall_time": time.time()})
+            _log_episode_metrics(metrics_logger, payload)
+            return
+        link = current_link()
         value_s0 = float(episode.get_extra_model_outputs(Columns.VF_PREDS, 0))
         episode_return = float(np.sum(episode.get_rewards()))
         commands, scales = link.feedback_policy.for_episode(episode_return, value_s0)
-        payload = episode_end_payload(episode, self.episodes_done)
         link.flush(commands, [("episode_end", payload)])
         view = current_view()
         if view is not None:
@@ -135,7 +158,7 @@ class ClosedLoopCallbacks(RLlibCallback):
         }
         if link.settings.step_log:
             record["steps"] = episode_steps(episode, link)  # RunLog writes it to steps/, not the JSONL
-        link.record_episode(record)
+        _EPISODE_RECORDS.append({"device_id": link.device.device_id, "env_runner": link.runner_index} | record)
         if metrics_logger is not None:
             stats = link.stats()
             lat = stats["latency_ms"]
@@ -146,8 +169,13 @@ class ClosedLoopCallbacks(RLlibCallback):
                 metrics_logger.log_value(f"culture/{key}", stats[key], reduce="max", window=1)
             metrics_logger.log_value("culture/device_duty", link.duty(), window=1)
             metrics_logger.log_value("culture/episode_surprise_td_error", scales.td_error, window=100)
-            metrics_logger.log_value("episode/kills", payload["kill_count"], window=100)
-            metrics_logger.log_value("episode/success_rate", payload["success_rate"], window=100)
+        _log_episode_metrics(metrics_logger, payload)
 
 
-__all__ = ["ClosedLoopCallbacks", "close_link", "episode_end_payload"]
+def _log_episode_metrics(metrics_logger, payload: dict[str, Any]) -> None:
+    if metrics_logger is not None:
+        metrics_logger.log_value("episode/kills", payload["kill_count"], window=100)
+        metrics_logger.log_value("episode/success_rate", payload["success_rate"], window=100)
+
+
+__all__ = ["ClosedLoopCallbacks", "close_link", "episode_end_payload", "pop_episode_records"]

@@ -56,15 +56,9 @@ def _request_pending(trial_dir: Path) -> bool:
 
 
 def _pull_episode_records(algo) -> list[dict[str, Any]]:
-    from experiments.culture_link import current_link
+    from experiments.loop_callbacks import pop_episode_records
 
-    def pop(_runner):
-        try:
-            return current_link().pop_episode_records()
-        except RuntimeError:
-            return []  # a runner with no culture (the local one when remote runners sample)
-
-    batches = algo.env_runner_group.foreach_env_runner(pop, local_env_runner=True)
+    batches = algo.env_runner_group.foreach_env_runner(lambda _runner: pop_episode_records(), local_env_runner=True)
     return [record for batch in batches for record in batch]
 
 

@@ -8,7 +8,7 @@ section is derived from `DoomEnv`'s constructor, so the code stays the one
 source of truth for every default.
 
 Top-level sections: name, seed, devices, loop, safety, feedback, env, model,
-ablation, ppo, resources, stop, checkpoint, tune, output, view.
+ablation, policy, ppo, resources, stop, checkpoint, tune, output, view.
 """
 
 from __future__ import annotations
@@ -74,7 +74,9 @@ class PPOSection(BaseModel):
     encoder_entropy_coeff: float | None = None
     decoder_entropy_coeff: float | None = None
     encoder_lr_multiplier: float | None = Field(None, gt=0)
+    decoder_lr_multiplier: float | None = Field(None, gt=0)
     decoder_weight_l2_coeff: float | None = Field(None, ge=0)
+    ratio_clipping: Literal["joint", "factored"] | None = None
 
     @model_validator(mode="after")
     def _minibatch_fits(self) -> PPOSection:
@@ -185,6 +187,8 @@ class Experiment(BaseModel):
     env: dict[str, Any] = Field(default_factory=dict)
     model: ClosedLoopModelConfig = Field(default_factory=ClosedLoopModelConfig)
     ablation: Literal["none", "zero", "random"] = "none"
+    policy: Literal["closed_loop", "direct"] = Field(
+        "closed_loop", description="direct: features straight to actions, no culture (the no-neurons control)")
     ppo: PPOSection = Field(default_factory=PPOSection)
     resources: ResourcesSection = Field(default_factory=ResourcesSection)
     stop: StopSection = Field(default_factory=StopSection)
@@ -215,6 +219,9 @@ class Experiment(BaseModel):
             what = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
             raise ValueError(f"env.{where}: {what} (got {first.get('input')!r})") from None
         self.model = dataclasses.replace(self.model, ablation=self.ablation)
+        if self.policy == "direct" and self.ablation != "none":
+            raise ValueError("ablation: the direct policy has no culture whose spikes could be ablated; "
+                             "use ablation: none with policy: direct")
         forbidden = self.safety.forbidden_electrodes
         for path, spec in _feedback_specs(self.feedback):
             for channel in spec.channels:
@@ -262,6 +269,7 @@ class Experiment(BaseModel):
 
         return closed_loop_config(
             culture=self.culture_settings(),
+            policy=self.policy,
             env_config=dict(self.env),
             model_config=dataclasses.asdict(self.model),
             num_env_runners=self.resources.num_env_runners,

@@ -154,9 +154,9 @@ def weight_changes(before: dict[str, np.ndarray], after: dict[str, np.ndarray]) 
 
 
 def _pop_records(algo) -> list[dict[str, Any]]:
-    from experiments.culture_link import current_link
+    from experiments.loop_callbacks import pop_episode_records
 
-    return current_link().pop_episode_records()
+    return pop_episode_records()
 
 
 def play_episodes(algo, settings: WatchSettings) -> Iterator[dict[str, Any]]:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bridge.backends.transparent import TRANSPARENT_MAX_COUNT, transparent_counts
 from bridge.channels import N_ENCODING
 from bridge.device import Device, DeviceConfig, build_parser
 from bridge.protocol import (
@@ -110,6 +111,26 @@ def test_ablation_backends_carry_no_information(trainer: Trainer, backend: str) 
                                   random_spike_rate_hz=200.0)
     print(f"{backend} held-out accuracy {acc:.3f} (chance 0.125)")
     assert acc <= 0.30
+
+
+def test_transparent_backend_replies_a_fixed_function_of_the_stimulation(trainer: Trainer) -> None:
+    # The perfect channel, over UDP as fast as possible: the reply is transparent_counts of this very stimulation.
+    device, thread = start_device(trainer, backend="transparent", realtime=False)
+    rng = np.random.default_rng(5)
+    try:
+        for i in range(50):
+            freqs = tuple(float(f) for f in rng.uniform(4.0, 40.0, N_ENCODING))
+            amps = tuple(float(a) for a in rng.uniform(1.0, 2.5, N_ENCODING))
+            counts = trainer.exchange(device, i + 1, freqs, amps)
+            np.testing.assert_allclose(counts, transparent_counts(freqs, amps), rtol=1e-6)
+        low = trainer.exchange(device, 100, (4.0,) * N_ENCODING, (1.0,) * N_ENCODING)
+        high = trainer.exchange(device, 101, (40.0,) * N_ENCODING, (2.5,) * N_ENCODING)
+        np.testing.assert_allclose(low, 0.0)
+        np.testing.assert_allclose(high, TRANSPARENT_MAX_COUNT)
+    finally:
+        device.stop()
+        thread.join(5)  # type: ignore[attr-defined]
+    assert classification_accuracy(trainer, backend="transparent", realtime=False) == 1.0
 
 
 def test_random_backend_counts_follow_the_configured_rate(trainer: Trainer) -> None:

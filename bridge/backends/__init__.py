@@ -1,4 +1,4 @@
-"""Device backends behind one interface (`Backend`): sim, cl, random and zero.
+"""Device backends behind one interface (`Backend`): sim, cl, random, zero and transparent.
 
 `make_backend` builds one by name; only `cl` needs the optional `cl` package,
 and it is imported only when asked for.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from bridge.backends.base import Backend, JsonlRecorder, burst_pulses, group_matrix
 
-BACKEND_NAMES = ("sim", "cl", "random", "zero")
+BACKEND_NAMES = ("sim", "cl", "random", "zero", "transparent")
 
 __all__ = ["BACKEND_NAMES", "Backend", "JsonlRecorder", "burst_pulses", "group_matrix", "make_backend"]
 
@@ -32,4 +32,8 @@ def make_backend(name: str, *, tick_frequency_hz: float, seed: int = 0, realtime
         from bridge.backends.zero import ZeroBackend
 
         return ZeroBackend(tick_frequency_hz)
+    if name == "transparent":
+        from bridge.backends.transparent import TransparentBackend
+
+        return TransparentBackend(tick_frequency_hz, realtime=realtime)
     raise ValueError(f"unknown backend {name!r}; choose from {', '.join(BACKEND_NAMES)}")
