@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from bridge.channels import GRID_SIDE, N_ELECTRODES
+from bridge.channels import ENCODING_ELECTRODES, GRID_SIDE, N_ELECTRODES, SPIKE_GROUPS
 
 DT_MS = 1.0
 """Simulation timestep. Stimulation and recording are resolved to this."""
@@ -53,6 +53,9 @@ class CultureConfig:
     axon_length: float = 3.0
     """Typical distance from a neuron to its distant patch, in pitches."""
     patch_radius: float = 0.5
+    motor_projection: float = 0.3
+    """Share of the neurons near each encoding electrode whose distant patch lies on one motor group
+    (encoding electrode i -> motor group 1 + i mod 7) instead of where the random axon field points."""
     conduction_pitch_per_ms: float = 1.0
     excitatory_weight_mv: float = 4.0
     inhibitory_weight_mv: float = -16.0
@@ -207,6 +210,7 @@ class Culture:
         # Distant patch: a smooth random field moves each neuron's axon end, so
         # neighbours project to the same distant patch and their input converges.
         end = self.positions + self._axon_field(rng, self.positions)
+        self._project_to_motor_groups(rng, end)
         patch = np.exp(-((np.sqrt(((end[:, None, :] - self.positions[None, :, :]) ** 2).sum(-1)) / cfg.patch_radius) ** 2))
         for m in (local, patch):
             np.fill_diagonal(m, 0.0)
@@ -231,6 +235,19 @@ class Culture:
         order = np.argsort(target, kind="stable")
         self.in_synapse = order.astype(np.int64)
         self.in_ptr = np.searchsorted(target[order], np.arange(n + 1)).astype(np.int64)
+
+    def _project_to_motor_groups(self, rng: np.random.Generator, end: np.ndarray) -> None:
+        """Point the distant patch of a share of each encoding electrode's neurons at one motor group."""
+        share = self.config.motor_projection
+        if share <= 0:
+            return
+        el = electrode_positions()
+        motor = list(SPIKE_GROUPS.values())[1:]  # group 0 is the encoding electrodes themselves
+        for i, electrode in enumerate(ENCODING_ELECTRODES):
+            near = np.flatnonzero(np.sqrt(((self.positions - el[electrode]) ** 2).sum(1)) <= self.config.stim_radius)
+            chosen = near[rng.uniform(size=len(near)) < share]
+            target = el[list(motor[i % len(motor)])].mean(axis=0)
+            end[chosen] = target + rng.normal(scale=0.25, size=(len(chosen), 2))
 
     def _axon_field(self, rng: np.random.Generator, xy: np.ndarray) -> np.ndarray:
         # A few random Fourier modes: smooth over about two pitches.
