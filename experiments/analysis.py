@@ -264,9 +264,26 @@ def final_return(trial: Trial | str | Path, fraction: float = 0.25, field_name: 
     return float(y[-max(1, int(round(len(y) * fraction))):].mean())
 
 
+ALTERNATIVES = ("greater", "two-sided")
+"""Hypotheses `compare` tests: "greater" (one-sided: group a scores higher than b) or "two-sided"."""
+
+
+def _check_alternative(alternative: str) -> str:
+    if alternative not in ALTERNATIVES:
+        raise ValueError(f"alternative must be one of {', '.join(map(repr, ALTERNATIVES))}, not {alternative!r}")
+    return alternative
+
+
 @dataclass(frozen=True)
 class Comparison:
-    """Final-window returns of two groups of seeds and two tests of their difference."""
+    """Final-window returns of two groups of seeds, the test of their difference and its effect size.
+
+    The test that decides (`mann_whitney_p`) is the Mann-Whitney U test: it assumes no normality
+    of the per-seed returns, and with no ties its p-value is exact, so it stays valid at the
+    handful of seeds a run affords. Welch's t-test (`welch_p`, same alternative) is reported
+    alongside as a secondary figure only: at a few seeds its normality assumption cannot be
+    checked, and it can give small p-values that the data do not support.
+    """
 
     name_a: str
     name_b: str
@@ -274,6 +291,9 @@ class Comparison:
     b: np.ndarray
     welch_p: float
     mann_whitney_p: float
+    alternative: str = "greater"
+    cliffs_delta: float = math.nan
+    """P(a > b) - P(a < b) over all seed pairs, in [-1, 1]; = 2U/(n_a n_b) - 1 with U the Mann-Whitney U of a."""
 
     @property
     def difference(self) -> float:
@@ -281,50 +301,117 @@ class Comparison:
         return float(np.mean(self.a) - np.mean(self.b)) if len(self.a) and len(self.b) else math.nan
 
 
-def compare(name_a: str, returns_a: Sequence[float], name_b: str, returns_b: Sequence[float]) -> Comparison:
-    """Welch's t-test and the Mann-Whitney U test on per-seed final returns (NaN p with under 2 seeds a side)."""
+def cliffs_delta(a: Sequence[float], b: Sequence[float]) -> float:
+    """Cliff's delta of a over b: (pairs with a > b - pairs with a < b) / (n_a n_b); NaN when a side is empty."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if not len(a) or not len(b):
+        return math.nan
+    return float(np.sign(a[:, None] - b[None, :]).mean())
+
+
+def compare(name_a: str, returns_a: Sequence[float], name_b: str, returns_b: Sequence[float],
+            alternative: str = "greater") -> Comparison:
+    """Mann-Whitney U (the test that decides) and Welch's t-test on per-seed final returns, plus Cliff's delta.
+
+    `alternative="greater"` tests the one-sided hypothesis that group a scores higher than
+    group b; "two-sided" tests for a difference either way. Mann-Whitney uses the exact null
+    distribution when no two returns tie, else the normal approximation with tie correction.
+    Non-finite returns are dropped. A p-value is NaN where its test cannot run: Mann-Whitney
+    with an empty side, Welch with under 2 seeds a side; both are 1.0 when every return is equal.
+    """
     from scipy import stats
 
+    _check_alternative(alternative)
     a = np.asarray([r for r in returns_a if math.isfinite(r)], dtype=np.float64)
     b = np.asarray([r for r in returns_b if math.isfinite(r)], dtype=np.float64)
     welch = mwu = math.nan
-    if len(a) >= 2 and len(b) >= 2:
-        if np.ptp(np.concatenate([a, b])) > 0:
-            welch = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
-            mwu = float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
-        else:
+    if len(a) and len(b):
+        pooled = np.concatenate([a, b])
+        if np.ptp(pooled) == 0:
             welch = mwu = 1.0
-    return Comparison(name_a, name_b, a, b, welch, mwu)
+        else:
+            method = "exact" if len(np.unique(pooled)) == len(pooled) else "asymptotic"
+            mwu = float(stats.mannwhitneyu(a, b, alternative=alternative, method=method).pvalue)
+            if len(a) >= 2 and len(b) >= 2:
+                welch = float(stats.ttest_ind(a, b, equal_var=False, alternative=alternative).pvalue)
+    return Comparison(name_a, name_b, a, b, welch, mwu, alternative, cliffs_delta(a, b))
 
 
-def compare_ablations(trials: Sequence[Trial], baseline: str = "none",
-                      fraction: float = 0.25) -> list[Comparison]:
-    """The baseline group (the culture's real answer) against every other ablation group."""
+def compare_ablations(trials: Sequence[Trial], baseline: str = "none", fraction: float = 0.25,
+                      alternative: str = "greater") -> list[Comparison]:
+    """The baseline group (the culture's real answer) against every other ablation group.
+
+    By default one-sided: the hypothesis is that the baseline scores higher than the ablation.
+    """
+    _check_alternative(alternative)
     groups = group_trials(trials, "ablation")
     base = [final_return(t, fraction) for t in groups.get(baseline, [])]
-    return [compare(baseline, base, name, [final_return(t, fraction) for t in members])
+    return [compare(baseline, base, name, [final_return(t, fraction) for t in members], alternative)
             for name, members in groups.items() if name != baseline]
 
 
-MIN_SEEDS_FOR_A_CLAIM = 3
-"""Fewer seeds per group than this and the verdict claims nothing, whatever the p-value."""
+def smallest_p(n_a: int, n_b: int, alternative: str = "greater") -> float:
+    """The smallest p the exact Mann-Whitney test can give with n_a vs n_b seeds (at complete separation).
+
+    One-sided: 1 / C(n_a + n_b, n_a), the chance of one particular ordering of the ranks; two-sided: twice that.
+    """
+    sides = 2 if _check_alternative(alternative) == "two-sided" else 1
+    if n_a < 1 or n_b < 1:
+        return math.nan
+    return min(1.0, sides / math.comb(n_a + n_b, n_a))
+
+
+def min_seeds_per_group(alpha: float = 0.05, alternative: str = "greater") -> int:
+    """The fewest seeds per group with which the exact Mann-Whitney test can reach p < alpha.
+
+    n vs n seeds can give at best p = 1 / C(2n, n) one-sided (2 / C(2n, n) two-sided), when
+    every seed of one group beats every seed of the other. With fewer seeds no outcome of the
+    runs could be significant, so a test would only ever say "no difference". For example:
+    alpha 0.05 one-sided -> 4 (1/70; 3 seeds give 1/20 = 0.05, not below), alpha 0.01
+    one-sided -> 5 (1/252), alpha 0.05 two-sided -> 4 (2/70).
+    """
+    _check_alternative(alternative)
+    if not 0 < alpha <= 1:
+        raise ValueError(f"alpha must be in (0, 1], not {alpha!r}")
+    n = 1
+    while smallest_p(n, n, alternative) >= alpha:
+        n += 1
+    return n
+
+
+MIN_SEEDS_FOR_A_CLAIM = min_seeds_per_group(0.05, "greater")
+"""Seeds per group the verdict needs at alpha 0.05, one-sided (4); fewer and it claims nothing, whatever the p."""
 
 
 def verdict(comparison: Comparison, alpha: float = 0.05) -> str:
-    """One plain sentence on what the comparison shows, erring towards "no evidence"."""
+    """One plain sentence on what the comparison shows, erring towards "no evidence".
+
+    Decided by the Mann-Whitney p alone (see `Comparison`); with fewer seeds a side than
+    `min_seeds_per_group(alpha, comparison.alternative)` it claims nothing.
+    """
     c = comparison
     n_a, n_b = len(c.a), len(c.b)
+    sided = "one-sided" if c.alternative == "greater" else "two-sided"
     means = (f"final-window return {c.name_a} {np.mean(c.a):.2f} vs {c.name_b} {np.mean(c.b):.2f}"
              if n_a and n_b else "no finished episodes on one side")
-    if min(n_a, n_b) < MIN_SEEDS_FOR_A_CLAIM:
-        return (f"{c.name_a} vs {c.name_b}: no evidence either way — {n_a} vs {n_b} seed(s), at least "
-                f"{MIN_SEEDS_FOR_A_CLAIM} per group are needed for a test ({means}).")
-    p = max(c.welch_p, c.mann_whitney_p)  # both tests must agree
-    tests = f"Welch p={c.welch_p:.3g}, Mann-Whitney p={c.mann_whitney_p:.3g}, {n_a} vs {n_b} seeds"
-    if p < alpha:
-        better = c.name_a if c.difference > 0 else c.name_b
-        return f"{c.name_a} vs {c.name_b}: {better} scores higher ({means}; {tests})."
-    return f"{c.name_a} vs {c.name_b}: no evidence of a difference ({means}; {tests})."
+    needed = min_seeds_per_group(alpha, c.alternative)
+    if min(n_a, n_b) < needed:
+        best = smallest_p(n_a, n_b, c.alternative)
+        reach = (f"the smallest p an exact {sided} Mann-Whitney test can give with {n_a} vs {n_b} seeds is "
+                 f"{best:.3g}, not below alpha={alpha:g}" if n_a and n_b else "there is nothing to test")
+        return (f"{c.name_a} vs {c.name_b}: no evidence either way — {n_a} vs {n_b} seed(s); at least {needed} "
+                f"per group are needed ({needed} vs {needed} can reach p={smallest_p(needed, needed, c.alternative):.3g}"
+                f" < {alpha:g}), and {reach} ({means}).")
+    tests = (f"Cliff's delta {c.cliffs_delta:+.2f}; Mann-Whitney {sided} p={c.mann_whitney_p:.3g}, "
+             f"Welch {sided} p={c.welch_p:.3g}; {n_a} vs {n_b} seeds")
+    if c.mann_whitney_p < alpha:
+        if c.alternative == "greater":
+            return f"{c.name_a} vs {c.name_b}: {c.name_a} scores higher than {c.name_b} ({means}; {tests})."
+        higher, lower = (c.name_a, c.name_b) if c.cliffs_delta > 0 else (c.name_b, c.name_a)
+        return f"{c.name_a} vs {c.name_b}: {higher} scores higher than {lower} ({means}; {tests})."
+    direction = f" in the direction tested, {c.name_a} higher than {c.name_b}" if c.alternative == "greater" else ""
+    return f"{c.name_a} vs {c.name_b}: no evidence of a difference{direction} ({means}; {tests})."
 
 
 # --- culture response --------------------------------------------------------------

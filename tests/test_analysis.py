@@ -7,6 +7,7 @@ none/zero/random, step log on) are shared with tests/test_notebooks.py.
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -181,9 +182,81 @@ def test_verdict_is_honest() -> None:
     assert "no evidence either way" in analysis.verdict(few)
     rng = np.random.default_rng(0)
     clear = analysis.compare("none", list(10 + rng.normal(size=6)), "zero", list(rng.normal(size=6)))
-    assert clear.welch_p < 0.01 and "none scores higher" in analysis.verdict(clear)
+    assert clear.mann_whitney_p == pytest.approx(1 / math.comb(12, 6)) and clear.welch_p < 0.01
+    assert "none scores higher than zero" in analysis.verdict(clear)
     same = analysis.compare("none", [1.0, 2.0, 3.0, 2.5], "random", [1.5, 2.0, 2.8, 2.2])
-    assert "no evidence of a difference" in analysis.verdict(same)
+    assert same.mann_whitney_p > 0.05 and "no evidence of a difference" in analysis.verdict(same)
+    reversed_ = analysis.compare("none", list(rng.normal(size=5)), "zero", list(10 + rng.normal(size=5)))
+    assert reversed_.mann_whitney_p > 0.5 and "no evidence of a difference" in analysis.verdict(reversed_)
+    both_ways = analysis.compare("none", [0.0, 1.0, 2.0, 3.0], "zero", [5.0, 6.0, 7.0, 8.0], alternative="two-sided")
+    assert both_ways.mann_whitney_p == pytest.approx(2 / 70)
+    assert "zero scores higher than none" in analysis.verdict(both_ways)
+
+
+def test_min_seeds_per_group() -> None:
+    assert analysis.min_seeds_per_group(0.05) == 4  # 3 vs 3 gives at best 1/20 = 0.05, not below
+    assert analysis.min_seeds_per_group(0.01) == 5  # 1/252
+    assert analysis.min_seeds_per_group(0.05, "two-sided") == 4  # 2/70
+    assert analysis.min_seeds_per_group(0.01, "two-sided") == 5  # 2/252 = 0.0079
+    assert analysis.min_seeds_per_group(0.005, "two-sided") == 6  # 2/252 is not below 0.005, 2/924 is
+    assert analysis.min_seeds_per_group(0.2) == 2  # 1/6
+    assert analysis.MIN_SEEDS_FOR_A_CLAIM == 4
+    with pytest.raises(ValueError, match="alpha"):
+        analysis.min_seeds_per_group(0.0)
+
+
+def test_minimum_seeds_are_really_needed_and_enough() -> None:
+    """The minimum from min_seeds_per_group matches what scipy's exact test gives at complete separation."""
+    for alternative, alpha in (("greater", 0.05), ("greater", 0.01), ("two-sided", 0.05)):
+        n = analysis.min_seeds_per_group(alpha, alternative)
+        enough = analysis.compare("a", list(range(n, 2 * n)), "b", list(range(n)), alternative=alternative)
+        short = analysis.compare("a", list(range(n - 1, 2 * n - 2)), "b", list(range(n - 1)), alternative=alternative)
+        assert enough.mann_whitney_p < alpha <= short.mann_whitney_p, (alternative, alpha)
+
+
+def test_five_seeds_separated_reach_one_percent() -> None:
+    c = analysis.compare("none", [10.0, 11.0, 12.0, 13.0, 14.0], "zero", [0.0, 1.0, 2.0, 3.0, 4.0])
+    assert c.alternative == "greater"
+    assert c.mann_whitney_p == pytest.approx(1 / 252) and c.mann_whitney_p < 0.01
+    assert c.difference == pytest.approx(10.0)
+    text = analysis.verdict(c, alpha=0.01)
+    assert "none scores higher than zero" in text and "one-sided" in text and "5 vs 5" in text
+    backwards = analysis.compare("zero", [0.0, 1.0, 2.0, 3.0, 4.0], "none", [10.0, 11.0, 12.0, 13.0, 14.0])
+    assert backwards.mann_whitney_p == pytest.approx(1.0)
+    assert "scores higher" not in analysis.verdict(backwards)
+
+
+def test_three_seeds_claim_nothing_and_say_how_many_are_needed() -> None:
+    c = analysis.compare("none", [10.0, 11.0, 12.0], "zero", [0.0, 1.0, 2.0])
+    assert c.mann_whitney_p == pytest.approx(1 / 20) and c.cliffs_delta == 1.0
+    text = analysis.verdict(c)
+    assert "no evidence either way" in text and "scores higher" not in text
+    assert "at least 4 per group" in text
+    assert "at least 5 per group" in analysis.verdict(c, alpha=0.01)
+
+
+def test_cliffs_delta() -> None:
+    assert analysis.compare("a", [5.0, 6.0, 7.0], "b", [1.0, 2.0, 3.0]).cliffs_delta == 1.0
+    assert analysis.compare("a", [1.0, 2.0, 3.0], "b", [5.0, 6.0, 7.0]).cliffs_delta == -1.0
+    assert analysis.compare("a", [1.0, 2.0, 3.0], "b", [1.0, 2.0, 3.0]).cliffs_delta == 0.0
+    assert analysis.compare("a", [2.0, 2.0], "b", [2.0, 2.0]).cliffs_delta == 0.0
+    # a = [1, 3, 4], b = [2, 3, 1]: a > b in 5 pairs (3>2, 3>1, 4>2, 4>3, 4>1), a < b in 2 (1<2, 1<3), 2 ties
+    assert analysis.compare("a", [1.0, 3.0, 4.0], "b", [2.0, 3.0, 1.0]).cliffs_delta == pytest.approx(3 / 9)
+    # and it equals 2U/(n_a n_b) - 1 with scipy's U of a
+    from scipy import stats
+
+    a, b = [0.3, 1.7, 2.2, 5.0], [0.1, 1.9, 0.5]
+    u = stats.mannwhitneyu(a, b).statistic
+    assert analysis.compare("a", a, "b", b).cliffs_delta == pytest.approx(2 * u / 12 - 1)
+
+
+def test_invalid_alternative_raises() -> None:
+    with pytest.raises(ValueError, match="greater.*two-sided"):
+        analysis.compare("a", [1.0, 2.0], "b", [0.0, 1.0], alternative="less")
+    with pytest.raises(ValueError, match="greater.*two-sided"):
+        analysis.min_seeds_per_group(0.05, "one-sided")
+    with pytest.raises(ValueError, match="greater.*two-sided"):
+        analysis.compare_ablations([], alternative="bigger")
 
 
 def test_response_maps_find_a_planted_dependence() -> None:
