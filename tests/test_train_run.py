@@ -9,15 +9,13 @@ finished run returns at once without training or logging anything again.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.spikeloop_cli import run_spikeloop
+
 TAG_GROUPS = ("episode/", "ppo/", "encoder/", "decoder/", "spikes/", "feedback/", "loop/")
 SHORT = [
     "--set", "stop.iterations=2",
@@ -25,13 +23,6 @@ SHORT = [
     "--set", "ppo.minibatch_size=64",
     "--set", "checkpoint.every_iterations=1",
 ]
-
-
-def _spikeloop(args: list[str], timeout: float) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
-    env["RAY_USAGE_STATS_ENABLED"] = "0"
-    return subprocess.run([sys.executable, "-m", "experiments.cli", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def event_tags(trial_dir: Path) -> set[str]:
@@ -54,7 +45,7 @@ def _only(paths: list[Path], what: str) -> Path:
 @pytest.mark.slow
 def test_train_quickstart_leaves_a_complete_run_directory(tmp_path: Path) -> None:
     root = tmp_path / "runs"
-    proc = _spikeloop(["train", "experiments/quickstart.yaml", *SHORT, "--set", f"output.root_dir={root}"],
+    proc = run_spikeloop(["train", "experiments/quickstart.yaml", *SHORT, "--set", f"output.root_dir={root}"],
                       timeout=400)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]
@@ -105,7 +96,7 @@ def test_train_quickstart_leaves_a_complete_run_directory(tmp_path: Path) -> Non
     assert progress[-1]["finished"] is True
 
     # --resume on a finished run: restores it, trains nothing, logs nothing twice.
-    proc = _spikeloop(["train", "experiments/quickstart.yaml", *SHORT, "--set", f"output.root_dir={root}", "--resume"],
+    proc = run_spikeloop(["train", "experiments/quickstart.yaml", *SHORT, "--set", f"output.root_dir={root}", "--resume"],
                       timeout=300)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]
