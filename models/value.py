@@ -33,9 +33,11 @@ class NormalizedValueNet(nn.Module):
         self.net = mlp(in_size, hiddens, 1)
         self.normalize = normalize
         self.momentum = momentum
-        self.register_buffer("target_mean", torch.zeros((), dtype=torch.float64))
-        self.register_buffer("target_std", torch.ones((), dtype=torch.float64))
-        self.register_buffer("target_count", torch.zeros((), dtype=torch.float64))
+        # float32 like the weights: RLlib syncs module state to env runners as float32, and the acting
+        # module must hold exactly the learner's values.
+        self.register_buffer("target_mean", torch.zeros(()))
+        self.register_buffer("target_std", torch.ones(()))
+        self.register_buffer("target_count", torch.zeros(()))
 
     @property
     def head(self) -> nn.Linear:
@@ -51,13 +53,13 @@ class NormalizedValueNet(nn.Module):
         out = self.normalized(features)
         if not self.normalize:
             return out
-        return out * self.target_std.float() + self.target_mean.float()
+        return out * self.target_std + self.target_mean
 
     def normalize_targets(self, targets: torch.Tensor) -> torch.Tensor:
         """Value targets in the units the network is trained in."""
         if not self.normalize:
             return targets
-        return (targets - self.target_mean.float()) / self.target_std.float()
+        return (targets - self.target_mean) / self.target_std
 
     @torch.no_grad()
     def update_target_stats(self, targets: torch.Tensor) -> None:
@@ -65,7 +67,7 @@ class NormalizedValueNet(nn.Module):
         targets = torch.as_tensor(targets, dtype=torch.float64, device=self.target_mean.device).reshape(-1)
         if not self.normalize or targets.numel() == 0:
             return
-        old_mean, old_std = self.target_mean.clone(), self.target_std.clone()
+        old_mean, old_std = self.target_mean.double(), self.target_std.double()
         batch_mean, batch_sq = targets.mean(), targets.pow(2).mean()
         if self.target_count.item() == 0:
             mean, sq = batch_mean, batch_sq  # the first batch sets the scale outright
@@ -74,11 +76,12 @@ class NormalizedValueNet(nn.Module):
             old_sq = old_std.pow(2) + old_mean.pow(2)
             mean, sq = (1 - m) * old_mean + m * batch_mean, (1 - m) * old_sq + m * batch_sq
         std = (sq - mean.pow(2)).clamp_min(0).sqrt().clamp_min(MIN_VALUE_STD)
+        mean, std = mean.float().double(), std.float().double()  # the values the buffers will hold
         # PopArt: w' = w * old_std / std, b' = (old_std * b + old_mean - mean) / std leaves
         # std * (w'x + b') + mean == old_std * (w x + b) + old_mean for every input x.
         head = self.head
         head.weight.mul_((old_std / std).to(head.weight.dtype))
         head.bias.copy_(((old_std * head.bias.double() + old_mean - mean) / std).to(head.bias.dtype))
-        self.target_mean.copy_(mean)
-        self.target_std.copy_(std)
-        self.target_count.add_(targets.numel())
+        self.target_mean.copy_(mean.float())
+        self.target_std.copy_(std.float())
+        self.target_count.add_(float(targets.numel()))

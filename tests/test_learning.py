@@ -4,9 +4,10 @@ The front door, as a user runs it: `spikeloop train` as a subprocess, a private 
 Ray, a real env runner playing VizDoom, the `transparent` device (a perfect channel,
 as fast as possible) between encoder and decoder, the default learner settings. The
 untrained policy kills in about 60 % of `basic` episodes; the trained one must kill in
-at least 85 % of its last 100. A learner with the advantage's sign flipped, a decoder
-that gets no gradient, or a ratio taken against the wrong log-probability does not get
-there (checked once by breaking each on purpose; see docs/benchmarks.md, "learning").
+at least 90 % of its last 100 (the sound learner: 0.98 at 20k steps, docs/benchmarks.md,
+"learning"). Each learner broken on purpose once stayed below (same seed and budget): the
+advantage's sign flipped 0.63, a decoder that gets no gradient 0.73, the ratio taken
+against another step's log-probability 0.84.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from tests.spikeloop_cli import run_spikeloop
 ENV_STEPS = 22_000
 """Budget: about two minutes on 2 cores; the default learner passes 0.85 by ~15k steps (docs/benchmarks.md)."""
 CHANCE_KILL_RATE_AT_MOST = 0.8
-TRAINED_KILL_RATE_AT_LEAST = 0.85
+TRAINED_KILL_RATE_AT_LEAST = 0.9
 WINDOW = 100
 
 

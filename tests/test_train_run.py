@@ -104,3 +104,20 @@ def test_train_quickstart_leaves_a_complete_run_directory(tmp_path: Path) -> Non
     assert "[iter " not in output
     assert (trial_dir / "episodes.jsonl").read_text().splitlines() == lines
     assert sorted(p.name for p in trial_dir.glob("checkpoint_*")) == checkpoints
+
+
+@pytest.mark.slow
+def test_train_the_direct_control_needs_no_culture(tmp_path: Path) -> None:
+    # `policy: direct` through the front door: no device is started, episodes are logged like any run.
+    root = tmp_path / "runs"
+    proc = run_spikeloop(["train", "experiments/controls.yaml", "--set", "policy=direct", *SHORT,
+                          "--set", f"output.root_dir={root}"], timeout=400)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-6000:]
+    run_dir = _only(sorted(root.glob("controls-*")), "run directory")
+    trial_dir = _only([p for p in run_dir.iterdir() if p.is_dir() and p.name.startswith("train_trial")], "trial")
+    assert yaml.safe_load((trial_dir / "experiment.yaml").read_text())["policy"] == "direct"
+    episodes = [json.loads(line) for line in (trial_dir / "episodes.jsonl").read_text().splitlines()]
+    assert episodes and all(e["device_id"] is None for e in episodes)  # a culture link would name its device
+    tags = event_tags(trial_dir)
+    assert {"episode/return_mean", "decoder/ratio_mean", "value/target_std"} <= tags, sorted(tags)

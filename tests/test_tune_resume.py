@@ -54,7 +54,7 @@ def write_sweep(tmp_path: Path) -> Path:
     """The quickstart, shrunk to a 2-trial grid over feedback on/off, one process per trial."""
     data = yaml.safe_load((REPO / "experiments" / "quickstart.yaml").read_text())
     data["name"] = "sweep_resume"
-    data["ppo"] |= {"train_batch_size_per_learner": 256, "minibatch_size": 64, "num_epochs": 1}
+    data["ppo"] = {"train_batch_size_per_learner": 256, "minibatch_size": 64, "num_epochs": 1}
     data["resources"] = {"num_env_runners": 0}
     data["stop"] = {"iterations": ITERATIONS}
     data["checkpoint"] = {"every_iterations": 1, "keep": 2}
