@@ -106,7 +106,11 @@ def train_trial(tune_config: dict[str, Any]) -> None:
     t0 = time.monotonic()
     reason = "completed"
     # Restored from the final checkpoint (driver killed before the trial was marked finished): nothing to train.
-    finished = start is not None and stop.iterations is not None and algo.iteration >= stop.iterations
+    steps_done = int(algo.metrics.peek("num_env_steps_sampled_lifetime", default=0)) if start is not None else 0
+    finished = start is not None and (
+        (stop.iterations is not None and algo.iteration >= stop.iterations)
+        or (stop.env_steps is not None and steps_done >= stop.env_steps)
+    )
     try:
         while not finished:
             result = algo.train()

@@ -98,11 +98,15 @@ class ResourcesSection(BaseModel):
     num_gpus_per_learner: float = Field(0, ge=0)
 
 
+DEFAULT_STOP_ITERATIONS = 10
+"""Iterations of a run whose file has no `stop` section at all."""
+
+
 class StopSection(BaseModel):
-    """When training stops (the first condition reached)."""
+    """When training stops (the first condition reached); only the conditions the file sets apply."""
 
     model_config = STRICT
-    iterations: int | None = Field(10, ge=1)
+    iterations: int | None = Field(None, ge=1)
     env_steps: int | None = Field(None, ge=1)
     time_s: float | None = Field(None, gt=0)
 
@@ -191,7 +195,7 @@ class Experiment(BaseModel):
         "closed_loop", description="direct: features straight to actions, no culture (the no-neurons control)")
     ppo: PPOSection = Field(default_factory=PPOSection)
     resources: ResourcesSection = Field(default_factory=ResourcesSection)
-    stop: StopSection = Field(default_factory=StopSection)
+    stop: StopSection = Field(default_factory=lambda: StopSection(iterations=DEFAULT_STOP_ITERATIONS))
     checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
     tune: TuneSection = Field(default_factory=TuneSection)
     output: OutputSection = Field(default_factory=OutputSection)

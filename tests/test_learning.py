@@ -39,7 +39,7 @@ def test_train_through_the_perfect_channel_learns_basic(tmp_path: Path) -> None:
         "seed": 0,
         "devices": [{"device_id": "transparent", "backend": "transparent"}],
         "env": {"scenario": "basic"},
-        "stop": {"iterations": None, "env_steps": ENV_STEPS},
+        "stop": {"env_steps": ENV_STEPS},
         "checkpoint": {"every_iterations": 1000, "at_end": False},
         "output": {"root_dir": str(tmp_path / "runs")},
     }

@@ -104,4 +104,19 @@ def test_bad_override_names_its_key(override, key):
 
 def test_good_override_applies():
     e = load_experiment(QUICKSTART, ["stop.iterations=2", "devices.0.seed=7", "feedback.surprise.enabled=false"])
+    assert e.stop.env_steps == 20000  # the file's own condition stays; the first one reached stops the run
     assert (e.stop.iterations, e.devices[0].seed, e.feedback.surprise.enabled) == (2, 7, False)
+
+
+def test_stop_conditions_are_the_ones_the_file_sets(tmp_path):
+    only_steps = tmp_path / "steps.yaml"
+    only_steps.write_text("stop: {env_steps: 5000}\n")
+    stop = load_experiment(only_steps).stop
+    assert (stop.iterations, stop.env_steps, stop.time_s) == (None, 5000, None)  # no hidden 10-iteration cap
+    no_section = tmp_path / "none.yaml"
+    no_section.write_text("name: defaults\n")
+    assert load_experiment(no_section).stop.iterations == 10
+    empty_section = tmp_path / "empty.yaml"
+    empty_section.write_text("stop: {}\n")
+    with pytest.raises(ExperimentError, match="at least one of iterations, env_steps, time_s"):
+        load_experiment(empty_section)
