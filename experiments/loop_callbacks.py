@@ -11,10 +11,11 @@
   episode return - V(s_0)) and the `episode_end` event with the payload devices
   expect, at once.
 Loop metrics (latency, timeouts, feedback counts, surprise, duty) are logged
-under the `culture/` prefix. Every finished episode's summary is kept in this
-process until the driver collects it (`pop_episode_records`). With the `direct`
-policy (no culture) there is no link: only the episode summaries and metrics. With the live view on (`view.enabled`), they also
+under the `culture/` prefix. With the live view on (`view.enabled`), they also
 start this env runner's view and publish each tick to it (`experiments.live_view`).
+Every finished episode's summary is kept in this process until the driver
+collects it (`pop_episode_records`). With the `direct` policy (no culture) there
+is no link: only the episode summaries and their metrics.
 """
 
 from __future__ import annotations
