@@ -14,7 +14,23 @@ stimulation silently breaks the closed loop. Two kinds of device exist:
   After a timeout the bridge first waits (up to `late_grace_s`) for the one late
   reply the device still owes, so that it cannot answer the next stimulation.
 
-`correlation="auto"` decides from the first reply which kind the device is.
+A reply stamped no later than the last one taken is stale in either mode:
+echoed stamps increase, and so does a device's clock (a device whose clock
+steps back loses replies until it passes its old time again: they time out).
+
+`correlation="auto"` decides which kind the device is: echo as soon as a reply
+carries the awaited timestamp; plain only after `AUTO_PLAIN_VOTES` exchanges
+were answered by replies stamped otherwise, so that one stale datagram (say,
+from before a trainer restart) cannot decide it for the whole session. While
+undecided, a reply stamped later than the stimulation is taken at once (a
+device clock cannot stamp an earlier stimulation's answer with a later time
+than ours without skew); one stamped earlier is kept waiting until the timeout,
+in case the echo follows.
+
+Only the device may answer: replies must come from the device host and, by
+default, from its stimulation port, which is where `spikeloop device` replies
+from (`device_reply_port`). The bridge sends everything from its spike port,
+so that a device can in turn accept commands from that port only.
 """
 
 from __future__ import annotations
@@ -54,6 +70,8 @@ RECENT_LATENCIES = 16
 """The fastest of this many recent replies is when the next one is expected (for `reply_spin_ms`)."""
 SPIN_MIN_LATENCY_S = 0.005
 """Replies faster than this (a simulated device running flat out) are awaited asleep: no spin."""
+AUTO_PLAIN_VOTES = 3
+"""Auto correlation: exchanges answered by non-echo replies before the device is taken as a plain v1 one."""
 R = TypeVar("R")
 
 
@@ -73,8 +91,10 @@ class BridgeConfig:
     spike_port: int = SPIKE_PORT
     """Port the bridge binds for spike replies; 0 picks a free one."""
     bind_host: str = "127.0.0.1"
-    device_reply_port: int | None = None
-    """If set, replies must come from this source port too (not only the device host)."""
+    device_reply_port: int | Literal["stim_port"] | None = "stim_port"
+    """Replies must come from this source port of the device host: "stim_port" (the default: the stimulation
+    port, where `spikeloop device` replies from), a port number, or None for any port (a third-party device
+    that replies from elsewhere)."""
     timeout_s: float = 0.5
     timeout_policy: Literal["zeros", "raise"] = "zeros"
     correlation: Literal["auto", "echo", "arrival"] = "auto"
@@ -101,8 +121,15 @@ class BridgeConfig:
             raise ValueError(f"bridge envelope_policy={self.envelope_policy!r}: use 'clamp' or 'raise'")
         for name in ("stim_port", "event_port", "feedback_port", "spike_port"):
             port = getattr(self, name)
-            if not 0 <= port <= 65535:
-                raise ValueError(f"bridge {name}={port}: not a UDP port number")
+            if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+                raise ValueError(f"bridge {name}={port!r}: not a UDP port number")
+        reply = self.device_reply_port
+        if reply is not None and reply != "stim_port" and (
+            isinstance(reply, bool) or not isinstance(reply, int) or not 1 <= reply <= 65535
+        ):
+            raise ValueError(f"bridge device_reply_port={reply!r}: use 'stim_port', a port number 1-65535 or None")
+        if not self.device_host or not self.bind_host:
+            raise ValueError("bridge device_host and bind_host must not be empty")
 
 
 @dataclass(frozen=True)
@@ -189,12 +216,23 @@ class BridgeCore:
                 f"{exc.strerror}{hint}",
             ) from None
         self._spike_sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-        self._send_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self._device_ip = socket.gethostbyname(config.device_host)
+        # Everything goes out from the spike port: a device can then refuse commands from any other port.
+        self._send_sock = self._spike_sock
+        try:
+            self._device_ip = socket.gethostbyname(config.device_host)
+        except OSError as exc:
+            self._spike_sock.close()
+            raise OSError(f"bridge {config.device_id!r}: cannot resolve device host {config.device_host!r}: "
+                          f"{exc}") from None
+        self._reply_port = config.stim_port if config.device_reply_port == "stim_port" else config.device_reply_port
         self._stim_addr = (self._device_ip, config.stim_port)
         self._feedback_addr = (self._device_ip, config.feedback_port)
         self._event_addr = (self._device_ip, config.event_port)
         self._echo: bool | None = {"auto": None, "echo": True, "arrival": False}[config.correlation]
+        self._plain_votes = 0  # auto, undecided: exchanges answered by a reply that did not echo
+        self._last_answer_us = -1  # device timestamp of the last reply taken: later answers are stamped later
+        self._candidate: SpikeCounts | None = None  # auto, undecided: an earlier-stamped reply, taken at the timeout
+        self._foreign_source: tuple[str, int] | None = None  # the last reply refused for its source (for hints)
         self._last_stim_us = 0
         self._answered = _Bounded(REMEMBERED_STIMS)
         self._timed_out = _Bounded(REMEMBERED_STIMS)
@@ -240,15 +278,19 @@ class BridgeCore:
         if self._owed_late and not self._echo:
             self._await_owed_late()
         self._counts["exchanges"] += 1
-        self._send_sock.sendto(payload, self._stim_addr)
+        self._send(payload, self._stim_addr)
         t_sent = time.perf_counter()
         deadline = t_sent + self.config.timeout_s
         spin_window = self._spin_window(t_sent)
+        self._candidate = None
         while True:
             got = self._await_datagram(deadline, spin_window)
             if got is None:
-                break
-            reply = self._classify(*got, waiting_for=stim.timestamp_us)
+                reply = self._take_candidate()
+                if reply is None:
+                    break
+            else:
+                reply = self._classify(*got, waiting_for=stim.timestamp_us)
             if reply is not None:
                 latency = time.perf_counter() - t_sent
                 self._latencies_s.append(latency)
@@ -256,6 +298,7 @@ class BridgeCore:
                 # Echo devices repeat our timestamp, plain ones their own; either way a
                 # second datagram with it is a duplicate, never the next answer.
                 self._answered.add(reply.timestamp_us)
+                self._last_answer_us = max(self._last_answer_us, reply.timestamp_us)
                 self._counts["ok"] += 1
                 self._busy_s += time.perf_counter() - t_start
                 counts = np.asarray(reply.counts, dtype=np.float32)
@@ -284,7 +327,7 @@ class BridgeCore:
         if safe is None:
             self._counts["feedback_suppressed"] += 1
             return False
-        self._send_sock.sendto(encode_feedback(safe), self._feedback_addr)
+        self._send(encode_feedback(safe), self._feedback_addr)
         self._counts["feedback_sent"] += 1
         return True
 
@@ -293,7 +336,7 @@ class BridgeCore:
         """Send an event (e.g. `episode_end`, `training_complete`) to the device."""
         self._check_open()
         payload = encode_event(EventMessage(now_us(), event_type, dict(data or {})))
-        self._send_sock.sendto(payload, self._event_addr)
+        self._send(payload, self._event_addr)
         self._counts["events_sent"] += 1
 
     @_locked
@@ -309,10 +352,12 @@ class BridgeCore:
             latency = dict.fromkeys(("p50", "p90", "p99", "max", "mean"), float("nan"))
         wall_s = time.monotonic() - self._created
         mode = {None: "undetermined", True: "echo", False: "arrival"}[self._echo]
+        foreign = self._foreign_source
         return {
             "device_id": self.config.device_id,
             "correlation": mode,
             "spike_port": self.spike_port if not self._closed else None,
+            "last_foreign_source": None if foreign is None else f"{foreign[0]}:{foreign[1]}",
             **self._counts,
             "latency_ms": {k: float(v) for k, v in latency.items()} | {"n": int(lat_ms.size)},
             "duty": self._busy_s / wall_s if wall_s > 0 else 0.0,
@@ -324,7 +369,6 @@ class BridgeCore:
         if not self._closed:
             self._closed = True
             self._spike_sock.close()
-            self._send_sock.close()
 
     def __enter__(self) -> BridgeCore:
         return self
@@ -347,6 +391,23 @@ class BridgeCore:
         if clamped:
             self._counts["clamped_commands"] += 1
             self._counts["clamped_values"] += clamped
+
+    def _send(self, payload: bytes, addr: tuple[str, int]) -> None:
+        # The socket is also read, and a read may have left it non-blocking: a full send buffer must wait, not fail.
+        self._spike_sock.settimeout(self.config.timeout_s)
+        self._spike_sock.sendto(payload, addr)
+
+    def _take_candidate(self) -> SpikeCounts | None:
+        """Auto, undecided, at the timeout: an earlier-stamped reply is this exchange's answer after all."""
+        reply, self._candidate = self._candidate, None
+        if reply is not None:
+            self._vote_plain()
+        return reply
+
+    def _vote_plain(self) -> None:
+        self._plain_votes += 1
+        if self._plain_votes >= AUTO_PLAIN_VOTES:
+            self._echo = False
 
     def _recv(self, timeout_s: float | None) -> tuple[bytes, tuple[str, int]] | None:
         """One datagram, or None when none arrives in time (timeout 0: only what is waiting)."""
@@ -405,10 +466,9 @@ class BridgeCore:
 
     def _classify(self, data: bytes, addr: tuple[str, int], waiting_for: int | None) -> SpikeCounts | None:
         """Count one datagram; return it only if it answers the stimulation being waited for."""
-        if addr[0] != self._device_ip or (
-            self.config.device_reply_port is not None and addr[1] != self.config.device_reply_port
-        ):
+        if addr[0] != self._device_ip or (self._reply_port is not None and addr[1] != self._reply_port):
             self._counts["foreign"] += 1
+            self._foreign_source = (addr[0], addr[1])
             return None
         try:
             reply = decode_spikes(data)
@@ -424,12 +484,29 @@ class BridgeCore:
             self._owed_late = max(0, self._owed_late - 1)
             self._counts["late"] += 1
             return None
+        if ts <= self._last_answer_us:
+            # Stamped no later than an answer already taken (echoed stamps and device clocks both move
+            # forward): a leftover, e.g. from before a trainer restart, never a newer answer.
+            self._counts["stale"] += 1
+            return None
         if waiting_for is not None and ts == waiting_for:
             if self._echo is None:
                 self._echo = True
+                if self._candidate is not None:  # an earlier-stamped reply came first: stale after all
+                    self._candidate = None
+                    self._counts["stale"] += 1
             return reply
         if self._echo is None and waiting_for is not None:
-            self._echo = False  # a reply stamped with the device's own clock: a plain v1 device
+            if ts > waiting_for:
+                self._vote_plain()  # stamped after our send by the device's own clock: a plain v1 device
+                if self._candidate is not None:
+                    self._candidate = None
+                    self._counts["stale"] += 1
+                return reply
+            if self._candidate is not None:
+                self._counts["stale"] += 1  # two earlier-stamped replies: keep the latest
+            self._candidate = reply
+            return None
         if self._echo is False:
             if waiting_for is not None:
                 return reply  # arrived after the send, and the queue was drained before it

@@ -32,6 +32,7 @@ import numba
 import numpy as np
 
 from bridge.channels import ENCODING_ELECTRODES, GRID_SIDE, N_ELECTRODES, SPIKE_GROUPS
+from bridge.protocol import U32_MAX
 
 DT_MS = 1.0
 """Simulation timestep. Stimulation and recording are resolved to this."""
@@ -288,16 +289,31 @@ class Culture:
 
     def stimulate(self, electrode: int, amplitude_ua: float, pulses: int, frequency_hz: float,
                   start_ms: float | None = None) -> None:
-        """Schedule a burst on one electrode, replacing any burst in progress there."""
+        """Schedule a burst on one electrode, replacing any burst in progress there.
+
+        Zero amplitude, frequency or pulses schedules nothing (and ends the burst in progress).
+        Values that are not finite, negative, or more pulses than the wire can carry raise ValueError.
+        """
+        _check_electrode(electrode)
+        for name, value in (("amplitude_ua", amplitude_ua), ("frequency_hz", frequency_hz), ("pulses", pulses)):
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"stimulation {name}={value!r} on electrode {electrode}: must be finite and >= 0")
+        if pulses > U32_MAX:
+            raise ValueError(f"stimulation of {pulses!r} pulses on electrode {electrode}: at most {U32_MAX}")
+        if start_ms is not None and not math.isfinite(start_ms):
+            raise ValueError(f"stimulation start_ms={start_ms!r}: must be finite")
+        off = amplitude_ua == 0 or frequency_hz == 0 or pulses < 1
         start_step = self.step if start_ms is None else max(self.step, int(math.ceil(start_ms / DT_MS)))
-        interval = max(1, int(round(1000.0 / max(frequency_hz, 1e-9) / DT_MS))) if frequency_hz > 0 else 1
+        # Faster than one pulse per step is one pulse per step: the simulation cannot resolve more.
+        interval = 1 if off else max(1, int(round(1000.0 / frequency_hz / DT_MS)))
         self._pulse_next_step[electrode] = start_step
         self._pulse_interval_steps[electrode] = interval
-        self._pulse_remaining[electrode] = max(0, int(pulses))
-        self._pulse_amplitude_ua[electrode] = abs(float(amplitude_ua))
+        self._pulse_remaining[electrode] = 0 if off else int(pulses)
+        self._pulse_amplitude_ua[electrode] = float(amplitude_ua)
 
     def interrupt(self, electrode: int) -> None:
         """Cancel the remaining pulses of a burst on one electrode."""
+        _check_electrode(electrode)
         self._pulse_remaining[electrode] = 0
 
     def advance(self, duration_ms: float) -> np.ndarray:
@@ -322,3 +338,8 @@ class Culture:
         )
         self.step += n_steps
         return counts
+
+
+def _check_electrode(electrode: int) -> None:
+    if isinstance(electrode, bool) or not isinstance(electrode, (int, np.integer)) or not 0 <= electrode < N_ELECTRODES:
+        raise ValueError(f"electrode {electrode!r} is not an electrode number 0-{N_ELECTRODES - 1}")

@@ -10,9 +10,18 @@ spins, instead of waiting for whole hardware ticks.
 
 Every datagram waiting on any port is handled each time the device wakes
 (feedback first, then stimulation, then events, matching the order in which a
-trainer sends them). Malformed datagrams are logged, counted and skipped.
-`training_complete` ends the run with exit status 0; SIGINT and SIGTERM end it
-too, always closing the recording cleanly.
+trainer sends them), up to `MAX_DATAGRAMS_PER_WAKE` per port so that a flood
+on one port cannot hold back the replies. `training_complete` ends the run
+with exit status 0; SIGINT and SIGTERM end it too, always closing the
+recording cleanly.
+
+What the device accepts (see docs/architecture.md, "Threat model"): datagrams
+from the training host only (`accept_from`), and only stimulation and feedback
+inside its own safety envelope (`DeviceConfig.envelope`, whatever the trainer's
+says). Everything else is counted (`malformed_*`, `foreign_*`, `refused_*`,
+`errors_*`), logged at a bounded rate and skipped; a refused stimulation is
+still answered (exactly one reply per stimulation command) without stimulating.
+No datagram stops the device except `training_complete` from an accepted source.
 
 In-process use (tests, one simulated device per env runner):
 
@@ -26,22 +35,26 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import logging
+import math
 import select
 import signal
 import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from bridge import channels
 from bridge.backends import BACKEND_NAMES, Backend, make_backend
 from bridge.protocol import (
     DEVICE_RECV_BYTES,
+    KNOWN_EVENT_TYPES,
+    FeedbackType,
     ProtocolError,
     SpikeCounts,
     decode_event,
@@ -49,6 +62,7 @@ from bridge.protocol import (
     decode_stim,
     encode_spikes,
 )
+from bridge.safety import SafetyEnvelope, SafetyViolation
 
 log = logging.getLogger("spikeloop.device")
 
@@ -56,8 +70,35 @@ SPIN_MARGIN_S = 0.0015
 """Sleep until this long before a reply is due, then spin: OS sleeps overshoot by up to ~1 ms."""
 IDLE_POLL_S = 0.02
 """Longest block in select, so stop() and a real-time culture's catch-up stay timely."""
-LOGGED_MALFORMED_PER_KIND = 10
-"""Log the first few malformed datagrams of a kind in full, then every 1000th."""
+MAX_DATAGRAMS_PER_WAKE = 256
+"""Datagrams taken from one port per wake-up; the rest wait for the next (replies go out in between)."""
+ACCEPT_FROM = ("host", "spike_port", "any")
+"""`host`: datagrams from the training host's address only; `spike_port`: only from the training host's
+spike port (the bridge sends from it); `any`: from anywhere."""
+
+
+class BoundedLog:
+    """Warnings about bad datagrams at a bounded rate: the first few of a kind, then one per interval."""
+
+    def __init__(self, logger: logging.Logger, first: int = 10, interval_s: float = 10.0) -> None:
+        self._log = logger
+        self._first = first
+        self._interval_s = interval_s
+        self._state: dict[str, list[float]] = {}  # key -> [lines logged, time of the last, not logged since]
+
+    def warning(self, key: str, message: str, *args: object, exc_info: bool = False) -> bool:
+        """Log `message` unless this key has used up its share; True if it was logged."""
+        now = time.monotonic()
+        state = self._state.setdefault(key, [0, -math.inf, 0])
+        if state[0] >= self._first and now - state[1] < self._interval_s:
+            state[2] += 1
+            return False
+        suffix = f" ({int(state[2])} more like it not logged)" if state[2] else ""
+        self._log.warning(message + suffix, *args, exc_info=exc_info)
+        state[0] += 1
+        state[1] = now
+        state[2] = 0
+        return True
 
 
 @dataclass(frozen=True)
@@ -79,6 +120,35 @@ class DeviceConfig:
     random_spike_rate_hz: float = 5.0
     realtime: bool = True
     cl_sim_culture: bool = False
+    envelope: SafetyEnvelope = field(default_factory=SafetyEnvelope)
+    """The device's own limits: stimulation or feedback outside them is refused, whatever the trainer sent."""
+    accept_from: Literal["host", "spike_port", "any"] = "host"
+
+    def __post_init__(self) -> None:
+        for name in ("stim_port", "spike_port", "event_port", "feedback_port"):
+            port = getattr(self, name)
+            if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+                raise ValueError(f"device {name}={port!r}: not a UDP port number (0-65535)")
+        for name in ("training_host", "bind_host"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
+                raise ValueError(f"device {name} is empty: give a host name or address")
+        if not (math.isfinite(self.tick_frequency_hz) and self.tick_frequency_hz > 0):
+            raise ValueError(f"device tick_frequency_hz={self.tick_frequency_hz!r}: must be a finite number > 0")
+        for name in ("artifact_wait_ms", "collect_window_ms", "random_spike_rate_hz"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"device {name}={value!r}: must be a finite number >= 0")
+        if self.backend not in BACKEND_NAMES:
+            raise ValueError(f"device backend {self.backend!r}: choose from {', '.join(BACKEND_NAMES)}")
+        if self.accept_from not in ACCEPT_FROM:
+            raise ValueError(f"device accept_from={self.accept_from!r}: choose from {', '.join(ACCEPT_FROM)}")
+        longest_burst = self.envelope.max_frequency_hz / self.tick_frequency_hz
+        if longest_burst > self.envelope.max_pulses:
+            raise ValueError(
+                f"a stimulation burst lasts one tick: at {self.envelope.max_frequency_hz:g} Hz and a "
+                f"{self.tick_frequency_hz:g} Hz tick that is {longest_burst:g} pulses, above the envelope's "
+                f"max_pulses={self.envelope.max_pulses}; raise the tick frequency or lower max_frequency_hz"
+            )
 
 
 @dataclass
@@ -101,12 +171,18 @@ class Device:
             realtime=config.realtime,
             random_spike_rate_hz=config.random_spike_rate_hz,
             cl_sim_culture=config.cl_sim_culture,
+            max_pulses=config.envelope.max_pulses,
         )
         self.counters: collections.Counter[str] = collections.Counter()
         self.exit_reason = ""
         self._stop = threading.Event()
         self._pending: collections.deque[_PendingReply] = collections.deque()
-        self._reply_to = (config.training_host, config.spike_port)
+        self._warn = BoundedLog(log)
+        try:
+            trainer_ip = socket.gethostbyname(config.training_host)
+        except OSError as exc:
+            raise OSError(f"device: cannot resolve training host {config.training_host!r}: {exc}") from None
+        self._reply_to = (trainer_ip, config.spike_port)
         self._stim_sock = self._bind(config.stim_port)
         self._feedback_sock = self._bind(config.feedback_port)
         self._event_sock = self._bind(config.event_port)
@@ -142,7 +218,7 @@ class Device:
     @spike_port.setter
     def spike_port(self, port: int) -> None:
         # A trainer that binds its spike port after the device exists (port 0) tells it here.
-        self._reply_to = (self.config.training_host, int(port))
+        self._reply_to = (self._reply_to[0], int(port))
 
     @property
     def feedback_port(self) -> int:
@@ -222,28 +298,49 @@ class Device:
         until_due = self._pending[0].collect_end_s - self.backend.now_s() - SPIN_MARGIN_S
         return min(IDLE_POLL_S, max(0.0, until_due))
 
+    def _accepts(self, source: tuple[str, int]) -> bool:
+        """Whether a datagram from `source` may be acted on (see `ACCEPT_FROM`)."""
+        mode = self.config.accept_from
+        if mode == "any":
+            return True
+        if mode == "spike_port":
+            return (source[0], source[1]) == self._reply_to
+        return source[0] == self._reply_to[0]
+
     def _drain(self, sock: socket.socket) -> None:
         handler = self._handlers[sock]
-        while not self._stop.is_set():
+        kind = handler.__name__.removeprefix("_on_")
+        for _ in range(MAX_DATAGRAMS_PER_WAKE):
+            if self._stop.is_set():
+                return
             try:
-                data = sock.recv(DEVICE_RECV_BYTES + 1)
+                data, source = sock.recvfrom(DEVICE_RECV_BYTES + 1)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:  # e.g. ICMP port unreachable surfacing on some platforms
                 self.counters["socket_errors"] += 1
                 log.debug("recv error: %s", exc)
                 return
+            if not self._accepts(source):
+                self._skipped("foreign", kind, data, f"from {source[0]}:{source[1]}, not the training host "
+                              f"{self._reply_to[0]} (accept_from={self.config.accept_from})")
+                continue
             try:
                 handler(data)
             except ProtocolError as exc:
-                self._malformed(handler.__name__.removeprefix("_on_"), data, exc)
+                self._skipped("malformed", kind, data, str(exc))
+            except SafetyViolation as exc:
+                self._skipped("refused", kind, data, f"outside the device's envelope: {exc}")
+            except Exception as exc:  # the device must outlive any one datagram; the cause goes to the log
+                self.counters[f"errors_{kind}"] += 1
+                self._warn.warning(f"errors_{kind}", "%s datagram (%d bytes) raised %s: %s", kind, len(data),
+                                   type(exc).__name__, exc, exc_info=True)
 
-    def _malformed(self, kind: str, data: bytes, exc: ProtocolError) -> None:
-        key = f"malformed_{kind}"
+    def _skipped(self, why: str, kind: str, data: bytes, detail: str) -> None:
+        key = f"{why}_{kind}"
         self.counters[key] += 1
-        n = self.counters[key]
-        if n <= LOGGED_MALFORMED_PER_KIND or n % 1000 == 0:
-            log.warning("skipped malformed %s datagram #%d (%d bytes): %s", kind, n, len(data), exc)
+        self._warn.warning(key, "skipped %s %s datagram #%d (%d bytes): %s", why, kind, self.counters[key],
+                           len(data), detail)
 
     # --- handlers ----------------------------------------------------------------------
 
@@ -252,14 +349,24 @@ class Device:
         at_s = self.backend.now_s()
         cmd = decode_stim(data)
         self.counters["stim"] += 1
+        refused = None
+        try:
+            self.config.envelope.check_stim(cmd, "raise")
+        except SafetyViolation as exc:
+            refused = str(exc)
         self.backend.advance_to(at_s)
-        self.backend.stimulate(at_s, cmd.frequencies_hz, cmd.amplitudes_ua)
         start_s = at_s + self.config.artifact_wait_ms / 1000.0
         end_s = start_s + self.config.collect_window_ms / 1000.0
+        # Queued before stimulating: a stimulation that was taken in is answered, whatever happens next.
         self._pending.append(_PendingReply(cmd.timestamp_us, start_s, end_s, received))
-        self.backend.record("stim", {"t_s": at_s, "timestamp_us": cmd.timestamp_us,
-                                     "frequencies_hz": list(cmd.frequencies_hz),
-                                     "amplitudes_ua": list(cmd.amplitudes_ua)})
+        entry = {"t_s": at_s, "timestamp_us": cmd.timestamp_us, "frequencies_hz": list(cmd.frequencies_hz),
+                 "amplitudes_ua": list(cmd.amplitudes_ua)}
+        if refused is None:
+            self.backend.stimulate(at_s, cmd.frequencies_hz, cmd.amplitudes_ua)
+        else:
+            self.backend.record("stim", entry | {"refused": refused})
+            raise SafetyViolation(refused + " (not stimulated; answered)")
+        self.backend.record("stim", entry)
         if not self.backend.paced:
             self._send_due_replies()  # simulated time: answer before the next command moves the clock
 
@@ -267,18 +374,26 @@ class Device:
         cmd = decode_feedback(data)
         self.counters["feedback"] += 1
         at_s = self.backend.now_s()
+        entry = {"t_s": at_s, "timestamp_us": cmd.timestamp_us, "type": cmd.feedback_type.name.lower(),
+                 "channels": list(cmd.channels), "frequency_hz": cmd.frequency_hz, "amplitude_ua": cmd.amplitude_ua,
+                 "pulses": cmd.pulses, "unpredictable": cmd.unpredictable, "event_name": cmd.event_name}
+        # An interrupt only stops stimulation: its forbidden channels are dropped, never the interrupt.
+        policy = "clamp" if cmd.feedback_type == FeedbackType.INTERRUPT else "raise"
+        try:
+            safe, _ = self.config.envelope.check_feedback(cmd, policy)
+        except SafetyViolation as exc:
+            self.backend.record("feedback", entry | {"refused": str(exc)})
+            raise
         self.backend.advance_to(at_s)
-        self.backend.feedback(at_s, cmd)
-        self.backend.record("feedback", {"t_s": at_s, "timestamp_us": cmd.timestamp_us,
-                                         "type": cmd.feedback_type.name.lower(), "channels": list(cmd.channels),
-                                         "frequency_hz": cmd.frequency_hz, "amplitude_ua": cmd.amplitude_ua,
-                                         "pulses": cmd.pulses, "unpredictable": cmd.unpredictable,
-                                         "event_name": cmd.event_name})
+        if safe is not None:  # None: nothing to stimulate (no pulses, frequency or amplitude)
+            self.backend.feedback(at_s, safe)
+        self.backend.record("feedback", entry)
 
     def _on_event(self, data: bytes) -> None:
         event = decode_event(data)
         self.counters["event"] += 1
-        self.counters[f"event_{event.event_type}"] += 1
+        # Counters per known type only: a stream of invented types must not grow the table.
+        self.counters[f"event_{event.event_type}" if event.event_type in KNOWN_EVENT_TYPES else "event_other"] += 1
         if event.event_type == "training_complete":
             log.info("training_complete: %s", event.data)
             self.backend.record_event(event)
@@ -339,7 +454,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=BACKEND_NAMES, default="sim",
                    help="sim: simulated culture; cl: Cortical Labs cl API (CL1 or cl-sdk); "
                    "random: Poisson counts; zero: all-zero counts")
-    p.add_argument("--training-host", default="127.0.0.1", help="host that receives the spike replies")
+    p.add_argument("--training-host", default="127.0.0.1",
+                   help="host that receives the spike replies; by default the only host whose datagrams are acted on")
+    p.add_argument("--accept-from", choices=("host", "spike-port", "any"), default="host",
+                   help="whose stimulation, feedback and events are acted on: host = datagrams from the training "
+                   "host's address; spike-port = only from its spike port (a spikeloop bridge sends from there; "
+                   "other processes on that host are refused too); any = from anywhere (opens the device to "
+                   "every host that can reach it). Others are counted as foreign and skipped")
     p.add_argument("--bind-host", default="127.0.0.1",
                    help="address the device binds its stimulation, event and feedback ports on (0.0.0.0: all)")
     p.add_argument("--stim-port", type=int, default=channels.STIM_PORT,
@@ -371,20 +492,46 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cl-sim-culture", action="store_true",
                    help="cl backend under the cl-sdk simulator only: the simulator's data comes from the "
                    "simulated culture (seeded by --seed) instead of cl-sdk's random source")
+    envelope = p.add_argument_group(
+        "device safety envelope", "the device's own limits, checked on every stimulation and feedback command "
+        "whatever the trainer's envelope says; a command outside them is refused (counted, logged; a refused "
+        "stimulation is still answered, without stimulating)")
+    for f in dataclasses.fields(SafetyEnvelope):
+        if f.name in ENVELOPE_FLAGS:
+            envelope.add_argument(f"--{f.name.replace('_', '-')}", type=int if f.name == "max_pulses" else float,
+                                  default=f.default, help=ENVELOPE_FLAGS[f.name])
+    envelope.add_argument("--forbid-electrode", dest="forbid_electrodes", type=int, action="append", default=[],
+                          metavar="N", help="never stimulate electrode N, in addition to the hardware-forbidden "
+                          f"{sorted(channels.FORBIDDEN_ELECTRODES)} (repeatable)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                    help="logging verbosity")
     return p
 
 
+ENVELOPE_FLAGS = {
+    "min_frequency_hz": "lowest stimulation or feedback frequency (Hz; 0 on the wire means off)",
+    "max_frequency_hz": "highest stimulation or feedback frequency (Hz)",
+    "min_amplitude_ua": "lowest amplitude (uA; 0 on the wire means off)",
+    "max_amplitude_ua": "highest amplitude (uA)",
+    "max_pulses": "most pulses in one feedback burst or one stimulation burst",
+    "max_charge_per_phase_nc": "charge limit per phase (nC): amplitude x phase width",
+}
+"""The SafetyEnvelope fields `spikeloop device` sets from flags (defaults: SafetyEnvelope's own)."""
+
+
 def config_from_args(args: argparse.Namespace) -> DeviceConfig:
-    """DeviceConfig from parsed command-line flags."""
+    """DeviceConfig from parsed command-line flags (ValueError names a flag combination that cannot work)."""
+    envelope = SafetyEnvelope(
+        **{name: getattr(args, name) for name in ENVELOPE_FLAGS},
+        forbidden_electrodes=channels.FORBIDDEN_ELECTRODES | set(args.forbid_electrodes),
+    )
     return DeviceConfig(
         training_host=args.training_host, bind_host=args.bind_host, stim_port=args.stim_port,
         spike_port=args.spike_port, event_port=args.event_port, feedback_port=args.feedback_port,
         tick_frequency_hz=args.tick_frequency, artifact_wait_ms=args.artifact_wait_ms,
         collect_window_ms=args.collect_window_ms, recording_path=args.recording_path, backend=args.backend,
         seed=args.seed, random_spike_rate_hz=args.random_spike_rate_hz, realtime=args.realtime,
-        cl_sim_culture=args.cl_sim_culture,
+        cl_sim_culture=args.cl_sim_culture, envelope=envelope, accept_from=args.accept_from.replace("-", "_"),
     )
 
 
@@ -392,9 +539,10 @@ def main(argv: list[str]) -> int:
     """Run the device until training_complete, SIGTERM or Ctrl-C; print the counters at exit."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    config = config_from_args(args)
-    if config.tick_frequency_hz <= 0 or config.artifact_wait_ms < 0 or config.collect_window_ms < 0:
-        print("spikeloop device: tick frequency must be > 0 and windows >= 0 ms", file=sys.stderr)
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        print(f"spikeloop device: {exc}", file=sys.stderr)
         return 2
     device = Device(config)
     previous = signal.signal(signal.SIGTERM, lambda *_: device.stop("SIGTERM"))

@@ -14,7 +14,10 @@ sockets, the correlation and the safety envelope: the channel only carries the
 call, in the same process that serves Ray's method calls (`BridgeCore` is
 locked, so both can arrive at once).
 
-The socket lives in a fresh directory only its user can enter (mode 0700).
+The socket lives in a fresh directory only its user can enter (mode 0700),
+named after the actor's process id. A bridge killed outright (SIGKILL, a lost
+node) cannot remove it; the next server on the machine removes every such
+directory of this user whose process is gone or whose socket no longer answers.
 Stimulation and reply travel as packed numbers (`struct`): after the ~100 ms
 device window every process starts with cold caches, and unpickling objects
 then costs a tenth of a millisecond a message. Feedback commands, when there
@@ -29,9 +32,11 @@ import os
 import pickle
 import shutil
 import socket
+import stat
 import struct
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -42,6 +47,10 @@ from bridge.protocol import FeedbackCommand
 
 MAX_MESSAGE_BYTES = 1 << 16
 """Ample for one stimulation with its feedback commands, or one reply."""
+DIR_PREFIX = "spikeloop-bridge-"
+SOCKET_NAME = "exchange.sock"
+SETUP_GRACE_S = 60.0
+"""A directory younger than this may belong to a server that has not bound its socket yet."""
 
 # Message kinds (first byte) and their packed headers.
 _STIM, _REPLY, _ERROR = b"S", b"R", b"E"
@@ -103,8 +112,9 @@ class LocalChannelServer:
     def __init__(self, exchange: Callable[..., SpikeReply], methods: dict[str, Callable[..., Any]]) -> None:
         self._exchange = exchange
         self._methods = methods
-        self._dir = tempfile.mkdtemp(prefix="spikeloop-bridge-")  # mode 0700: this user only
-        self.path = os.path.join(self._dir, "exchange.sock")
+        remove_dead_channel_dirs()
+        self._dir = tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-")  # mode 0700: this user only
+        self.path = os.path.join(self._dir, SOCKET_NAME)
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._listener.bind(self.path)
         self._listener.listen()
@@ -260,6 +270,52 @@ class LocalChannelClient:
     def close(self) -> None:
         """Hang up."""
         self._sock.close()
+
+
+def remove_dead_channel_dirs(root: str | None = None) -> list[str]:
+    """Remove the socket directories of this user's bridges that died without cleaning up; returns them."""
+    root = root or tempfile.gettempdir()
+    removed = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(DIR_PREFIX):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue  # removed meanwhile
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            continue  # another user's bridge is not ours to judge
+        if _channel_alive(entry.path, entry.name, info.st_mtime):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(entry.path)
+    return removed
+
+
+def _channel_alive(path: str, name: str, mtime: float) -> bool:
+    """Whether a channel directory may still be in use: its process lives and its socket answers (or is new)."""
+    pid_text = name[len(DIR_PREFIX):].split("-", 1)[0]
+    if pid_text.isdigit():
+        try:
+            os.kill(int(pid_text), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass  # exists, someone else's process: the id was reused; the socket decides
+    if time.time() - mtime < SETUP_GRACE_S:
+        return True
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        probe.connect(os.path.join(path, SOCKET_NAME))
+        return True
+    except OSError:
+        return False  # no socket, or no one listening on it
+    finally:
+        probe.close()
 
 
 def _portable(exc: Exception) -> Exception:

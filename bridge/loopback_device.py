@@ -21,8 +21,11 @@ from typing import Literal
 
 from bridge.protocol import STIM_SIZE, SpikeCounts, StimCommand, decode_stim, encode_spikes, encode_stim, now_us
 
-Fault = Literal["drop", "delay", "duplicate", "corrupt", "foreign"]
+Fault = Literal["drop", "delay", "duplicate", "corrupt", "foreign", "stale"]
 FAULTS: tuple[Fault, ...] = ("drop", "delay", "duplicate", "corrupt", "foreign")
+"""The faults a plain v1 device can show too. "stale" (a reply stamped a second early, from the device,
+just before the right one: what a trainer restart against a real-time device sees) is asked for by name."""
+STALE_BY_US = 1_000_000
 FOREIGN_HOST = "127.0.0.2"  # another loopback address: a different sender, same machine
 
 
@@ -46,7 +49,7 @@ class LoopbackDevice:
     received_stims: list[bytes] = field(default_factory=list)
     received_feedback: list[bytes] = field(default_factory=list)
     received_events: list[bytes] = field(default_factory=list)
-    injected: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAULTS, 0))
+    injected: dict[str, int] = field(default_factory=lambda: dict.fromkeys((*FAULTS, "stale"), 0))
 
     def __post_init__(self) -> None:
         self._socks = {}
@@ -56,7 +59,7 @@ class LoopbackDevice:
             sock.settimeout(0.05)
             setattr(self, f"{kind}_port", sock.getsockname()[1])
             self._socks[kind] = sock
-        self._reply = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._reply = self._socks["stim"]  # replies leave from the stimulation port, as `spikeloop device`'s do
         self._foreign = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._foreign.bind((FOREIGN_HOST, 0))
         self._stop = threading.Event()
@@ -76,7 +79,7 @@ class LoopbackDevice:
         self._stop.set()
         for t in self._threads:
             t.join(timeout=1)
-        for sock in [*self._socks.values(), self._reply, self._foreign]:
+        for sock in [*self._socks.values(), self._foreign]:
             sock.close()
 
     def __enter__(self) -> LoopbackDevice:
@@ -118,6 +121,8 @@ class LoopbackDevice:
             return
         if fault == "corrupt":
             self._reply.sendto(good[:-3], dest)  # truncated: must be counted malformed
+        if fault == "stale":
+            self._reply.sendto(encode_spikes(SpikeCounts(max(0, ts - STALE_BY_US), (55.0,) * 8)), dest)
         if fault == "foreign":
             # Right timestamp, wrong counts: accepting it would be caught by the caller.
             forged = encode_spikes(SpikeCounts(ts, (99.0,) * 8))

@@ -41,6 +41,8 @@ U32_MAX = 2**32 - 1
 U64_MAX = 2**64 - 1
 
 KNOWN_EVENT_TYPES = ("episode_end", "training_complete")
+MAX_EVENT_JSON_DEPTH = 32
+"""Deepest nesting of arrays and objects an event may carry (the known events use 3)."""
 
 
 class ProtocolError(ValueError):
@@ -271,8 +273,10 @@ def encode_event(msg: EventMessage) -> bytes:
     body = {"timestamp": msg.timestamp_us, "event_type": msg.event_type, "data": msg.data}
     try:
         payload = json.dumps(body, allow_nan=False, separators=(",", ":")).encode("utf-8")
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise ProtocolError(f"event {msg.event_type!r} data is not plain finite JSON: {exc}") from None
+    if _json_depth(payload.decode("utf-8")) > MAX_EVENT_JSON_DEPTH:
+        raise ProtocolError(f"event {msg.event_type!r} data nests deeper than {MAX_EVENT_JSON_DEPTH} levels")
     if len(payload) > MAX_EVENT_JSON_BYTES:
         raise ProtocolError(
             f"event {msg.event_type!r} JSON is {len(payload)} bytes; devices read at most "
@@ -294,9 +298,18 @@ def decode_event(data: bytes) -> EventMessage:
     if length > MAX_EVENT_JSON_BYTES:
         raise ProtocolError(f"event JSON is {length} bytes; the limit is {MAX_EVENT_JSON_BYTES}")
     try:
-        obj = json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise ProtocolError(f"event body is not UTF-8 JSON: {exc}") from None
+    depth = _json_depth(text)
+    if depth > MAX_EVENT_JSON_DEPTH:
+        raise ProtocolError(f"event JSON nests {depth} levels deep; at most {MAX_EVENT_JSON_DEPTH} are allowed")
+    try:
+        obj = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except json.JSONDecodeError as exc:
+        raise ProtocolError(f"event body is not UTF-8 JSON: {exc}") from None
+    except RecursionError:  # unreachable after the depth check; a decoder must never crash its caller
+        raise ProtocolError("event JSON nests too deeply") from None
     if not isinstance(obj, dict) or not isinstance(obj.get("event_type"), str):
         raise ProtocolError("event JSON must be an object with a string 'event_type'")
     payload = obj.get("data", {})
@@ -307,3 +320,33 @@ def decode_event(data: bytes) -> EventMessage:
 
 def _reject_constant(name: str) -> Any:
     raise ProtocolError(f"event JSON contains {name}; only finite numbers are allowed")
+
+
+def _finite_float(text: str) -> float:
+    # 1e400 parses to inf, which would be written back out as the non-JSON `Infinity`.
+    value = float(text)
+    if not math.isfinite(value):
+        raise ProtocolError(f"event JSON number {text[:40]} is not a finite double")
+    return value
+
+
+def _json_depth(text: str) -> int:
+    """Deepest bracket nesting of a JSON text, ignoring brackets inside strings (no recursion)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest

@@ -16,13 +16,22 @@ from typing import Literal
 import numpy as np
 
 from bridge.channels import ENCODING_ELECTRODES, FORBIDDEN_ELECTRODES, N_ELECTRODES, PHASE_WIDTH_US
-from bridge.protocol import FeedbackCommand, FeedbackType, StimCommand, to_f32
+from bridge.protocol import U32_MAX, FeedbackCommand, FeedbackType, StimCommand, to_f32
 
 Policy = Literal["clamp", "raise"]
+F32_MAX = float(np.finfo(np.float32).max)
 
 
 class SafetyViolation(ValueError):
     """A command that falls outside the safety envelope."""
+
+
+def _f32_at_least(value: float) -> float:
+    """The smallest float32 >= value (inf beyond float32's range)."""
+    if abs(value) > F32_MAX:
+        return math.copysign(math.inf, value)
+    x = to_f32(value)
+    return float(np.nextafter(np.float32(x), np.float32(np.inf))) if x < value else x
 
 
 def _clamp_f32(value: float, lo: float, hi: float) -> float:
@@ -58,14 +67,38 @@ class SafetyEnvelope:
         for name in ("min_frequency_hz", "max_frequency_hz", "min_amplitude_ua", "max_amplitude_ua",
                      "phase_width_us", "max_charge_per_phase_nc"):
             v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise ValueError(f"safety envelope {name}={v!r}: must be a finite number >= 0")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise ValueError(f"safety envelope {name}={v!r}: must be a finite number > 0")
+        pulses = self.max_pulses
+        if isinstance(pulses, float) and pulses.is_integer():
+            pulses = int(pulses)
+        if isinstance(pulses, bool) or not isinstance(pulses, int) or not 0 <= pulses <= U32_MAX:
+            raise ValueError(f"safety envelope max_pulses={self.max_pulses!r}: must be a whole number 0-{U32_MAX}")
+        object.__setattr__(self, "max_pulses", pulses)
         if self.min_frequency_hz > self.max_frequency_hz:
             raise ValueError("safety envelope: min_frequency_hz is above max_frequency_hz")
+        if self.max_frequency_hz > U32_MAX:
+            raise ValueError(f"safety envelope max_frequency_hz={self.max_frequency_hz:g}: the feedback wire carries "
+                             f"at most {U32_MAX} Hz")
+        if math.ceil(self.min_frequency_hz) > math.floor(self.max_frequency_hz):
+            raise ValueError(
+                f"safety envelope: feedback frequencies travel as whole Hz and none lies in "
+                f"min_frequency_hz={self.min_frequency_hz:g} .. max_frequency_hz={self.max_frequency_hz:g}; "
+                "widen the range to include a whole number"
+            )
         if self.min_amplitude_ua > self.max_amplitude_ua:
             raise ValueError("safety envelope: min_amplitude_ua is above max_amplitude_ua")
-        if self.max_pulses < 0:
-            raise ValueError("safety envelope: max_pulses must be >= 0")
+        if self.effective_max_amplitude_ua < self.min_amplitude_ua:
+            raise ValueError(
+                f"safety envelope: max_charge_per_phase_nc={self.max_charge_per_phase_nc:g} allows at most "
+                f"{self.max_amplitude_by_charge_ua:g} uA at {self.phase_width_us:g} us per phase, below "
+                f"min_amplitude_ua={self.min_amplitude_ua:g}; raise the charge limit or lower the minimum amplitude"
+            )
+        for what, lo, hi in (("frequency", self.min_frequency_hz, self.max_frequency_hz),
+                             ("amplitude", self.min_amplitude_ua, self.effective_max_amplitude_ua)):
+            if _f32_at_least(lo) > hi:
+                raise ValueError(f"safety envelope: no 32-bit float (what the wire carries) lies in the {what} range "
+                                 f"{lo!r} .. {hi!r}; widen it")
         if not FORBIDDEN_ELECTRODES <= self.forbidden_electrodes:
             missing = sorted(FORBIDDEN_ELECTRODES - self.forbidden_electrodes)
             raise ValueError(
@@ -97,11 +130,16 @@ class SafetyEnvelope:
     # --- checks ------------------------------------------------------------------
 
     def _pair(self, freq: float, amp: float, what: str, policy: Policy) -> tuple[float, float, int]:
-        """Return (freq, amp, violations) for one stimulation site."""
+        """Return (freq, amp, violations) for one stimulation site; (0, 0) means off."""
         if not math.isfinite(freq) or not math.isfinite(amp):
             raise SafetyViolation(f"{what}: frequency {freq} / amplitude {amp} is not finite")
         if freq == 0.0 or amp == 0.0:
             return 0.0, 0.0, 0  # explicit "off"
+        if freq < 0.0 or amp < 0.0:
+            # No sign convention exists on the wire: a negative value is a bug upstream, and the safe reading is off.
+            if policy == "raise":
+                raise SafetyViolation(f"{what}: {freq:g} Hz / {amp:g} uA is negative")
+            return 0.0, 0.0, 1
         fixed_f = _clamp_f32(freq, self.min_frequency_hz, self.max_frequency_hz)
         fixed_a = _clamp_f32(amp, self.min_amplitude_ua, self.effective_max_amplitude_ua)
         # Float32 rounding alone is not a violation; leaving the bounds is.
@@ -135,7 +173,10 @@ class SafetyEnvelope:
         return StimCommand(cmd.timestamp_us, tuple(freqs), tuple(amps)), total
 
     def check_feedback(self, cmd: FeedbackCommand, policy: Policy = "clamp") -> tuple[FeedbackCommand | None, int]:
-        """Return a feedback command inside the envelope (None if nothing is left to send) and the fix count."""
+        """Return a feedback command inside the envelope (None if nothing is left to send) and the fix count.
+
+        A burst with no pulses, no frequency or no amplitude stimulates nothing and is not sent.
+        """
         total = 0
         channels = tuple(c for c in cmd.channels if c not in self.forbidden_electrodes)
         if len(channels) != len(cmd.channels):
@@ -148,17 +189,20 @@ class SafetyEnvelope:
             fixed = dataclasses.replace(cmd, channels=channels, frequency_hz=0, amplitude_ua=0.0, pulses=0)
             total += int((cmd.frequency_hz, cmd.amplitude_ua, cmd.pulses) != (0, 0.0, 0))
             return (fixed if channels else None), total
-        f, a, v = self._pair(float(cmd.frequency_hz), cmd.amplitude_ua, f"feedback {cmd.event_name!r}", policy)
+        f, a, v = self._pair(float(cmd.frequency_hz), float(cmd.amplitude_ua), f"feedback {cmd.event_name!r}", policy)
         total += v
-        pulses = int(min(max(math.floor(cmd.pulses), 0), self.max_pulses))
-        if pulses != cmd.pulses:
-            if policy == "raise" and cmd.pulses > self.max_pulses:
-                raise SafetyViolation(f"feedback {cmd.event_name!r}: {cmd.pulses} pulses exceeds {self.max_pulses}")
-            total += 1
-        # The wire frequency is an integer: round towards the inside of the bounds.
+        requested = float(cmd.pulses)
+        if not math.isfinite(requested):
+            raise SafetyViolation(f"feedback {cmd.event_name!r}: {requested} pulses is not finite")
+        if policy == "raise" and not 0 <= requested <= self.max_pulses:
+            raise SafetyViolation(f"feedback {cmd.event_name!r}: {requested:g} pulses is outside 0-{self.max_pulses}")
+        pulses = int(min(max(math.floor(requested), 0), self.max_pulses))
+        total += int(pulses != requested)
+        # The wire frequency is a whole number: round towards the inside of the bounds (the envelope
+        # guarantees a whole number lies inside).
         freq = int(math.floor(f))
         if f and freq < self.min_frequency_hz:
             freq = int(math.ceil(self.min_frequency_hz))
-        if not channels:
-            return None, total
+        if not channels or freq == 0 or a == 0.0 or pulses == 0:
+            return None, total  # nothing to stimulate
         return dataclasses.replace(cmd, channels=channels, frequency_hz=freq, amplitude_ua=a, pulses=pulses), total

@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import socket
+import threading
 import time
 
 import numpy as np
 import pytest
 
-from bridge.core import BridgeConfig, BridgeCore, DeviceTimeout
+from bridge.core import AUTO_PLAIN_VOTES, BridgeConfig, BridgeCore, DeviceTimeout
 from bridge.loopback_device import FAULTS, LoopbackDevice
-from bridge.protocol import SpikeCounts, encode_spikes
+from bridge.protocol import SpikeCounts, encode_spikes, now_us
 
 TIMEOUT_S = 0.3  # generous: a loaded CI machine must not turn a good reply into a timeout
 LATE_GRACE_S = 0.5  # plain devices: how long the bridge waits for a reply it is still owed
 
 
-def make_rig(**device_kwargs) -> tuple[BridgeCore, LoopbackDevice]:
+def make_rig(device_reply_port: int | str | None = "stim_port", **device_kwargs) -> tuple[BridgeCore, LoopbackDevice]:
     device = LoopbackDevice(**device_kwargs)
     bridge = BridgeCore(
         BridgeConfig(
@@ -26,6 +27,7 @@ def make_rig(**device_kwargs) -> tuple[BridgeCore, LoopbackDevice]:
             event_port=device.event_port,
             timeout_s=TIMEOUT_S,
             late_grace_s=LATE_GRACE_S,
+            device_reply_port=device_reply_port,
         )
     )
     device.spike_port = bridge.spike_port
@@ -111,9 +113,11 @@ def test_timeout_policy_raise_names_the_device():
 
 def test_stale_datagram_never_answers_the_next_stimulation():
     """A plain device's leftover reply, waiting before the send, is drained and counted."""
-    bridge, device = make_rig(echo_timestamps=False)
+    bridge, device = make_rig(echo_timestamps=False, device_reply_port=None)  # the leftover comes from another port
     try:
-        assert bridge.exchange([5.0] * 8, [1.5] * 8).ok  # the device is now known to be a plain v1 one
+        for _ in range(AUTO_PLAIN_VOTES):
+            assert bridge.exchange([5.0] * 8, [1.5] * 8).ok
+        assert bridge.stats()["correlation"] == "arrival"  # the device is now known to be a plain v1 one
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
             sock.sendto(encode_spikes(SpikeCounts(1, (77.0,) * 8)), ("127.0.0.1", bridge.spike_port))
         time.sleep(0.01)
@@ -175,3 +179,57 @@ def test_closed_bridge_refuses_work():
     bridge.close()
     with pytest.raises(RuntimeError, match="closed"):
         bridge.exchange([10.0] * 8, [1.5] * 8)
+
+
+@pytest.mark.parametrize("echo", [True, False], ids=["echo-device", "plain-v1-device"])
+def test_a_stale_reply_first_does_not_decide_the_correlation(echo):
+    """After a trainer restart a real-time device may still owe an old reply: it must not answer, nor decide."""
+    stale_at = {0, 1, 2, 7}
+    bridge, device = make_rig(echo_timestamps=echo, fault_for=lambda i: "stale" if i in stale_at else None)
+    try:
+        for i in range(20):
+            freqs = np.full(8, 5.0 + i, dtype=np.float32)
+            reply = bridge.exchange(freqs, [1.5] * 8)
+            assert reply.ok
+            np.testing.assert_array_equal(reply.counts, freqs)  # never the stale datagram's 55s
+        stats = bridge.stats()
+    finally:
+        device.stop()
+        bridge.close()
+    assert device.injected["stale"] == len(stale_at)
+    assert stats["correlation"] == ("echo" if echo else "arrival")
+    assert stats["stale"] == len(stale_at) and stats["ok"] == 20
+
+
+def test_replies_from_another_port_of_the_device_host_are_refused_by_default():
+    """A same-host process cannot answer for the device: only its stimulation port may (the default)."""
+    device = LoopbackDevice(fault_for=lambda i: "drop")  # the device itself never answers
+    bridge = BridgeCore(BridgeConfig(spike_port=0, stim_port=device.stim_port, timeout_s=0.1))
+    device.spike_port = bridge.spike_port
+    device.start()
+    forged = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as forger:
+        forger.bind(("127.0.0.1", 0))
+        stop = threading.Event()
+
+        def forge():  # floods the spike port with replies carrying every plausible timestamp
+            while not stop.is_set():
+                ts = now_us()
+                for guess in range(ts - 2000, ts + 2000, 50):
+                    forger.sendto(encode_spikes(SpikeCounts(guess, (99.0,) * 8)), ("127.0.0.1", bridge.spike_port))
+                forged.append(1)
+                time.sleep(0.001)
+
+        thread = threading.Thread(target=forge, daemon=True)
+        thread.start()
+        try:
+            replies = [bridge.exchange([10.0] * 8, [1.5] * 8) for _ in range(10)]
+        finally:
+            stop.set()
+            thread.join()
+            stats = bridge.stats()
+            device.stop()
+            bridge.close()
+    assert all(r.status == "timeout" for r in replies)
+    assert stats["ok"] == 0 and stats["foreign"] > 0 and forged
+    assert stats["last_foreign_source"].startswith("127.0.0.1:")

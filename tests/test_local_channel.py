@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import os
+import shutil
+import signal
+import socket
 import stat
+import subprocess
+import sys
+import tempfile
 import threading
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,6 +32,7 @@ from bridge.protocol import FeedbackCommand, FeedbackType
 from bridge.safety import SafetyViolation
 from tests.conftest import free_udp_port
 
+ROOT = Path(__file__).resolve().parents[1]
 FEEDBACK = FeedbackCommand(1_000, FeedbackType.REWARD, (1, 2, 3), 20.0, 2.0, 5, False, "reward_negative")
 
 
@@ -185,3 +194,45 @@ def test_reply_spin_is_off_for_devices_that_answer_at_once():
 def test_reply_spin_setting_is_checked():
     with pytest.raises(ValueError, match="reply_spin_ms=-1"):
         BridgeConfig(reply_spin_ms=-1)
+
+
+SERVE_FOREVER = (
+    "import time\n"
+    "from bridge.local_channel import LocalChannelServer\n"
+    "server = LocalChannelServer(lambda *a: None, {})\n"
+    "print(server.path, flush=True)\n"
+    "time.sleep(120)\n"
+)
+
+
+def _serving_process():
+    proc = subprocess.Popen([sys.executable, "-c", SERVE_FOREVER], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    return proc, os.path.dirname(proc.stdout.readline().strip())
+
+
+def test_a_later_server_removes_what_a_killed_one_left_and_keeps_live_ones(tmp_path):
+    killed, killed_dir = _serving_process()
+    alive, alive_dir = _serving_process()
+    try:
+        killed.send_signal(signal.SIGKILL)  # no chance to clean up
+        killed.wait(timeout=10)
+        assert os.path.isdir(killed_dir)
+        # A directory of the old layout (no process id in the name), long abandoned: nothing listens on it.
+        old = tempfile.mkdtemp(prefix="spikeloop-bridge-")
+        stale_socket = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        stale_socket.bind(os.path.join(old, "exchange.sock"))
+        stale_socket.close()
+        os.utime(old, (time.time() - 3600, time.time() - 3600))
+        server = LocalChannelServer(lambda *a: None, {})
+        try:
+            assert not os.path.exists(killed_dir) and not os.path.exists(old)
+            assert os.path.isdir(alive_dir)  # its process lives and its socket answers
+            client = LocalChannelClient(os.path.join(alive_dir, "exchange.sock"), 5.0)
+            client.close()
+        finally:
+            server.close()
+    finally:
+        for proc in (killed, alive):
+            proc.kill()
+            proc.wait(timeout=10)
+        shutil.rmtree(alive_dir, ignore_errors=True)

@@ -14,8 +14,9 @@ __all__ = ["BACKEND_NAMES", "Backend", "JsonlRecorder", "burst_pulses", "group_m
 
 
 def make_backend(name: str, *, tick_frequency_hz: float, seed: int = 0, realtime: bool = True,
-                 random_spike_rate_hz: float = 5.0, cl_sim_culture: bool = False) -> Backend:
-    """Build the named backend with the device's settings."""
+                 random_spike_rate_hz: float = 5.0, cl_sim_culture: bool = False,
+                 max_pulses: int | None = None) -> Backend:
+    """Build the named backend with the device's settings (`max_pulses`: the cl backend's burst cap)."""
     if name == "sim":
         from bridge.backends.sim import SimBackend
 
@@ -23,7 +24,7 @@ def make_backend(name: str, *, tick_frequency_hz: float, seed: int = 0, realtime
     if name == "cl":
         from bridge.backends.cl import ClBackend
 
-        return ClBackend(tick_frequency_hz, sim_culture_seed=seed if cl_sim_culture else None)
+        return ClBackend(tick_frequency_hz, sim_culture_seed=seed if cl_sim_culture else None, max_pulses=max_pulses)
     if name == "random":
         from bridge.backends.random_counts import RandomBackend
 

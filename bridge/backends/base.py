@@ -33,7 +33,7 @@ def group_matrix() -> np.ndarray:
 
 def burst_pulses(frequency_hz: float, tick_frequency_hz: float) -> int:
     """Pulses in the burst one stimulation command asks for: one hardware tick at `frequency_hz`, at least one."""
-    if frequency_hz <= 0:
+    if not 0 < frequency_hz < math.inf:
         return 0
     return max(1, int(round(frequency_hz / tick_frequency_hz)))
 
@@ -134,14 +134,15 @@ class JsonlRecorder:
     def write(self, kind: str, payload: dict[str, Any]) -> None:
         """Append one entry."""
         if not self._main.closed:
-            self._main.write(json.dumps({"kind": kind, **payload}) + "\n")
+            # allow_nan=False: a recording stays valid JSON (a non-finite value fails the write, not the file)
+            self._main.write(json.dumps({"kind": kind, **payload}, allow_nan=False) + "\n")
             self._main.flush()
 
     def write_event(self, event: EventMessage) -> None:
         """Append one trainer event."""
         if not self._events.closed:
             line = {"timestamp_us": event.timestamp_us, "event_type": event.event_type, "data": event.data}
-            self._events.write(json.dumps(line) + "\n")
+            self._events.write(json.dumps(line, allow_nan=False) + "\n")
             self._events.flush()
 
     def files(self) -> list[Path]:

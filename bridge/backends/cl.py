@@ -28,6 +28,7 @@ from bridge.channels import (
     electrode_to_group,
 )
 from bridge.protocol import EventMessage, FeedbackCommand, FeedbackType
+from bridge.safety import SafetyEnvelope
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +45,11 @@ class ClBackend(Backend):
 
     name = "cl"
 
-    def __init__(self, tick_frequency_hz: float, sim_culture_seed: int | None = None) -> None:
+    def __init__(self, tick_frequency_hz: float, sim_culture_seed: int | None = None,
+                 max_pulses: int | None = None) -> None:
         super().__init__(tick_frequency_hz)
+        self.max_pulses = SafetyEnvelope().max_pulses if max_pulses is None else int(max_pulses)
+        """Longest burst sent to the hardware (the device's envelope; the default envelope's when not given)."""
         import cl  # noqa: F401  (fail early, with the real ImportError, when cl is absent)
 
         self.sim_culture_seed = sim_culture_seed
@@ -100,23 +104,24 @@ class ClBackend(Backend):
         return int(self.neurons.timestamp()) / self._fps
 
     def _design(self, amplitude_ua: float) -> Any:
-        amp = min(abs(float(amplitude_ua)), MAX_CURRENT_UA)
-        if amp != abs(float(amplitude_ua)):
+        # Callers pass only amplitudes > 0 (a negative one is refused upstream, never mirrored).
+        amp = min(float(amplitude_ua), MAX_CURRENT_UA)
+        if amp != float(amplitude_ua):
             self.clamped += 1
         # Charge-balanced biphasic, cathodic first.
         return self._cl.StimDesign(int(PHASE_WIDTH_US), -amp, int(PHASE_WIDTH_US), amp)
 
     def _burst(self, pulses: int, frequency_hz: float) -> Any:
         freq = min(float(frequency_hz), MAX_BURST_HZ)
-        if freq != float(frequency_hz):
-            self.clamped += 1
-        return self._cl.BurstDesign(int(pulses), freq)
+        count = min(int(pulses), self.max_pulses)
+        self.clamped += int(freq != float(frequency_hz)) + int(count != int(pulses))
+        return self._cl.BurstDesign(count, freq)
 
     def stimulate(self, at_s: float, frequencies_hz: Sequence[float], amplitudes_ua: Sequence[float]) -> None:
         """One `neurons.stim` burst per encoding electrode (skipping zero amplitude or frequency)."""
         for electrode, freq, amp in zip(ENCODING_ELECTRODES, frequencies_hz, amplitudes_ua, strict=True):
             pulses = burst_pulses(freq, self.tick_frequency_hz)
-            if amp <= 0 or pulses == 0:
+            if not amp > 0 or pulses == 0:
                 continue
             self.neurons.stim(self._cl.ChannelSet(electrode), self._design(amp), self._burst(pulses, freq))
 
@@ -129,7 +134,7 @@ class ClBackend(Backend):
         channel_set = self._cl.ChannelSet(*channels)
         if command.feedback_type == FeedbackType.INTERRUPT:
             self.neurons.interrupt(channel_set)
-        elif command.amplitude_ua > 0 and command.pulses > 0 and command.frequency_hz > 0:
+        elif command.amplitude_ua > 0 and command.pulses >= 1 and command.frequency_hz > 0:
             self.neurons.stim(channel_set, self._design(command.amplitude_ua),
                               self._burst(int(command.pulses), command.frequency_hz))
 

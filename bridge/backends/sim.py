@@ -55,10 +55,13 @@ class SimBackend(Backend):
         return self.culture.time_ms / 1000.0
 
     def stimulate(self, at_s: float, frequencies_hz: Sequence[float], amplitudes_ua: Sequence[float]) -> None:
-        """Burst on each encoding electrode for one hardware tick."""
+        """Burst on each encoding electrode for one hardware tick (off, ending any burst there, unless both > 0)."""
         for electrode, freq, amp in zip(ENCODING_ELECTRODES, frequencies_hz, amplitudes_ua, strict=True):
-            pulses = burst_pulses(freq, self.tick_frequency_hz) if amp > 0 else 0
-            self.culture.stimulate(electrode, amp, pulses, freq, start_ms=at_s * 1000.0)
+            if freq > 0 and amp > 0:
+                self.culture.stimulate(electrode, amp, burst_pulses(freq, self.tick_frequency_hz), freq,
+                                       start_ms=at_s * 1000.0)
+            else:
+                self.culture.stimulate(electrode, 0.0, 0, 0.0, start_ms=at_s * 1000.0)
 
     def feedback(self, at_s: float, command: FeedbackCommand) -> None:
         """Burst (pulses at frequency and amplitude) or interrupt on the listed channels."""
@@ -69,7 +72,7 @@ class SimBackend(Backend):
                 continue
             if command.feedback_type == FeedbackType.INTERRUPT:
                 self.culture.interrupt(channel)
-            else:
+            elif command.frequency_hz > 0 and command.amplitude_ua > 0 and command.pulses >= 1:
                 self.culture.stimulate(channel, command.amplitude_ua, int(command.pulses), command.frequency_hz,
                                        start_ms=at_s * 1000.0)
 
