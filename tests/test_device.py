@@ -18,6 +18,7 @@ from bridge.backends.transparent import TRANSPARENT_MAX_COUNT, transparent_count
 from bridge.channels import N_ENCODING
 from bridge.device import Device, DeviceConfig, build_parser
 from bridge.protocol import (
+    FEEDBACK_STRUCT,
     EventMessage,
     FeedbackCommand,
     FeedbackType,
@@ -213,7 +214,8 @@ def test_help_explains_every_flag() -> None:
     text = build_parser().format_help()
     for flag in ("--training-host", "--stim-port", "--spike-port", "--event-port", "--feedback-port",
                  "--tick-frequency", "--artifact-wait-ms", "--collect-window-ms", "--recording-path", "--backend",
-                 "--seed", "--random-spike-rate-hz", "--realtime", "--as-fast-as-possible", "--bind-host"):
+                 "--seed", "--random-spike-rate-hz", "--realtime", "--as-fast-as-possible", "--bind-host",
+                 "--accept-from", "--max-amplitude-ua", "--max-frequency-hz", "--max-pulses", "--forbid-electrode"):
         assert flag in text
 
 
@@ -254,3 +256,57 @@ def test_cli_process_exits_zero_on_sigterm_and_prints_counters(trainer: Trainer,
     assert summary["exit_reason"] == "SIGTERM"
     assert summary["malformed_stim"] == 1
     assert len(summary["recording_files"]) == 2
+
+
+def test_feedback_the_device_refuses_or_ignores_never_reaches_the_culture(trainer: Trainer) -> None:
+    device, thread = start_device(trainer, backend="sim", seed=4, realtime=False, artifact_wait_ms=0.0,
+                                  collect_window_ms=1.0)
+    dest = ("127.0.0.1", device.feedback_port)
+    culture = device.backend.culture  # type: ignore[attr-defined]
+    try:
+        for freq, amp, pulses in ((0, 2.0, 30), (20, -2.0, 30), (20, 2.0, 2**32 - 1), (2**32 - 1, 2.0, 30),
+                                  (20, 3e38, 30)):
+            trainer.tx.sendto(encode_feedback(FeedbackCommand(1, FeedbackType.REWARD, (19,), 20, 2.0, 30)), dest)
+            trainer.tx.sendto(encode_feedback(FeedbackCommand(2, FeedbackType.INTERRUPT, (19,))), dest)
+            slots = [19] + [0xFF] * 63  # packed by hand: the encoder itself refuses negative pulses etc.
+            trainer.tx.sendto(FEEDBACK_STRUCT.pack(1, 2, 1, *slots, freq, amp, pulses, 0, b"x"), dest)
+        time.sleep(0.2)
+        trainer.exchange(device, 9, *pattern(0))
+        assert culture._pulse_remaining[19] == 0  # no burst: not a 1 kHz one at 0 Hz, not |-2| uA, none too long
+        assert device.counters["refused_feedback"] == 4 and device.counters["feedback"] == 15
+    finally:
+        device.stop()
+        thread.join(5)  # type: ignore[attr-defined]
+
+
+def test_accept_from_spike_port_takes_commands_from_the_bridge_socket_only(trainer: Trainer) -> None:
+    device, thread = start_device(trainer, backend="zero", artifact_wait_ms=0.0, collect_window_ms=0.0,
+                                  accept_from="spike_port")
+    try:
+        stim = encode_stim(StimCommand(3, *pattern(1)))
+        trainer.tx.sendto(stim, ("127.0.0.1", device.stim_port))  # same host, another port: refused
+        trainer.rx.sendto(encode_stim(StimCommand(4, *pattern(1))), ("127.0.0.1", device.stim_port))
+        assert decode_spikes(trainer.rx.recv(64)).timestamp_us == 4
+        assert device.counters["foreign_stim"] == 1
+    finally:
+        device.stop()
+        thread.join(5)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"tick_frequency_hz": 0.0}, "tick_frequency_hz"), ({"artifact_wait_ms": -1.0}, "artifact_wait_ms"),
+     ({"stim_port": 70000}, "stim_port"), ({"training_host": ""}, "training_host"),
+     ({"tick_frequency_hz": 0.5}, "max_pulses"), ({"accept_from": "everyone"}, "accept_from")],
+)
+def test_device_config_that_cannot_work_is_refused(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        DeviceConfig(**kwargs)
+
+
+def test_cli_refuses_an_envelope_that_contradicts_itself() -> None:
+    proc = subprocess.run([sys.executable, "-m", "experiments.cli", "device", "--max-charge-per-phase-nc", "0.03",
+                           "--min-amplitude-ua", "0.5"], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 2
+    assert "max_charge_per_phase_nc=0.03" in proc.stderr and "Traceback" not in proc.stderr
