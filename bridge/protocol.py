@@ -193,7 +193,7 @@ class FeedbackCommand:
 
 
 def _wire_u32(value: float, name: str) -> int:
-    if value != int(value) or not 0 <= value <= U32_MAX:
+    if not isinstance(value, (int, float)) or not math.isfinite(value) or value != int(value) or not 0 <= value <= U32_MAX:
         raise ProtocolError(f"{name} {value!r} is not an integer in 0-{U32_MAX}, as the wire field requires")
     return int(value)
 
@@ -213,6 +213,13 @@ def _name_bytes(name: str) -> bytes:
 
 def encode_feedback(cmd: FeedbackCommand) -> bytes:
     """Pack a feedback command into its 120-byte datagram."""
+    # Checked again here: a command that skipped its constructor (unpickled, say) must not reach the wire.
+    if any(isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < N_ELECTRODES for c in cmd.channels):
+        raise ProtocolError(f"feedback channels {cmd.channels!r} are not all electrode numbers 0-{N_ELECTRODES - 1}")
+    if len(cmd.channels) > MAX_FEEDBACK_CHANNELS:
+        raise ProtocolError(f"{len(cmd.channels)} channels; a feedback command carries at most 64")
+    if cmd.feedback_type not in FeedbackType._value2member_map_ or not isinstance(cmd.event_name, str):
+        raise ProtocolError("feedback type or event name is not one protocol v1 allows")
     slots = list(cmd.channels) + [UNUSED_CHANNEL] * (MAX_FEEDBACK_CHANNELS - len(cmd.channels))
     return _pack(
         FEEDBACK_STRUCT,
@@ -222,7 +229,7 @@ def encode_feedback(cmd: FeedbackCommand) -> bytes:
         len(cmd.channels),
         *slots,
         _wire_u32(cmd.frequency_hz, "frequency_hz"),
-        cmd.amplitude_ua,
+        _finite([cmd.amplitude_ua], "amplitude_ua")[0],
         _wire_u32(cmd.pulses, "pulses"),
         1 if cmd.unpredictable else 0,
         _name_bytes(cmd.event_name),

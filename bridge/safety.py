@@ -178,13 +178,20 @@ class SafetyEnvelope:
         A burst with no pulses, no frequency or no amplitude stimulates nothing and is not sent.
         """
         total = 0
-        channels = tuple(c for c in cmd.channels if c not in self.forbidden_electrodes)
+        try:
+            # The constructor checks these, but an object that skipped it (unpickled, say) must not slip by.
+            feedback_type = FeedbackType(cmd.feedback_type)
+            allowed = [not isinstance(c, bool) and isinstance(c, int) and 0 <= c < N_ELECTRODES
+                       and c not in self.forbidden_electrodes for c in cmd.channels]
+        except (TypeError, ValueError):
+            raise SafetyViolation(f"feedback {cmd.event_name!r}: not a well-formed feedback command") from None
+        channels = tuple(c for c, ok in zip(cmd.channels, allowed) if ok)
         if len(channels) != len(cmd.channels):
-            bad = sorted(set(cmd.channels) & self.forbidden_electrodes)
+            bad = sorted({repr(c) for c, ok in zip(cmd.channels, allowed) if not ok})
             if policy == "raise":
-                raise SafetyViolation(f"feedback {cmd.event_name!r} addresses forbidden electrodes {bad}")
+                raise SafetyViolation(f"feedback {cmd.event_name!r} addresses forbidden electrodes [{', '.join(bad)}]")
             total += 1
-        if cmd.feedback_type == FeedbackType.INTERRUPT:
+        if feedback_type == FeedbackType.INTERRUPT:
             # Interrupts stop stimulation; their parameters are zero by definition.
             fixed = dataclasses.replace(cmd, channels=channels, frequency_hz=0, amplitude_ua=0.0, pulses=0)
             total += int((cmd.frequency_hz, cmd.amplitude_ua, cmd.pulses) != (0, 0.0, 0))

@@ -250,3 +250,32 @@ def test_event_length_mismatch_rejected():
 def test_event_data_must_be_finite_json():
     with pytest.raises(p.ProtocolError, match="finite JSON"):
         p.encode_event(p.EventMessage(1, "episode_end", {"reward": math.nan}))
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (b'{"event_type":"x","data":{"a":' + b"[" * 2000 + b"]" * 2000 + b"}}", "nests 2002 levels"),
+        (b'{"event_type":"x","data":{"r":1e400}}', "1e400 is not a finite double"),
+        (b'{"event_type":"x","data":{"r":-1e999}}', "not a finite double"),
+        (b"[" * 4000, "nests 4000 levels"),
+    ],
+)
+def test_event_bodies_that_crash_or_fool_a_json_parser_are_refused(payload, message):
+    with pytest.raises(p.ProtocolError, match=message):
+        p.decode_event(u64(1) + u32(len(payload)) + payload)
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting():
+    data = {"note": "[[[[{{{{" * 100}
+    assert p.decode_event(p.encode_event(p.EventMessage(1, "episode_end", data))).data == data
+
+
+def test_encoder_refuses_a_feedback_command_that_skipped_its_constructor():
+    """An unpickled command bypasses __post_init__; the encoder still keeps it off the wire."""
+    for field, value in (("channels", (99,)), ("channels", (-1,)), ("feedback_type", 9), ("amplitude_ua", math.nan),
+                         ("pulses", math.inf), ("event_name", b"bytes")):
+        cmd = p.FeedbackCommand(1, p.FeedbackType.REWARD, (19,), 20, 2.0, 30)
+        object.__setattr__(cmd, field, value)
+        with pytest.raises(p.ProtocolError):
+            p.encode_feedback(cmd)

@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 from bridge.channels import ENCODING_ELECTRODES, FORBIDDEN_ELECTRODES
 from bridge.core import BridgeConfig, BridgeCore
 from bridge.loopback_device import LoopbackDevice
-from bridge.protocol import FeedbackCommand, FeedbackType, ProtocolError, decode_feedback, decode_stim
+from bridge.protocol import (
+    FeedbackCommand,
+    FeedbackType,
+    ProtocolError,
+    StimCommand,
+    decode_feedback,
+    decode_stim,
+)
 from bridge.safety import SafetyEnvelope, SafetyViolation
 
 ENVELOPE = SafetyEnvelope(
@@ -129,8 +136,46 @@ def test_feedback_to_forbidden_channels_only_is_not_sent():
         ({"min_amplitude_ua": 3.0, "max_amplitude_ua": 1.0}, "min_amplitude_ua"),
         ({"max_frequency_hz": math.nan}, "max_frequency_hz"),
         ({"max_pulses": -1}, "max_pulses"),
+        # Contradictions that used to be accepted and then violated on the wire (issue 14):
+        ({"max_charge_per_phase_nc": 0.03, "min_amplitude_ua": 0.5}, "allows at most 0.25 uA.*below min_amplitude_ua"),
+        ({"min_frequency_hz": 10.3, "max_frequency_hz": 10.7}, "whole Hz"),
+        ({"min_frequency_hz": 0.0}, "min_frequency_hz=0.0: must be a finite number > 0"),
+        ({"max_pulses": math.nan}, "max_pulses=nan"),
+        ({"max_pulses": 1.5}, "max_pulses=1.5"),
+        ({"max_pulses": True}, "max_pulses=True"),
+        ({"max_frequency_hz": math.inf}, "max_frequency_hz"),
+        ({"phase_width_us": 0.0}, "phase_width_us"),
+        ({"min_amplitude_ua": -0.5}, "min_amplitude_ua"),
+        ({"min_amplitude_ua": 2.2, "max_amplitude_ua": 2.2}, "no 32-bit float"),
     ],
 )
 def test_bad_envelope_is_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         SafetyEnvelope(**kwargs)
+
+
+@pytest.mark.parametrize("policy", ["clamp", "raise"])
+def test_bursts_that_stimulate_nothing_are_not_sent(policy):
+    """0 Hz, 0 uA or 0 pulses is "off": never a burst at some default rate, never sent."""
+    envelope = SafetyEnvelope()
+    for freq, amp, pulses in ((0, 2.0, 30), (20, 0.0, 30), (20, 2.0, 0)):
+        fixed, n = envelope.check_feedback(FeedbackCommand(1, FeedbackType.REWARD, (19,), freq, amp, pulses), policy)
+        assert fixed is None and n == 0
+
+
+def test_negative_values_are_off_or_refused_never_mirrored():
+    envelope = SafetyEnvelope()
+    stim = StimCommand(1, (20.0, -20.0) + (0.0,) * 6, (-1.5, 1.5) + (0.0,) * 6)
+    fixed, n = envelope.check_stim(stim, "clamp")
+    assert fixed.frequencies_hz[:2] == (0.0, 0.0) and fixed.amplitudes_ua[:2] == (0.0, 0.0) and n == 2
+    with pytest.raises(SafetyViolation, match="negative"):
+        envelope.check_stim(stim, "raise")
+    fixed, n = envelope.check_feedback(FeedbackCommand(1, FeedbackType.REWARD, (19,), 20, -2.0, 30), "clamp")
+    assert fixed is None and n == 1
+
+
+def test_feedback_frequency_rounds_to_a_whole_hz_inside_the_range():
+    envelope = SafetyEnvelope(min_frequency_hz=10.3, max_frequency_hz=11.7)
+    for requested in (10.31, 11.6, 500.0, 1.0):
+        fixed, _ = envelope.check_feedback(FeedbackCommand(1, FeedbackType.REWARD, (19,), requested, 2.0, 5), "clamp")
+        assert fixed.frequency_hz == 11
