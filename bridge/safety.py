@@ -68,45 +68,46 @@ class SafetyEnvelope:
                      "phase_width_us", "max_charge_per_phase_nc"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise ValueError(f"safety envelope {name}={v!r}: must be a finite number > 0")
+                raise ValueError(f"{name}={v!r}: must be a finite number > 0")
         pulses = self.max_pulses
         if isinstance(pulses, float) and pulses.is_integer():
             pulses = int(pulses)
         if isinstance(pulses, bool) or not isinstance(pulses, int) or not 0 <= pulses <= U32_MAX:
-            raise ValueError(f"safety envelope max_pulses={self.max_pulses!r}: must be a whole number 0-{U32_MAX}")
+            raise ValueError(f"max_pulses={self.max_pulses!r}: must be a whole number 0-{U32_MAX}")
         object.__setattr__(self, "max_pulses", pulses)
         if self.min_frequency_hz > self.max_frequency_hz:
-            raise ValueError("safety envelope: min_frequency_hz is above max_frequency_hz")
+            raise ValueError(f"min_frequency_hz={self.min_frequency_hz:g} is above max_frequency_hz={self.max_frequency_hz:g}")
         if self.max_frequency_hz > U32_MAX:
-            raise ValueError(f"safety envelope max_frequency_hz={self.max_frequency_hz:g}: the feedback wire carries "
+            raise ValueError(f"max_frequency_hz={self.max_frequency_hz:g}: the feedback wire carries "
                              f"at most {U32_MAX} Hz")
         if math.ceil(self.min_frequency_hz) > math.floor(self.max_frequency_hz):
             raise ValueError(
-                f"safety envelope: feedback frequencies travel as whole Hz and none lies in "
-                f"min_frequency_hz={self.min_frequency_hz:g} .. max_frequency_hz={self.max_frequency_hz:g}; "
-                "widen the range to include a whole number"
+                f"min_frequency_hz={self.min_frequency_hz:g} .. max_frequency_hz={self.max_frequency_hz:g}: feedback "
+                "frequencies travel as whole Hz and none lies in this range; widen it to include a whole number"
             )
         if self.min_amplitude_ua > self.max_amplitude_ua:
-            raise ValueError("safety envelope: min_amplitude_ua is above max_amplitude_ua")
+            raise ValueError(f"min_amplitude_ua={self.min_amplitude_ua:g} is above max_amplitude_ua={self.max_amplitude_ua:g}")
         if self.effective_max_amplitude_ua < self.min_amplitude_ua:
             raise ValueError(
-                f"safety envelope: max_charge_per_phase_nc={self.max_charge_per_phase_nc:g} allows at most "
+                f"max_charge_per_phase_nc={self.max_charge_per_phase_nc:g} allows at most "
                 f"{self.max_amplitude_by_charge_ua:g} uA at {self.phase_width_us:g} us per phase, below "
                 f"min_amplitude_ua={self.min_amplitude_ua:g}; raise the charge limit or lower the minimum amplitude"
             )
-        for what, lo, hi in (("frequency", self.min_frequency_hz, self.max_frequency_hz),
-                             ("amplitude", self.min_amplitude_ua, self.effective_max_amplitude_ua)):
+        for lo_name, lo, hi_name, hi in (
+            ("min_frequency_hz", self.min_frequency_hz, "max_frequency_hz", self.max_frequency_hz),
+            ("min_amplitude_ua", self.min_amplitude_ua, "max_amplitude_ua", self.effective_max_amplitude_ua),
+        ):
             if _f32_at_least(lo) > hi:
-                raise ValueError(f"safety envelope: no 32-bit float (what the wire carries) lies in the {what} range "
-                                 f"{lo!r} .. {hi!r}; widen it")
+                raise ValueError(f"{lo_name}={lo!r} .. {hi_name}={hi!r}: no 32-bit float (what the wire carries) "
+                                 "lies in this range; widen it")
         if not FORBIDDEN_ELECTRODES <= self.forbidden_electrodes:
             missing = sorted(FORBIDDEN_ELECTRODES - self.forbidden_electrodes)
             raise ValueError(
-                f"safety envelope: forbidden_electrodes must include the hardware-forbidden {missing}; "
+                f"forbidden_electrodes must include the hardware-forbidden {missing}; "
                 "you may add electrodes, never remove them"
             )
         if any(not 0 <= e < N_ELECTRODES for e in self.forbidden_electrodes):
-            raise ValueError("safety envelope: forbidden_electrodes must be electrode numbers 0-63")
+            raise ValueError("forbidden_electrodes must be electrode numbers 0-63")
 
     @property
     def max_amplitude_by_charge_ua(self) -> float:

@@ -21,6 +21,8 @@ screen observation nor a live view the game renders at 160x120 instead of 320x24
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import operator
 import os
 import time
@@ -34,7 +36,7 @@ import vizdoom
 from envs.actions import action_buttons, action_table
 from envs.curriculum import Curriculum
 from envs.features import FeatureExtractor, FeatureSettings, feature_size
-from envs.rewards import EVENTS, RewardSettings, RewardShaper
+from envs.rewards import EVENTS, REWARD_MODES, RewardSettings, RewardShaper
 from envs.scenarios import DEFAULT_SCENARIO, Scenario, resolve_scenario
 
 GAME_RESOLUTION = vizdoom.ScreenResolution.RES_320X240
@@ -65,6 +67,84 @@ def _game_variable(name: str) -> vizdoom.GameVariable:
     except KeyError:
         valid = ", ".join(vizdoom.GameVariable.__members__)
         raise ValueError(f"unknown vizdoom game variable {name!r}; valid names: {valid}") from None
+
+
+def _whole(value: Any, name: str, low: int, high: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low or (
+            high is not None and value > high):
+        allowed = f"{low}-{high}" if high is not None else f">= {low}"
+        raise ValueError(f"{name}: must be a whole number {allowed}, got {value!r}")
+
+
+def _finite_fields(settings: Any, name: str) -> None:
+    for field in dataclasses.fields(settings):
+        value = getattr(settings, field.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{name}.{field.name}: must be a finite number, got {value!r}")
+
+
+def check_env_settings(
+    *, scenario: Any, frame_skip: Any, action_set: Any, screen: Any, screen_height: Any, screen_width: Any,
+    reward_mode: Any, reward_settings: Any, feature_settings: Any, enemy_names: Any, ammo_variable: Any,
+    add_missing_game_variables: Any, reset_delay_s: Any, render_mode: Any, curriculum: Any,
+) -> None:
+    """Check DoomEnv's settings without starting a game; the error starts with the setting's name."""
+    _whole(frame_skip, "frame_skip", 1)
+    try:
+        action_buttons(action_set)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"action_set: {exc}") from None
+    for name, value in (("screen", screen), ("add_missing_game_variables", add_missing_game_variables)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{name}: must be true or false, got {value!r}")
+    _whole(screen_height, "screen_height", 1, GAME_RESOLUTION_HEIGHT)
+    _whole(screen_width, "screen_width", 1, GAME_RESOLUTION_WIDTH)
+    if reward_mode not in REWARD_MODES:
+        raise ValueError(f"reward_mode: unknown reward_mode {reward_mode!r}; choose from {', '.join(REWARD_MODES)}")
+    for name, cls, value in (("reward_settings", RewardSettings, reward_settings),
+                             ("feature_settings", FeatureSettings, feature_settings)):
+        try:
+            built = _settings(cls, value)
+        except TypeError as exc:
+            raise ValueError(f"{name}: {exc}") from None
+        _finite_fields(built, name)
+    features = _settings(FeatureSettings, feature_settings)
+    _whole(features.enemy_slots, "feature_settings.enemy_slots", 0)
+    for field in dataclasses.fields(features):
+        if "scale" in field.name and not getattr(features, field.name) > 0:
+            raise ValueError(f"feature_settings.{field.name}: must be > 0 (values are divided by it)")
+    if enemy_names is not None and (isinstance(enemy_names, (str, bytes)) or not all(
+            isinstance(n, str) and n for n in enemy_names)):
+        raise ValueError(f"enemy_names: must be a list of object names, got {enemy_names!r}")
+    if not isinstance(ammo_variable, str):
+        raise ValueError(f"ammo_variable: must be a game variable name, got {ammo_variable!r}")
+    try:
+        _game_variable(ammo_variable)
+    except ValueError as exc:
+        raise ValueError(f"ammo_variable: {exc}") from None
+    if isinstance(reset_delay_s, bool) or not isinstance(reset_delay_s, (int, float)) or not (
+            math.isfinite(reset_delay_s) and reset_delay_s >= 0):
+        raise ValueError(f"reset_delay_s: must be a finite number of seconds >= 0, got {reset_delay_s!r}")
+    if render_mode not in (None, *DoomEnv.metadata["render_modes"]):
+        raise ValueError(f"render_mode: unknown render_mode {render_mode!r}; choose from None, 'rgb_array'")
+    scenarios = [scenario]
+    if curriculum is not None:
+        try:
+            built_curriculum = Curriculum(**curriculum) if isinstance(curriculum, dict) else curriculum
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"curriculum: {exc}") from None
+        if not isinstance(built_curriculum, Curriculum):
+            raise ValueError(f"curriculum: must be a mapping of Curriculum settings, got {curriculum!r}")
+        if not all(math.isfinite(t) for t in built_curriculum.thresholds):
+            raise ValueError("curriculum.threshold: must be finite")
+        scenarios = list(built_curriculum.scenarios)
+    for name in scenarios:
+        if not isinstance(name, (str, os.PathLike)):
+            raise ValueError(f"scenario: must be a scenario name or a .cfg path, got {name!r}")
+        try:
+            resolve_scenario(name)
+        except (ValueError, FileNotFoundError) as exc:
+            raise type(exc)(f"{'curriculum.scenarios' if curriculum is not None else 'scenario'}: {exc}") from None
 
 
 class DoomEnv(gym.Env):
@@ -109,18 +189,15 @@ class DoomEnv(gym.Env):
         render_mode: str | None = None,
         curriculum: Curriculum | dict | None = None,
     ):
-        action_buttons(action_set)  # fails on an unknown action set before a game starts
-        if frame_skip < 1:
-            raise ValueError(f"frame_skip must be >= 1, got {frame_skip}")
-        if render_mode not in (None, *self.metadata["render_modes"]):
-            raise ValueError(f"unknown render_mode {render_mode!r}; choose from None, 'rgb_array'")
-        if reset_delay_s < 0:
-            raise ValueError(f"reset_delay_s must be >= 0, got {reset_delay_s}")
-        if not (0 < screen_height <= GAME_RESOLUTION_HEIGHT and 0 < screen_width <= GAME_RESOLUTION_WIDTH):
-            raise ValueError(
-                f"screen {screen_height}x{screen_width} must fit the game's "
-                f"{GAME_RESOLUTION_HEIGHT}x{GAME_RESOLUTION_WIDTH}"
-            )
+        # Everything that can be checked without a game, before one starts (also what `spikeloop check` and the
+        # experiment schema run, so a bad setting is refused before Ray starts).
+        check_env_settings(
+            scenario=scenario, frame_skip=frame_skip, action_set=action_set, screen=screen,
+            screen_height=screen_height, screen_width=screen_width, reward_mode=reward_mode,
+            reward_settings=reward_settings, feature_settings=feature_settings, enemy_names=enemy_names,
+            ammo_variable=ammo_variable, add_missing_game_variables=add_missing_game_variables,
+            reset_delay_s=reset_delay_s, render_mode=render_mode, curriculum=curriculum,
+        )
         self.frame_skip = frame_skip
         self.action_set = action_set
         self.screen = screen

@@ -11,6 +11,7 @@ the device itself, on the env runner's node, with free ports.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import time
@@ -65,6 +66,10 @@ class DeviceSettings:
     event_port: int = EVENT_PORT
     feedback_port: int = FEEDBACK_PORT
     bind_host: str = "127.0.0.1"
+    reply_port: int | Literal["stim_port", "any"] = "stim_port"
+    """Source port the device's replies must come from: "stim_port" (what `spikeloop device` does), a port number,
+    or "any" for a third-party device program that replies from another socket (any process on its host could
+    then answer for it)."""
     node_resource: str | None = None
     """Custom resource of the node that owns the device (default for cl1: `cl1:<device_id>`)."""
     # Simulated devices only (defaults: the reference device timing, run as fast as possible):
@@ -74,6 +79,33 @@ class DeviceSettings:
     artifact_wait_ms: float = ARTIFACT_WAIT_MS
     collect_window_ms: float = COLLECT_WINDOW_MS
     random_spike_rate_hz: float = 5.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.device_id, str) or not self.device_id.strip() or any(c.isspace() for c in self.device_id):
+            raise ValueError(f"device_id={self.device_id!r}: must be a non-empty name without spaces (it names the "
+                             "bridge actor and the node resource)")
+        for name in ("host", "bind_host"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
+                raise ValueError(f"{name} is empty: give a host name or IP address (e.g. 127.0.0.1)")
+        for name in ("stim_port", "event_port", "feedback_port", "spike_port"):
+            port, low = getattr(self, name), 0 if name == "spike_port" else 1
+            if isinstance(port, bool) or not isinstance(port, int) or not low <= port <= 65535:
+                raise ValueError(f"{name}={port!r}: a UDP port is {low}-65535"
+                                 + (" (0: any free port)" if low == 0 else ""))
+        reply = self.reply_port
+        if reply not in ("stim_port", "any") and (isinstance(reply, bool) or not isinstance(reply, int)
+                                                  or not 1 <= reply <= 65535):
+            raise ValueError(f"reply_port={reply!r}: use stim_port, any or a UDP port 1-65535")
+        if self.node_resource is not None and not self.node_resource.strip():
+            raise ValueError("node_resource is empty: leave it out for the default cl1:<device_id>")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed={self.seed!r}: must be a whole number >= 0")
+        if not (math.isfinite(self.tick_frequency_hz) and self.tick_frequency_hz > 0):
+            raise ValueError(f"tick_frequency_hz={self.tick_frequency_hz!r}: must be a finite number > 0")
+        for name in ("artifact_wait_ms", "collect_window_ms", "random_spike_rate_hz"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name}={value!r}: must be a finite number >= 0")
 
     @property
     def simulated(self) -> bool:
@@ -85,11 +117,16 @@ class DeviceSettings:
         """The custom resource that marks the node owning this device."""
         return self.node_resource or device_resource(self.device_id)
 
-    def device_config(self, spike_port: int):
-        """The device program's settings for this simulated device (its own ports: any free ones)."""
+    def device_config(self, spike_port: int, envelope: SafetyEnvelope | None = None):
+        """The device program's settings for this simulated device (its own ports: any free ones).
+
+        The device gets the experiment's envelope as its own, and takes commands only from the bridge's socket.
+        """
         from bridge.device import DeviceConfig
 
         return DeviceConfig(
+            envelope=envelope or SafetyEnvelope(),
+            accept_from="spike_port",
             training_host=self.bind_host,
             bind_host=self.bind_host,
             stim_port=0,
@@ -142,6 +179,7 @@ class CultureSettings:
             feedback_port=dev.feedback_port,
             spike_port=dev.spike_port,
             bind_host=dev.bind_host,
+            device_reply_port=None if dev.reply_port == "any" else dev.reply_port,
             timeout_s=self.timeout_s,
             timeout_policy=self.timeout_policy,
             envelope=self.envelope,
@@ -197,7 +235,8 @@ class CultureLink:
         from bridge.device_actor import start_simulated_device
 
         spike_port = _free_port(dev.bind_host)
-        self._device_actor = start_simulated_device(dev.device_config(spike_port), node_id=self._node_id)
+        self._device_actor = start_simulated_device(dev.device_config(spike_port, self.settings.envelope),
+                                                    node_id=self._node_id)
         ports = ray.get(self._device_actor.ports.remote())
         # A fresh name per process: two trials must never share a simulated culture's bridge.
         config = replace(self.settings.bridge_config(dev), device_id=f"{dev.device_id}-{uuid.uuid4().hex[:8]}",

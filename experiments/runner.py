@@ -18,6 +18,7 @@ import os
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ import yaml
 
 from experiments.schema import Experiment, experiment_from_dict, set_path
 
+SETUP_ERROR = "setup_error"
+"""Result key of a trial that failed before its first iteration (reported, not raised: see `train_trial`)."""
 RESOLVED_FILE = "experiment.yaml"
 CHECKPOINT_REQUEST = "checkpoint.request"
 SCORE = "episode_return_mean"
@@ -83,7 +86,27 @@ def _trial_dir() -> Path:
 
 
 def train_trial(tune_config: dict[str, Any]) -> None:
-    """The Tune function trainable: build, (restore,) train, log, checkpoint, finish."""
+    """The Tune function trainable: build, (restore,) train, log, checkpoint, finish.
+
+    A trial that fails before its first iteration, with no checkpoint to continue from, is not retried: the same
+    settings would fail the same way (a device that cannot be bound, a setting only the built algorithm refuses).
+    It reports the error (`SETUP_ERROR`) and ends; `run` raises it. Later failures are Tune's to retry from the
+    last checkpoint (`tune.max_failures`).
+    """
+    from ray import tune
+
+    start = tune.get_checkpoint()
+    progress = {"iterations": 0}
+    try:
+        _train(tune_config, start, progress)
+    except Exception as exc:
+        if start is not None or progress["iterations"]:
+            raise
+        traceback.print_exc()  # the trial's log keeps the whole story
+        tune.report({SETUP_ERROR: f"{type(exc).__name__}: {exc}", SCORE: float("-inf"), "finished": True})
+
+
+def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None:
     from ray import tune
 
     from experiments.live_view.announce import announce
@@ -96,7 +119,6 @@ def train_trial(tune_config: dict[str, Any]) -> None:
     algo = experiment.algorithm_config().build_algo()
     if experiment.view.enabled:
         announce(algo, trial_dir)  # live_view.json: the URL each env runner serves, on its own node
-    start = tune.get_checkpoint()
     if start is not None:
         with start.as_directory() as path:
             restore(algo, path)
@@ -137,6 +159,7 @@ def train_trial(tune_config: dict[str, Any]) -> None:
                     tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(tmp))
             else:
                 tune.report(metrics)
+            progress["iterations"] += 1
             if done:
                 break
     except BaseException as exc:
@@ -187,11 +210,38 @@ def latest_run_dir(experiment: Experiment) -> Path | None:
     return runs[-1].parent if runs else None
 
 
+class DoesNotFit(ValueError):
+    """The experiment's trial can never be scheduled where it would run."""
+
+
+def check_fit(experiment: Experiment) -> None:
+    """Before Ray starts: refuse a trial this machine's local Ray could never place (DoesNotFit says how to fit)."""
+    import ray
+
+    from experiments import fit
+
+    if ray.is_initialized() or os.environ.get("RAY_ADDRESS"):
+        return  # a cluster: checked against it once connected (`_check_cluster_fit`)
+    problem = fit.shortfall(experiment, fit.local_resources())
+    if problem:
+        raise DoesNotFit(problem)
+
+
+def _check_cluster_fit(experiment: Experiment) -> None:
+    from experiments import fit
+
+    problem = fit.shortfall(experiment, fit.cluster_resources(), where="the Ray cluster (all nodes together)")
+    if problem:
+        raise DoesNotFit(problem)
+
+
 def run(experiment: Experiment, *, sweep: bool, resume: bool = False) -> Path:
     """Train (one trial) or sweep (the tune section), returning the run directory."""
     from ray import tune
 
+    check_fit(experiment)
     init_ray()
+    _check_cluster_fit(experiment)
     trainable = tune.with_resources(train_trial, _resources(experiment))
     root = Path(experiment.output.root_dir).resolve()
     if resume:
@@ -230,7 +280,10 @@ def run(experiment: Experiment, *, sweep: bool, resume: bool = False) -> Path:
         )
     results = tuner.fit()
     errors = [r for r in results if r.error]
-    summary = {"run_dir": str(run_dir), "trials": len(results), "errored": len(errors)}
+    setup_errors = [r.metrics[SETUP_ERROR] for r in results if r.metrics and SETUP_ERROR in r.metrics]
+    summary = {"run_dir": str(run_dir), "trials": len(results), "errored": len(errors) + len(setup_errors)}
+    if setup_errors:
+        summary["failed_before_first_iteration"] = setup_errors
     try:
         best = results.get_best_result(metric=SCORE, mode="max")
         if best.checkpoint is not None:
@@ -242,6 +295,10 @@ def run(experiment: Experiment, *, sweep: bool, resume: bool = False) -> Path:
     for r in errors:
         print(f"trial failed: {r.error}", file=sys.stderr)
     print(f"run directory: {run_dir}", flush=True)
+    if setup_errors:
+        raise RuntimeError(
+            f"{len(setup_errors)} of {len(results)} trial(s) failed before their first iteration and were not "
+            f"retried (the same settings would fail the same way): {setup_errors[0]}; see {run_dir}")
     if errors:
         raise RuntimeError(f"{len(errors)} of {len(results)} trial(s) failed; see {run_dir}")
     return run_dir

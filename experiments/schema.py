@@ -18,6 +18,8 @@ import dataclasses
 import functools
 import inspect
 import json
+import math
+import re
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -25,14 +27,23 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
-from bridge.channels import N_ELECTRODES
-from bridge.safety import SafetyEnvelope
+from bridge.channels import ENCODING_ELECTRODES, N_ELECTRODES
+from bridge.protocol import FeedbackType
+from bridge.safety import SafetyEnvelope, SafetyViolation
 from experiments.culture_link import CultureSettings, DeviceSettings
-from experiments.feedback import FeedbackSettings, FeedbackSpec, SurpriseSettings
+from experiments.feedback import (
+    FeedbackSettings,
+    FeedbackSpec,
+    SurpriseScales,
+    SurpriseSettings,
+    SurpriseTracker,
+    build_commands,
+)
 from experiments.live_view.settings import ViewSettings
 from models.model_config import ClosedLoopModelConfig
 
-STRICT = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+# No NaN or infinity anywhere: no setting means either, and YAML's `.inf` is one typo away.
+STRICT = ConfigDict(extra="forbid", arbitrary_types_allowed=True, allow_inf_nan=False)
 # Settings dataclasses validate strictly too: a typo is an error, not a silent default.
 for _cls in (SafetyEnvelope, FeedbackSettings, FeedbackSpec, SurpriseSettings, DeviceSettings, ClosedLoopModelConfig):
     _cls.__pydantic_config__ = STRICT
@@ -183,7 +194,7 @@ class Experiment(BaseModel):
 
     model_config = STRICT
     name: str = Field("experiment", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
-    seed: int = 0
+    seed: int = Field(0, ge=0)
     devices: list[DeviceSettings] = Field(default_factory=lambda: [DeviceSettings()], min_length=1)
     loop: LoopSection = Field(default_factory=LoopSection)
     safety: SafetyEnvelope = Field(default_factory=SafetyEnvelope)
@@ -222,6 +233,7 @@ class Experiment(BaseModel):
             where = ".".join(str(p) for p in first["loc"])
             what = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
             raise ValueError(f"env.{where}: {what} (got {first.get('input')!r})") from None
+        _check_env(self.env)
         self.model = dataclasses.replace(self.model, ablation=self.ablation)
         if self.policy == "direct" and self.ablation != "none":
             raise ValueError("ablation: the direct policy has no culture whose spikes could be ablated; "
@@ -236,7 +248,16 @@ class Experiment(BaseModel):
                         f"feedback.{path}.channels: electrode {channel} is forbidden by the safety envelope "
                         f"(forbidden: {sorted(forbidden)})"
                     )
+        _check_feedback(self.feedback)
         CultureSettings(devices=tuple(self.devices))  # device-list rules (unique ids, one sim template)
+        for i, dev in enumerate(self.devices):
+            if dev.simulated:  # the device program's own checks, here rather than inside Ray
+                try:
+                    dev.device_config(0, self.safety)
+                except ValueError as exc:  # the one check DeviceSettings cannot make alone: tick vs max_pulses
+                    raise ValueError(f"devices.{i}.tick_frequency_hz: {exc}") from None
+        if self.loop.envelope_policy == "raise" and self.policy == "closed_loop":
+            _check_reach(self)
         hardware = [d for d in self.devices if not d.simulated]
         if hardware and self.resources.num_env_runners > len(hardware):
             raise ValueError(
@@ -298,14 +319,133 @@ def _feedback_specs(feedback: FeedbackSettings):
         yield f"events.{name}", spec
 
 
-def _check_search_entry(experiment: Experiment, key: str, spec: dict[str, Any]) -> None:
+def _check_env(env: dict[str, Any]) -> None:
+    """DoomEnv's own checks (scenario, frame skip, action set, ...) without starting a game."""
+    from envs.doom_env import DoomEnv, check_env_settings
+
+    parameters = inspect.signature(DoomEnv.__init__).parameters
+    settings = {name: env.get(name, p.default) for name, p in parameters.items() if name != "self"}
+    try:
+        check_env_settings(**settings)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        raise ValueError(f"env.{exc}") from None
+
+
+def _check_feedback(feedback: FeedbackSettings) -> None:
+    """What the dataclasses do not check: values that would crash or silently mislead a run."""
+    from envs.rewards import EVENTS
+
+    for name in feedback.events:
+        if name not in EVENTS:
+            raise ValueError(f"feedback.events.{name}: not a game event, so it would never be sent; "
+                             f"events are {', '.join(EVENTS)}")
+    s = feedback.surprise
+    if not 0 < s.baseline_ema <= 1:
+        raise ValueError(f"feedback.surprise.baseline_ema: must be in (0, 1], got {s.baseline_ema}")
+    for name in ("ratio_cap", "amplitude_scale_max", "pulse_scale_max"):
+        if not getattr(s, name) > 0:
+            raise ValueError(f"feedback.surprise.{name}: must be > 0, got {getattr(s, name)}")
+    for name in ("frequency_gain", "amplitude_gain", "pulse_gain"):
+        if getattr(s, name) < 0:
+            raise ValueError(f"feedback.surprise.{name}: must be >= 0, got {getattr(s, name)}")
+    low, high = s.frequency_scale_range
+    if not 0 < low <= high:
+        raise ValueError(f"feedback.surprise.frequency_scale_range: must be [low, high] with 0 < low <= high, "
+                         f"got {list(s.frequency_scale_range)}")
+    for path, spec in _feedback_specs(feedback):
+        where = f"feedback.{path}"
+        if not spec.channels:
+            raise ValueError(f"{where}.channels: list at least one electrode")
+        if not spec.frequency_hz > 0:
+            raise ValueError(f"{where}.frequency_hz: must be > 0 Hz, got {spec.frequency_hz}")
+        if spec.amplitude_ua < 0:
+            raise ValueError(f"{where}.amplitude_ua: must be >= 0 uA (0 turns this feedback off), got "
+                             f"{spec.amplitude_ua}; a negative amplitude is not a polarity on the wire")
+        if spec.pulses < 1:
+            raise ValueError(f"{where}.pulses: must be >= 1 (to turn this feedback off, set its amplitude_ua: 0 "
+                             f"or feedback.enabled: false), got {spec.pulses}")
+        for name, scale in (("frequency_hz", high), ("amplitude_ua", s.amplitude_scale_max),
+                            ("pulses", s.pulse_scale_max)):
+            if not math.isfinite(getattr(spec, name) * scale):
+                raise ValueError(f"{where}.{name}: {getattr(spec, name)} times its surprise scale is not finite")
+
+
+def _check_reach(experiment: Experiment) -> None:
+    """With envelope_policy raise, a run stops at the first command outside the envelope: refuse one that must."""
+    env = experiment.safety
+    amp_max = env.effective_max_amplitude_ua
+    advice = "narrow it, widen the safety envelope, or use loop.envelope_policy: clamp"
+    model = experiment.model
+    for name, (low, high), (lo_env, hi_env) in (
+        ("stim_frequency_range_hz", model.stim_frequency_range_hz, (env.min_frequency_hz, env.max_frequency_hz)),
+        ("stim_amplitude_range_ua", model.stim_amplitude_range_ua, (env.min_amplitude_ua, amp_max)),
+    ):
+        if low < lo_env or high > hi_env:
+            raise ValueError(f"model.{name}: {low:g}-{high:g} leaves the safety envelope's {lo_env:g}-{hi_env:g}, "
+                             f"and loop.envelope_policy is raise: the run would stop at such a stimulation; {advice}")
+    driven = sorted(set(ENCODING_ELECTRODES) & env.forbidden_electrodes)
+    if driven:
+        raise ValueError(f"safety.forbidden_electrodes: includes encoding electrode(s) {driven}, which every "
+                         "stimulation drives; with loop.envelope_policy: raise every exchange would stop the run "
+                         "(clamp turns them off instead)")
+    fb = experiment.feedback
+    if not fb.enabled:
+        return
+    # The commands the run itself would build, at no surprise and at the most surprise either way (the scales are
+    # monotonic in the surprise), through the envelope exactly as the bridge would check them.
+    extremes = [SurpriseScales()]
+    for td_error in (1e12, -1e12):
+        tracker = SurpriseTracker(fb.surprise)
+        tracker.scales(1.0)  # a baseline of 1, so the next error's ratio reaches the cap
+        extremes.append(tracker.scales(td_error))
+    for path, spec in _feedback_specs(fb):
+        for scales in extremes:
+            for command in build_commands(spec, scales, FeedbackType.EVENT, path, fb):
+                try:
+                    env.check_feedback(command, "raise")
+                except SafetyViolation as exc:
+                    raise ValueError(
+                        f"feedback.{path}: with surprise scale x{scales.frequency:.2f} Hz, x{scales.amplitude:.2f} uA, "
+                        f"x{scales.pulses:.2f} pulses it would send {command.frequency_hz:g} Hz, "
+                        f"{command.amplitude_ua:g} uA, {command.pulses:g} pulses: {exc}; loop.envelope_policy is "
+                        f"raise, so the run would stop there: {advice}") from None
+
+
+def _check_search_entry(experiment: Experiment, key: str, spec: Any) -> None:
     where = f"tune.search_space.{key}"
-    if len(spec) != 1 or next(iter(spec)) not in SEARCH_KINDS:
+    if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in SEARCH_KINDS:
         raise ValueError(f"{where}: use exactly one of {', '.join(SEARCH_KINDS)}, e.g. {{grid: [0.1, 0.2]}}")
+    kind, arg = next(iter(spec.items()))
     try:
         _get_path(experiment.plain(), key)
     except KeyError:
         raise ValueError(f"{where}: {key!r} is not a setting of the experiment") from None
+    if kind in ("grid", "choice"):
+        if not isinstance(arg, list) or not arg:
+            raise ValueError(f"{where}.{kind}: must be a non-empty list of values, e.g. {{{kind}: [0.1, 0.2]}} "
+                             f"(got {arg!r})")
+        values = arg
+    else:
+        numbers = isinstance(arg, list) and len(arg) == 2 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in arg)
+        if not numbers or not arg[0] < arg[1]:
+            raise ValueError(f"{where}.{kind}: must be [low, high], two finite numbers with low < high, "
+                             f"e.g. {{{kind}: [0.1, 0.5]}} (got {arg!r})")
+        if kind == "loguniform" and arg[0] <= 0:
+            raise ValueError(f"{where}.loguniform: low must be > 0 (got {arg!r})")
+        if kind == "randint" and not all(isinstance(v, int) for v in arg):
+            raise ValueError(f"{where}.randint: must be [low, high] whole numbers, high excluded (got {arg!r})")
+        values = [arg[0], arg[1] - 1] if kind == "randint" else list(arg)
+    # Every value a trial can get must make a valid experiment: a bad one would fail only after Ray starts.
+    for value in values:
+        data = experiment.plain()
+        data["tune"]["search_space"] = {}
+        set_path(data, key, value)
+        try:
+            Experiment.model_validate(data)
+        except ValidationError as exc:
+            problem = format_validation_error(exc, "").splitlines()[1].strip()
+            raise ValueError(f"{where}: the value {value!r} makes the experiment invalid: {problem}") from None
 
 
 def _plain(value: Any) -> Any:
@@ -383,32 +523,85 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
+def _settings_fields() -> frozenset[str]:
+    """Field names of the settings dataclasses, whose own checks start their messages with one."""
+    return frozenset(f.name for cls in (SafetyEnvelope, FeedbackSettings, FeedbackSpec, SurpriseSettings,
+                                        DeviceSettings, ClosedLoopModelConfig) for f in dataclasses.fields(cls))
+
+
+def _is_union_tag(part: Any) -> bool:
+    """A location part pydantic adds for one member of a union ("int", "literal['a','b']"), not a key."""
+    return isinstance(part, str) and ("[" in part or part in ("int", "float", "str", "bool", "none", "list", "dict"))
+
+
 def format_validation_error(exc: ValidationError, source: str) -> str:
     """One line per problem: the key path, what is wrong, and the input."""
-    lines = [f"{source}: {exc.error_count()} problem(s):"]
+    grouped: dict[str, list[dict[str, Any]]] = {}
     for err in exc.errors():
-        path = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        message = err["msg"].removeprefix("Value error, ")
+        path = ".".join(str(p) for p in err["loc"] if not _is_union_tag(p))
+        grouped.setdefault(path, []).append(err)
+    lines = [f"{source}: {len(grouped)} problem(s):"]
+    for path, errors in grouped.items():
+        err = errors[0]
+        message = " or ".join(dict.fromkeys(e["msg"].removeprefix("Value error, ") for e in errors))
         if err["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
             message = "unknown key (check the spelling; see the example YAMLs in experiments/)"
-        if not err["loc"]:  # a cross-section check: its message starts with the key path
+        given = err.get("input")
+        if not path:  # a cross-section check: its message starts with the key path
             lines.append(f"  {message}")
         elif err["type"] == "missing":
             lines.append(f"  {path}: {message}")
+        elif err["type"] == "value_error" and re.match(r"[a-z_]+", message) and (
+                re.match(r"[a-z_]+", message).group() in _settings_fields()):
+            lines.append(f"  {path}.{message}")  # a settings dataclass's own check names the field first
+        elif isinstance(given, (dict, list)):
+            lines.append(f"  {path}: {message}")
         else:
-            lines.append(f"  {path}: {message} (got {err.get('input')!r})")
+            lines.append(f"  {path}: {message} (got {given!r})")
     return "\n".join(lines)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """A YAML loader that refuses a key given twice in one mapping (YAML keeps the last, silently)."""
+
+
+def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"key {key!r} appears twice in one mapping",
+                                                    key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
 
 
 def load_experiment(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Experiment:
     """Read, override and validate an experiment file; ExperimentError names what is wrong."""
     path = Path(path)
+    if path.is_dir():
+        raise ExperimentError(f"{path}: is a directory; give an experiment file (e.g. experiments/quickstart.yaml)")
     if not path.is_file():
         raise ExperimentError(f"{path}: no such experiment file")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ExperimentError(f"{path}: cannot be read: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ExperimentError(f"{path}: not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start}); "
+                              "save the file as UTF-8") from None
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise ExperimentError(f"{path}: not valid YAML: {exc}") from None
+    if data is None:
+        raise ExperimentError(f"{path}: the file is empty (or only comments); an experiment file needs at least one "
+                              "section, e.g. `name: my-run` (see experiments/quickstart.yaml)")
     if not isinstance(data, dict):
         raise ExperimentError(f"{path}: the top level must be a mapping of sections (name, devices, env, ...)")
     return experiment_from_dict(data, overrides, source=str(path))

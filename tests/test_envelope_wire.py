@@ -11,6 +11,7 @@ plain comparisons against the envelope's numbers, not by the envelope's code.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 
@@ -109,7 +110,7 @@ def test_nothing_outside_a_random_envelope_reaches_the_wire(device, draw, policy
         envelope = build(draw)
     except ValueError as exc:
         TRIED["refused_envelopes"] += 1
-        assert "safety envelope" in str(exc)
+        assert str(exc).split("=")[0].split(" ")[0] in {f.name for f in dataclasses.fields(SafetyEnvelope)}
         return
     TRIED["envelopes"] += 1
     bridge = BridgeCore(BridgeConfig(spike_port=0, stim_port=device.stim_port, feedback_port=device.feedback_port,

@@ -1,7 +1,9 @@
 """`spikeloop check EXP.yaml`: the preflight a lab runs before a culture is connected.
 
-In order: the experiment validates; its scenario loads (env built, reset, one
-step, closed); every device answers a short series of stimulations (latency and
+In order: the experiment validates; a trial fits this machine's CPUs and GPUs
+(what RLlib will ask Tune for; skipped under RAY_ADDRESS, a warning when only
+cl1 device resources are missing, as those live on cluster nodes); its scenario
+loads (env built, reset, one step, closed); every device answers a short series of stimulations (latency and
 timeouts printed); the safety envelope and every feedback channel group are
 printed for review. No Ray is needed: cl1 devices are reached with a
 `BridgeCore` in this process at the configured host and ports; sim, random and
@@ -35,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     """Flags of `spikeloop check`."""
     parser = argparse.ArgumentParser(
         prog="spikeloop check",
-        description="Preflight an experiment before a culture is connected to it: validate the YAML, load the "
+        description="Preflight an experiment before a culture is connected to it: validate the YAML, check that a "
+        "trial fits this machine (CPUs, GPUs; cl1 device resources only warn), load the "
         "scenario (reset and one step), send each device a short series of stimulations and print its reply "
         "latency (p50/p99/max) and timeouts, and print the safety envelope and every feedback channel group "
         "for review. cl1 devices are contacted at their configured host and ports; sim/random/zero devices "
@@ -88,6 +91,26 @@ def check_scenario(experiment: Experiment) -> str:
         env.close()
 
 
+def check_fit(experiment: Experiment) -> tuple[str, str | None]:
+    """(line to print, failure or None): can a local Ray place the trial? (No Ray is started to find out.)"""
+    import os
+
+    from experiments import fit
+
+    if os.environ.get("RAY_ADDRESS"):
+        return "[skip] resources: RAY_ADDRESS is set; spikeloop train checks the cluster's when it connects", None
+    available = fit.local_resources()
+    need = fit.trial_request(experiment)
+    problem = fit.shortfall(experiment, available)
+    if problem is None:
+        wanted = ", ".join(f"{v:g} {k}" for k, v in need.items() if v > 0)
+        return f"[ok]   resources: a trial needs {wanted}; this machine has {available['CPU']:g} CPU", None
+    if not fit.short_of(need, available) & {"CPU", "GPU"}:
+        # Only device resources: cl1 runs are meant for a cluster whose device nodes advertise them.
+        return f"[warn] resources: {problem}", None
+    return f"[FAIL] resources: {problem}", "resources: " + problem.splitlines()[0]
+
+
 def _shape(obs) -> str:
     if isinstance(obs, dict):
         return "{" + ", ".join(f"{k}: {getattr(v, 'shape', '?')}" for k, v in obs.items()) + "}"
@@ -99,11 +122,11 @@ def _bridge_config(experiment: Experiment, dev: DeviceSettings) -> BridgeConfig:
     return replace(experiment.culture_settings().bridge_config(dev), timeout_policy="zeros", envelope_policy="clamp")
 
 
-def _start_local_device(dev: DeviceSettings):
+def _start_local_device(dev: DeviceSettings, envelope):
     """A simulated/ablation device of this process on free ports (the trainer side binds its own)."""
     from bridge.device import Device
 
-    device = Device(dev.device_config(spike_port=0))
+    device = Device(dev.device_config(spike_port=0, envelope=envelope))
     return device, replace(dev, host=dev.bind_host, stim_port=device.stim_port, event_port=device.event_port,
                            feedback_port=device.feedback_port, spike_port=0)
 
@@ -112,7 +135,7 @@ def probe_device(experiment: Experiment, dev: DeviceSettings, exchanges: int) ->
     """Send `exchanges` minimum-setting stimulations and measure the replies; stops early if the device is silent."""
     device = None
     if dev.simulated:
-        device, dev = _start_local_device(dev)
+        device, dev = _start_local_device(dev, experiment.safety)
     envelope = experiment.safety
     frequencies_hz = [envelope.min_frequency_hz] * N_ENCODING
     amplitudes_ua = [envelope.min_amplitude_ua] * N_ENCODING
@@ -186,6 +209,11 @@ def main(argv: list[str]) -> int:
     failures: list[str] = []
     print(f"[ok]   config {args.experiment}: valid (name {experiment.name!r}, {len(experiment.devices)} device(s), "
           f"{experiment.resources.num_env_runners} env runner(s), ablation {experiment.ablation})", flush=True)
+
+    fit_line, fit_failure = check_fit(experiment)
+    print(fit_line, flush=True)
+    if fit_failure:
+        failures.append(fit_failure)
 
     try:
         print(f"[ok]   {check_scenario(experiment)}", flush=True)
