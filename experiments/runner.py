@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import os
+import socket
 import sys
 import tempfile
 import time
@@ -225,6 +226,14 @@ def check_fit(experiment: Experiment) -> None:
     problem = fit.shortfall(experiment, fit.local_resources())
     if problem:
         raise DoesNotFit(problem)
+    for i, dev in enumerate(experiment.devices):
+        if dev.simulated:  # started on this machine: its address must be one of this machine's
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+                try:
+                    sock.bind((dev.bind_host, 0))
+                except OSError as exc:
+                    raise DoesNotFit(f"devices.{i}.bind_host: cannot bind {dev.bind_host!r} on this machine "
+                                     f"({exc.strerror or exc}); a simulated device runs here: use 127.0.0.1") from None
 
 
 def _check_cluster_fit(experiment: Experiment) -> None:
