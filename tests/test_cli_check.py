@@ -86,3 +86,44 @@ def test_help_explains_every_flag():
     text = check.build_parser().format_help()
     for flag in ("EXP.yaml", "--set", "--exchanges"):
         assert flag in text
+
+
+def test_a_device_replying_from_another_port_is_refused_and_check_names_the_port(capsys):
+    """Replies are taken from the device's stimulation port only; check says which port they came from."""
+    import socket
+    import threading
+
+    from bridge.protocol import SpikeCounts, encode_spikes
+
+    spike_port = free_udp_port()
+    stim = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    stim.bind(("127.0.0.1", 0))
+    stim.settimeout(0.05)
+    other = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # a third-party device answering from another socket
+    other.bind(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                data = stim.recv(4096)
+            except (TimeoutError, OSError):
+                continue
+            reply = SpikeCounts(decode_stim(data).timestamp_us, (1.0,) * 8)
+            other.sendto(encode_spikes(reply), ("127.0.0.1", spike_port))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    device = cl1_device("third-party", stim.getsockname()[1], spike_port)
+    try:
+        assert check.main([QUICKSTART, "--exchanges", "3", "--set", device, "--set", "loop.timeout_s=0.2"]) == 1
+        err = capsys.readouterr().err
+        assert f"A reply came from 127.0.0.1:{other.getsockname()[1]}" in err
+        assert f"devices.0.reply_port: {other.getsockname()[1]}" in err
+        opened = device.replace("}]", ", reply_port: any}]")
+        assert check.main([QUICKSTART, "--exchanges", "3", "--set", opened, "--set", "loop.timeout_s=0.2"]) == 0
+    finally:
+        stop.set()
+        thread.join()
+        stim.close()
+        other.close()

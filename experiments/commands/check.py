@@ -66,6 +66,8 @@ class DeviceProbe:
     latency_ms: dict[str, float]
     correlation: str
     clamped: int
+    foreign_source: str | None = None
+    """The last reply refused for its source address (ip:port), if any."""
 
     @property
     def silent(self) -> bool:
@@ -160,6 +162,7 @@ def probe_device(experiment: Experiment, dev: DeviceSettings, exchanges: int) ->
         latency_ms=stats["latency_ms"],
         correlation=stats["correlation"],
         clamped=stats["clamped_commands"],
+        foreign_source=stats.get("last_foreign_source"),
     )
 
 
@@ -241,6 +244,11 @@ def main(argv: list[str]) -> int:
             message = (f"{label} at {probe.where} did not answer within "
                        f"{experiment.loop.timeout_s * 1000:.0f} ms (gave up after {took:.2f} s): is the device "
                        f"program running on {dev.host} port {dev.stim_port}, and does it send replies to this host?")
+            if probe.foreign_source is not None:
+                index = experiment.devices.index(dev)
+                port = probe.foreign_source.rsplit(":", 1)[1]
+                message += (f" A reply came from {probe.foreign_source}, which is not the device's stimulation port: "
+                            f"if that is the device, set devices.{index}.reply_port: {port} (or any)")
             failures.append(message)
             print(f"[FAIL] {message}", flush=True)
             continue
