@@ -189,7 +189,7 @@ def feedback_lines(experiment: Experiment) -> list[str]:
             pulses=float(round(spec.pulses * (s.pulse_scale_max if s.enabled else 1.0))), event_name=name,
         )
         sent, _ = envelope.check_feedback(worst, "clamp")
-        reach = ("nothing (all channels forbidden)" if sent is None else
+        reach = ("nothing (off, or every channel forbidden)" if sent is None else
                  f"{sent.frequency_hz:g} Hz, {sent.amplitude_ua:.2f} uA, {int(sent.pulses)} pulses")
         lines.append(
             f"  {kind:<8}{name:<18} channels {list(spec.channels)}  {spec.frequency_hz:g} Hz  "
