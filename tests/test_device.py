@@ -310,3 +310,35 @@ def test_cli_refuses_an_envelope_that_contradicts_itself() -> None:
                           cwd=Path(__file__).resolve().parents[1])
     assert proc.returncode == 2
     assert "max_charge_per_phase_nc=0.03" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(("accept_from", "answered"), [("host", False), ("any", True)])
+def test_another_host_is_ignored_unless_the_device_is_opened(trainer: Trainer, accept_from: str, answered: bool) -> None:
+    device, thread = start_device(trainer, backend="zero", artifact_wait_ms=0.0, collect_window_ms=0.0,
+                                  accept_from=accept_from)
+    other_host = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    other_host.bind(("127.0.0.2", 0))
+    try:
+        other_host.sendto(encode_stim(StimCommand(8, *pattern(2))), ("127.0.0.1", device.stim_port))
+        trainer.rx.settimeout(0.5)
+        try:
+            got = decode_spikes(trainer.rx.recv(64)).timestamp_us == 8
+        except TimeoutError:
+            got = False
+        assert got == answered
+        other_host.sendto(encode_event(EventMessage(9, "training_complete", {})), ("127.0.0.1", device.event_port))
+        thread.join(1.0 if answered else 0.3)  # type: ignore[attr-defined]
+        assert device.stopped == answered  # training_complete from another host stops only an opened device
+    finally:
+        other_host.close()
+        device.stop()
+        thread.join(5)  # type: ignore[attr-defined]
+
+
+def test_accept_from_flag_reaches_the_config() -> None:
+    from bridge.device import config_from_args
+
+    args = build_parser().parse_args(["--accept-from", "spike-port", "--max-pulses", "50", "--forbid-electrode", "9"])
+    config = config_from_args(args)
+    assert config.accept_from == "spike_port" and config.envelope.max_pulses == 50
+    assert 9 in config.envelope.forbidden_electrodes
