@@ -186,7 +186,6 @@ class FuzzReport:
     foreign_sent: dict[str, int] = field(default_factory=dict)
     valid_stims: int = 0
     answered: int = 0
-    wrong_timestamp: int = 0
     wrong_source: int = 0
     other_replies: int = 0
     """Replies to hostile stimulations that decoded (refused or not, each is answered)."""
