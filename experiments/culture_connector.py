@@ -7,9 +7,9 @@ module's batched output for this tick:
    and post it to the bridge, which sends it while the next steps run;
 2. sample `stim_t` from the encoder's Beta distributions (or take their mode)
    and send it; while the culture answers (~100 ms on a device), do what needs
-   no spikes: its log-probability, metrics, the `stim` and `spike_mean` columns;
+   no spikes: its log-probability, metrics, the `stim`, `spike_mean` and `spike_std` columns;
 3. take the reply that answers *this* stimulation, apply the decoder-input
-   ablation, centre with the module's spike mean, and sample `action_t`;
+   ablation, centre and scale with the module's spike mean and std, and sample `action_t`;
 4. write the action, the joint log-probability and the other columns the
    learner and the logs replay into the batch.
 
@@ -35,7 +35,7 @@ from bridge.channels import N_ENCODING, N_SPIKE_GROUPS
 from bridge.core import SpikeReply
 from experiments.culture_link import CultureLink, close_link, current_link
 from experiments.feedback import SurpriseScales
-from models.closed_loop_module import SPIKE_MEAN, SPIKES, STIM, STIM_DIST_INPUTS, STIM_LOGP
+from models.closed_loop_module import SPIKE_MEAN, SPIKE_STD, SPIKES, STIM, STIM_DIST_INPUTS, STIM_LOGP
 
 EXCHANGE_OK = "exchange_ok"
 """Extra column: 1.0 when the culture answered this tick's stimulation, 0.0 on a timeout."""
@@ -116,17 +116,19 @@ class CultureExchange(ConnectorV2):
         stim = encoder.sample() if explore else encoder.deterministic_sample()
         stim_np = stim.float().numpy()
 
-        def while_culture_answers() -> tuple[torch.Tensor, torch.Tensor]:
+        def while_culture_answers() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
             # Work that needs no spikes runs inside the device's window instead of after it.
             for step, episode in queued:
                 log_step_feedback(kwargs.get("metrics"), step, episode)
             spike_mean = rl_module.spike_mean.detach().float().expand(len(acting), -1)
+            spike_std = rl_module.spike_std().float().expand(len(acting), -1)
             batch[STIM] = stim_np
             batch[SPIKE_MEAN] = spike_mean.numpy().copy()
+            batch[SPIKE_STD] = spike_std.numpy().copy()
             del batch[STIM_DIST_INPUTS]  # large and recomputed in training: keep episodes lean
-            return encoder.logp(stim), spike_mean
+            return encoder.logp(stim), spike_mean, spike_std
 
-        stim_logp = spike_mean = None
+        stim_logp = spike_mean = spike_std = None
         replies = []
         try:
             for row, live in enumerate(acting):
@@ -135,7 +137,7 @@ class CultureExchange(ConnectorV2):
                     continue
                 link.send_stim(stim_np[row].astype(np.float32, copy=False))
                 if stim_logp is None:
-                    stim_logp, spike_mean = while_culture_answers()
+                    stim_logp, spike_mean, spike_std = while_culture_answers()
                 replies.append(link.receive_spikes())
         except BaseException:
             # Close the link before the error leaves (DeviceLost, a bridge failure): it releases the
@@ -144,7 +146,8 @@ class CultureExchange(ConnectorV2):
             raise
         raw = np.stack([r.counts for r in replies])
         spikes = rl_module.ablate(torch.from_numpy(raw), generator=self._generator)
-        action, action_logp = rl_module.act(rl_module.decode(spikes, spike_mean), explore=bool(explore))
+        action, action_logp = rl_module.act(rl_module.decode(spikes, spike_mean, spike_std),
+                                           explore=bool(explore))
 
         batch[Columns.ACTIONS] = action
         batch[Columns.ACTION_LOGP] = stim_logp + action_logp
@@ -163,7 +166,7 @@ def _autoreset_columns(batch: dict[str, Any], rows: int) -> dict[str, Any]:
     batch[Columns.ACTION_LOGP] = torch.zeros(rows)
     batch[STIM_LOGP] = torch.zeros(rows)
     batch[STIM] = np.zeros((rows, 2 * N_ENCODING), dtype=np.float32)
-    for column in (SPIKES, SPIKE_MEAN, RAW_SPIKES):
+    for column in (SPIKES, SPIKE_MEAN, SPIKE_STD, RAW_SPIKES):
         batch[column] = np.zeros((rows, N_SPIKE_GROUPS), dtype=np.float32)
     batch[EXCHANGE_OK] = np.zeros(rows, dtype=np.float32)
     batch[STIM_TIMESTAMP] = np.zeros(rows, dtype=np.uint64)

@@ -4,7 +4,7 @@ The culture sits between encoder and decoder, outside this module: a module-to-e
 connector samples `stim` from `encoder_distribution`, exchanges it with the culture for
 `spikes`, and samples the game action from `decoder_distribution(decode(...))`. The module
 therefore never sees spikes when acting, only in `forward_train`, where the stored
-`"spikes"` and `"spike_mean"` columns are replayed through the decoder.
+`"spikes"`, `"spike_mean"` and `"spike_std"` columns are replayed through the decoder.
 """
 
 from __future__ import annotations
@@ -23,11 +23,12 @@ from bridge.channels import N_ENCODING, N_SPIKE_GROUPS
 from models.decoder import SpikeDecoder
 from models.distributions import TorchRangedBeta
 from models.encoder import StimEncoder, features_and_screen, split_observation_space
+from models.feature_norm import FeatureNormalizer
 from models.model_config import ClosedLoopModelConfig
 from models.value import NormalizedValueNet
 
 STIM_DIST_INPUTS = "stim_dist_inputs"
-"""Forward output: raw encoder head [B, 4 * N_ENCODING] (alpha raws for 16 dims, then beta raws)."""
+"""Forward output: raw encoder head [B, 4 * N_ENCODING] (16 mode raws, then 16 concentration raws; or alphas, betas)."""
 STIM = "stim"
 """Batch column: the sampled stimulation [B, 2 * N_ENCODING], Hz then uA, unclamped."""
 STIM_LOGP = "stim_logp"
@@ -36,10 +37,20 @@ SPIKES = "spikes"
 """Batch column: the decoder input actually used [B, N_SPIKE_GROUPS] (after ablation, before centring)."""
 SPIKE_MEAN = "spike_mean"
 """Batch column: the centring mean used when acting [B, N_SPIKE_GROUPS]."""
+SPIKE_STD = "spike_std"
+"""Batch column: the scale the centred spikes were divided by when acting [B, N_SPIKE_GROUPS] (ones if off)."""
 
 
 MODE_DEPENDENT_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._NormBase)
 """Layers whose output depends on train/eval mode; the module has none (see forward_exploration)."""
+
+
+def feature_normalizer(observation_space, settings: ClosedLoopModelConfig) -> FeatureNormalizer:
+    """The running normaliser of the observation's feature vector (the screen is scaled by the CNN itself)."""
+    features_space, _ = split_observation_space(observation_space)
+    return FeatureNormalizer(int(np.prod(features_space.shape)), enabled=settings.feature_normalization,
+                             momentum=settings.feature_norm_momentum, std_floor=settings.feature_std_floor,
+                             clip=settings.feature_clip)
 
 
 class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
@@ -52,8 +63,8 @@ class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
         self.n_actions = int(self.action_space.n)
         self.encoder = StimEncoder(self.observation_space, s)
         self.decoder = SpikeDecoder(N_SPIKE_GROUPS, self.n_actions, s)
-        features_space, _ = split_observation_space(self.observation_space)
-        self.value_net = NormalizedValueNet(int(np.prod(features_space.shape)), s.value_hiddens,
+        self.feature_norm = feature_normalizer(self.observation_space, s)
+        self.value_net = NormalizedValueNet(self.feature_norm.mean.numel(), s.value_hiddens,
                                             normalize=s.value_normalization, momentum=s.value_norm_momentum)
         stim_low = [s.stim_frequency_range_hz[0]] * N_ENCODING + [s.stim_amplitude_range_ua[0]] * N_ENCODING
         stim_high = [s.stim_frequency_range_hz[1]] * N_ENCODING + [s.stim_amplitude_range_ua[1]] * N_ENCODING
@@ -63,6 +74,7 @@ class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
         # Persistent buffers: in state_dict, hence in checkpoints and in the weights synced to env runners.
         self.register_buffer("spike_mean", torch.zeros(N_SPIKE_GROUPS))
         self.register_buffer("spike_mean_count", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("spike_sq_mean", torch.zeros(N_SPIKE_GROUPS))
         mode_dependent = [type(m).__name__ for m in self.modules() if isinstance(m, MODE_DEPENDENT_LAYERS)]
         if mode_dependent:  # acting skips RLlib's train/eval switch (see forward_exploration)
             raise TypeError(f"layers that act differently in training are not supported here: {mode_dependent}")
@@ -90,9 +102,10 @@ class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
     def _forward(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
         """Acting pass: encoder Beta inputs and value predictions; no action (the culture decides)."""
         features, screen = features_and_screen(batch[Columns.OBS])
+        features = self.feature_norm(features)
         return {
             STIM_DIST_INPUTS: self.encoder(features, screen),
-            Columns.VF_PREDS: self._values(features),
+            Columns.VF_PREDS: self.value_net(features),
         }
 
     # RLlib's TorchRLModule switches to eval mode and back around every acting pass: two walks over all
@@ -109,28 +122,39 @@ class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
     def _forward_train(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
         """Training pass: also replays the stored spikes through the decoder with the stored mean."""
         out = self._forward(batch)
-        out[Columns.ACTION_DIST_INPUTS] = self.decode(batch[SPIKES], batch[SPIKE_MEAN])
+        out[Columns.ACTION_DIST_INPUTS] = self.decode(batch[SPIKES], batch[SPIKE_MEAN], batch[SPIKE_STD])
         return out
 
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
         """Value estimates [B] from the scalar observation features (ValueFunctionAPI, used by GAE)."""
         features, _ = features_and_screen(batch[Columns.OBS])
-        return self._values(features)
-
-    def _values(self, features: torch.Tensor) -> torch.Tensor:
-        return self.value_net(features)
+        return self.value_net(self.feature_norm(features))
 
     # ---- pieces the culture connector calls ----
 
     def encoder_distribution(self, stim_dist_inputs: torch.Tensor) -> TorchRangedBeta:
         """Distribution over the stimulation [.., 16] in Hz (first 8) and uA (last 8)."""
-        return TorchRangedBeta.from_logits(stim_dist_inputs, low=self.stim_low, high=self.stim_high)
+        return TorchRangedBeta.from_logits(stim_dist_inputs, low=self.stim_low, high=self.stim_high,
+                                           parametrization=self.settings.encoder_parametrization)
 
-    def decode(self, spikes: torch.Tensor, spike_mean: torch.Tensor | None = None) -> torch.Tensor:
-        """Action logits from spike counts, centred by spike_mean (default: the running-mean buffer)."""
+    def decode(self, spikes: torch.Tensor, spike_mean: torch.Tensor | None = None,
+               spike_std: torch.Tensor | None = None) -> torch.Tensor:
+        """Action logits from spike counts, centred by spike_mean and divided by spike_std (default: the running ones)."""
         if spike_mean is None:
             spike_mean = self.spike_mean
-        return self.decoder(spikes.float() - spike_mean.to(spikes.device).float())
+        if spike_std is None:
+            spike_std = self.spike_std()
+        device = spikes.device
+        return self.decoder((spikes.float() - spike_mean.to(device).float()) / spike_std.to(device).float())
+
+    @torch.no_grad()
+    def spike_std(self) -> torch.Tensor:
+        """The per-group scale the centred spikes are divided by [N_SPIKE_GROUPS]: running std, floored (ones if off)."""
+        s = self.settings
+        if not s.spike_scaling:
+            return torch.ones_like(self.spike_mean)
+        variance = (self.spike_sq_mean - self.spike_mean.pow(2)).clamp_min(0.0)
+        return variance.sqrt().clamp_min(s.spike_std_floor)
 
     def decoder_distribution(self, action_logits: torch.Tensor) -> TorchCategorical:
         """Categorical over the game actions."""
@@ -161,21 +185,21 @@ class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
 
     @torch.no_grad()
     def update_spike_mean(self, spikes: torch.Tensor) -> None:
-        """Fold a batch of used spike vectors [N, N_SPIKE_GROUPS] into the running mean buffer."""
+        """Fold a batch of used spike vectors [N, N_SPIKE_GROUPS] into the running mean and second moment."""
         mode = self.settings.spike_mean_mode
         spikes = torch.as_tensor(spikes, dtype=torch.float64, device=self.spike_mean.device).reshape(-1, N_SPIKE_GROUPS)
         n = spikes.shape[0]
         if mode == "off" or n == 0:
             return
-        batch_mean = spikes.mean(0)
         old_count = self.spike_mean_count.item()
-        if old_count == 0:
-            # First batch sets the mean outright (no bias towards the zero initial value).
-            new_mean = batch_mean
-        elif mode == "ema":
-            m = self.settings.spike_mean_momentum
-            new_mean = (1.0 - m) * self.spike_mean.double() + m * batch_mean
-        else:
-            new_mean = (old_count * self.spike_mean.double() + n * batch_mean) / (old_count + n)
-        self.spike_mean.copy_(new_mean)
+        for buffer, batch_value in ((self.spike_mean, spikes.mean(0)), (self.spike_sq_mean, spikes.pow(2).mean(0))):
+            if old_count == 0:
+                # First batch sets the statistics outright (no bias towards the zero initial value).
+                new_value = batch_value
+            elif mode == "ema":
+                m = self.settings.spike_mean_momentum
+                new_value = (1.0 - m) * buffer.double() + m * batch_value
+            else:
+                new_value = (old_count * buffer.double() + n * batch_value) / (old_count + n)
+            buffer.copy_(new_value)
         self.spike_mean_count.add_(n)

@@ -50,7 +50,7 @@ class ClosedLoopPPOConfig(PPOConfig):
         """loss -= encoder_entropy_coeff * H(stim | obs); any sign (negative sharpens the stimulation)."""
         self.decoder_entropy_coeff = 0.02
         """loss -= decoder_entropy_coeff * H(action | spikes); any sign."""
-        self.encoder_lr_multiplier = 0.1
+        self.encoder_lr_multiplier = 0.3
         """Encoder learning rate = lr * this (its own optimizer; also scales an lr schedule)."""
         self.decoder_lr_multiplier = 1.0
         """Decoder learning rate = lr * this (its own optimizer; also scales an lr schedule)."""

@@ -24,7 +24,8 @@ from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from torch import nn
 
-from models.encoder import StimEncoder, features_and_screen, split_observation_space
+from models.closed_loop_module import feature_normalizer
+from models.encoder import StimEncoder, features_and_screen
 from models.model_config import ClosedLoopModelConfig
 from models.value import NormalizedValueNet
 
@@ -36,13 +37,13 @@ class DirectRLModule(TorchRLModule, ValueFunctionAPI):
         """Build the trunk (as the encoder's), the action head and the value net."""
         self.settings = s = ClosedLoopModelConfig.from_dict(self.model_config)
         self.n_actions = int(self.action_space.n)
-        features_space, _ = split_observation_space(self.observation_space)
+        self.feature_norm = feature_normalizer(self.observation_space, s)
         # The closed loop's encoder, whose stimulation head is replaced by an action head.
         self.encoder = StimEncoder(self.observation_space, s)
         self.encoder.head = nn.Linear(self.encoder.head.in_features, self.n_actions)
         nn.init.normal_(self.encoder.head.weight, std=s.decoder_init_std / np.sqrt(self.encoder.head.in_features))
         nn.init.zeros_(self.encoder.head.bias)
-        self.value_net = NormalizedValueNet(int(np.prod(features_space.shape)), s.value_hiddens,
+        self.value_net = NormalizedValueNet(self.feature_norm.mean.numel(), s.value_hiddens,
                                             normalize=s.value_normalization, momentum=s.value_norm_momentum)
 
     # The learner's parameter groups: the trunk learns at the encoder's rate, the head at the decoder's.
@@ -81,9 +82,10 @@ class DirectRLModule(TorchRLModule, ValueFunctionAPI):
     def _forward(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
         """Action logits and values."""
         features, screen = features_and_screen(batch[Columns.OBS])
+        features = self.feature_norm(features)
         return {Columns.ACTION_DIST_INPUTS: self.encoder(features, screen), Columns.VF_PREDS: self.value_net(features)}
 
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
         """Value estimates [B] (ValueFunctionAPI, used by GAE)."""
         features, _ = features_and_screen(batch[Columns.OBS])
-        return self.value_net(features)
+        return self.value_net(self.feature_norm(features))

@@ -4,6 +4,14 @@ RLlib has no Beta distribution, so this is a `TorchDistribution` subclass: each 
 16 stimulation dimensions (8 frequencies in Hz, then 8 amplitudes in uA) is
 `x = low + (high - low) * u` with `u ~ Beta(alpha, beta)`, and log-probabilities and
 entropies are in x-space: `log p_x(x) = log p_u(u) - log(high - low)` per dimension.
+
+Two ways to read the encoder's raw outputs (`PARAMETRIZATIONS`):
+- "mode_concentration" (default): `m = sigmoid(raw_m)` is the mode of u, `k = softplus(raw_k)` its
+  concentration, `alpha = 1 + m k`, `beta = 1 + (1 - m) k`. Where the stimulation sits and how
+  noisy it is are separate outputs, so the encoder can start with an observation-dependent
+  stimulation and little noise (docs/architecture.md, "The learner").
+- "alpha_beta": `alpha = softplus(raw_a) + 1`, `beta = softplus(raw_b) + 1`.
+Both keep alpha, beta >= 1: unimodal, finite density at the range edges.
 """
 
 from __future__ import annotations
@@ -13,7 +21,10 @@ from ray.rllib.core.distribution.torch.torch_distribution import TorchDeterminis
 from torch.nn import functional as F
 
 BETA_CONCENTRATION_OFFSET = 1.0
-"""alpha, beta = softplus(x) + 1 keeps both > 1: unimodal, finite density at the range edges."""
+"""alpha, beta >= 1 (the offset both parametrizations add): unimodal, finite density at the range edges."""
+
+PARAMETRIZATIONS = ("mode_concentration", "alpha_beta")
+"""How the encoder's raw head outputs become (alpha, beta); see the module docstring."""
 
 _EDGE_EPS = 1e-6
 """u is clamped into [eps, 1 - eps] before log_prob: float32 Beta samples can land exactly on 0 or 1."""
@@ -35,11 +46,19 @@ class TorchRangedBeta(TorchDistribution):
         return torch.distributions.Beta(alpha, beta, validate_args=False)
 
     @classmethod
-    def from_logits(cls, logits: torch.Tensor, *, low: torch.Tensor, high: torch.Tensor) -> TorchRangedBeta:
-        """Build from raw head outputs [..., 2 * D]: first D give alpha, last D give beta."""
-        raw_alpha, raw_beta = logits.chunk(2, dim=-1)
-        alpha = F.softplus(raw_alpha) + BETA_CONCENTRATION_OFFSET
-        beta = F.softplus(raw_beta) + BETA_CONCENTRATION_OFFSET
+    def from_logits(cls, logits: torch.Tensor, *, low: torch.Tensor, high: torch.Tensor,
+                    parametrization: str = "mode_concentration") -> TorchRangedBeta:
+        """Build from raw head outputs [..., 2 * D]: first D the modes (or alphas), last D the concentrations (or betas)."""
+        first, second = logits.chunk(2, dim=-1)
+        if parametrization == "mode_concentration":
+            mode, concentration = torch.sigmoid(first), F.softplus(second)
+            alpha = BETA_CONCENTRATION_OFFSET + mode * concentration
+            beta = BETA_CONCENTRATION_OFFSET + (1.0 - mode) * concentration
+        elif parametrization == "alpha_beta":
+            alpha = F.softplus(first) + BETA_CONCENTRATION_OFFSET
+            beta = F.softplus(second) + BETA_CONCENTRATION_OFFSET
+        else:
+            raise ValueError(f"parametrization must be one of {PARAMETRIZATIONS}, got {parametrization!r}")
         return cls(alpha, beta, low, high)
 
     @staticmethod

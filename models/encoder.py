@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,15 +19,27 @@ N_STIM = 2 * N_ENCODING
 """Stimulation vector size: N_ENCODING frequencies (Hz), then N_ENCODING amplitudes (uA)."""
 
 
-def mlp(in_size: int, hiddens: Sequence[int], out_size: int | None = None) -> nn.Sequential:
-    """SiLU MLP; without out_size the last hidden layer is the output."""
+HIDDEN_INIT_GAIN = math.sqrt(2.0)
+"""Orthogonal init gain of hidden layers: keeps the activations' scale through the layers. PyTorch's default
+init shrinks it layer by layer (the trunk's output varied by 0.005 across observations of `basic`)."""
+
+
+def mlp(in_size: int, hiddens: Sequence[int], out_size: int | None = None, out_gain: float = 1.0) -> nn.Sequential:
+    """SiLU MLP, orthogonal init (hidden gain sqrt 2, output gain `out_gain`, zero biases); without out_size the
+    last hidden layer is the output."""
     layers: list[nn.Module] = []
     for hidden in hiddens:
-        layers += [nn.Linear(in_size, hidden), nn.SiLU()]
+        layers += [_orthogonal(nn.Linear(in_size, hidden), HIDDEN_INIT_GAIN), nn.SiLU()]
         in_size = hidden
     if out_size is not None:
-        layers.append(nn.Linear(in_size, out_size))
+        layers.append(_orthogonal(nn.Linear(in_size, out_size), out_gain))
     return nn.Sequential(*layers)
+
+
+def _orthogonal(layer: nn.Linear, gain: float) -> nn.Linear:
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
 
 
 def split_observation_space(space: gym.Space) -> tuple[gym.spaces.Box, gym.spaces.Box | None]:
@@ -79,8 +92,28 @@ class ScreenCNN(nn.Module):
         return self.project(self.convs(self._to_nchw(screen)))
 
 
+def _inverse_softplus(x: float) -> float:
+    return x + math.log(-math.expm1(-x))
+
+
+@torch.no_grad()
+def _init_head(head: nn.Linear, settings: ClosedLoopModelConfig) -> None:
+    """Beta head init: observation-dependent modes (or alphas and betas), alpha + beta = encoder_init_concentration."""
+    concentration = settings.encoder_init_concentration
+    if settings.encoder_parametrization == "mode_concentration":
+        # Modes 0.5 + what the observation says; the same concentration for every observation at first.
+        nn.init.normal_(head.weight[:N_STIM], std=settings.encoder_head_init_std)
+        nn.init.zeros_(head.bias[:N_STIM])
+        nn.init.zeros_(head.weight[N_STIM:])
+        nn.init.constant_(head.bias[N_STIM:], _inverse_softplus(concentration - 2.0 * BETA_CONCENTRATION_OFFSET))
+    else:
+        # alpha = beta = softplus(bias) + 1 = concentration / 2 for a zero input.
+        nn.init.normal_(head.weight, std=settings.encoder_head_init_std)
+        nn.init.constant_(head.bias, _inverse_softplus(concentration / 2.0 - BETA_CONCENTRATION_OFFSET))
+
+
 class StimEncoder(nn.Module):
-    """Features (+ screen) -> raw Beta head outputs [B, 2 * N_STIM] (alphas first, then betas)."""
+    """Features (+ screen) -> raw Beta head outputs [B, 2 * N_STIM] (modes first, then concentrations)."""
 
     def __init__(self, observation_space: gym.Space, settings: ClosedLoopModelConfig) -> None:
         super().__init__()
@@ -92,10 +125,7 @@ class StimEncoder(nn.Module):
         self.trunk = mlp(in_size, settings.encoder_hiddens)
         trunk_size = settings.encoder_hiddens[-1] if settings.encoder_hiddens else in_size
         self.head = nn.Linear(trunk_size, 2 * N_STIM)
-        nn.init.normal_(self.head.weight, std=settings.encoder_head_init_std)
-        # alpha = beta = softplus(bias) + 1 = concentration / 2 for a zero input.
-        per_side = torch.tensor(settings.encoder_init_concentration / 2.0 - BETA_CONCENTRATION_OFFSET)
-        nn.init.constant_(self.head.bias, float(per_side + torch.log(-torch.expm1(-per_side))))
+        _init_head(self.head, settings)
 
     def forward(self, features: torch.Tensor, screen: torch.Tensor | None = None) -> torch.Tensor:
         """Raw Beta parameters for a batch of observations."""

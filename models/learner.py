@@ -11,7 +11,9 @@ Extends RLlib's PPOTorchLearner at its extension points only:
   module's parameters (the reference's max norm 3), not RLlib's clip per optimizer;
 - `build`: appends `UpdateRunningStats` to the learner connector (spike mean and value-target
   statistics, once per train batch);
-- `after_gradient_based_update`: logs the running spike means and value-target scale.
+- `after_gradient_based_update`: folds the train batch into the observation-feature statistics
+  (after the gradient steps, so the loss saw the ones the env runners acted with) and logs the
+  running spike means and value-target scale.
 
 A module without an encoder (`DirectRLModule`, the no-culture control) is trained by the
 same loss with the stimulation term left out.
@@ -217,10 +219,14 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
         return total_loss
 
     def after_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:
-        """PPO's bookkeeping, then log the value-target scale and the spike mean the env runners act with."""
+        """PPO's bookkeeping, fold the batch into the feature statistics, log the running statistics."""
         super().after_gradient_based_update(timesteps=timesteps)
         for module_id, module in self.module.items():
             module = module.unwrapped()
+            feature_norm = getattr(module, "feature_norm", None)
+            if feature_norm is not None:
+                # After the gradient steps: the loss saw the normalisation the env runners acted with.
+                feature_norm.commit()
             value_net = getattr(module, "value_net", None)
             if hasattr(value_net, "target_std"):
                 self.metrics.log_value((module_id, VALUE_TARGET_STD_KEY), value_net.target_std.item(), window=1)

@@ -16,6 +16,7 @@ from bridge.channels import STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
 
 AblationMode = Literal["none", "zero", "random"]
 DecoderType = Literal["linear", "mlp"]
+EncoderParametrization = Literal["mode_concentration", "alpha_beta"]
 SpikeMeanMode = Literal["ema", "cumulative", "off"]
 
 # RLlib merges its own model keys into every module's model_config (DefaultModelConfig
@@ -34,12 +35,15 @@ class ClosedLoopModelConfig:
     """Amplitude range of every encoding electrode."""
     encoder_hiddens: tuple[int, ...] = (128, 128)
     """Hidden layer sizes of the encoder's scalar-feature MLP trunk (SiLU)."""
-    encoder_head_init_std: float = 0.5
-    """Init std of the Beta heads' weights: how much the first stimulation already depends on the observation
-    (0.5: it does from the start, so the decoder has something to read while the encoder learns)."""
-    encoder_init_concentration: float = 3.39
-    """alpha + beta of every stimulation Beta at init (head outputs 0); 3.39 is the bare softplus(0) + 1 each.
-    Higher: a narrower first stimulation (Beta std 0.24 at 3.39, 0.15 at 10 in units of the range)."""
+    encoder_parametrization: EncoderParametrization = "mode_concentration"
+    """How the encoder's head becomes Beta parameters: "mode_concentration" (where the stimulation sits and how
+    noisy it is are separate outputs) or "alpha_beta" (models/distributions.py)."""
+    encoder_head_init_std: float = 1.0
+    """Init std of the head weights that set the modes (alpha and beta with "alpha_beta"): how much the first
+    stimulation already depends on the observation."""
+    encoder_init_concentration: float = 42.0
+    """alpha + beta of every stimulation Beta at init: its noise (Beta std 0.076 of the range at 42 with the mode
+    in the middle, 0.10 at 22, 0.24 at 3.39, the bare alpha = beta = softplus(0) + 1). Must be > 2."""
     screen_cnn_filters: tuple[tuple[int, int, int], ...] = ((16, 8, 4), (32, 4, 2))
     """(out_channels, kernel, stride) per conv layer of the screen CNN (used only if obs has a "screen")."""
     screen_embedding_dim: int = 128
@@ -61,6 +65,16 @@ class ClosedLoopModelConfig:
     decoder_init_std: float = 0.3
     """Init std of the linear readout weights (raw weights if non-negative); about the reference's xavier scale."""
 
+    # Observation features, as the encoder and the value net read them.
+    feature_normalization: bool = True
+    """Centre each observation feature and divide it by its running std (models/feature_norm.py)."""
+    feature_norm_momentum: float = 0.1
+    """Weight of each train batch in the running feature mean/std (the first batch sets them)."""
+    feature_std_floor: float = 0.05
+    """Smallest std a feature is divided by (features lie in [-1, 1]): a nearly constant one is not blown up."""
+    feature_clip: float = 5.0
+    """Normalised features are clipped to +-this."""
+
     # Value net: a separate MLP on the scalar observation features.
     value_hiddens: tuple[int, ...] = (128, 128)
     """Hidden layer sizes of the value MLP (SiLU)."""
@@ -80,6 +94,12 @@ class ClosedLoopModelConfig:
     """"ema": exponential moving average over train batches; "cumulative": mean of all samples; "off": stays 0."""
     spike_mean_momentum: float = 0.1
     """EMA weight of each new train batch's mean (the first batch sets the mean outright)."""
+    spike_scaling: bool = True
+    """Also divide the centred spikes by their running std per group, so the decoder sees unit-scale inputs
+    whatever a culture's count range (a group of the simulated culture ranges over ~65 counts, a perfect
+    channel's over 10). Same running mode and momentum as the mean."""
+    spike_std_floor: float = 1.0
+    """Smallest std (counts) a group is divided by: a nearly silent group is not amplified into noise."""
 
     def __post_init__(self) -> None:
         for name, (lo, hi) in (
@@ -98,8 +118,17 @@ class ClosedLoopModelConfig:
             raise ValueError(f"spike_mean_mode must be ema, cumulative or off, got {self.spike_mean_mode!r}")
         if not 0.0 < self.spike_mean_momentum <= 1.0:
             raise ValueError("spike_mean_momentum must lie in (0, 1]")
+        if not self.spike_std_floor > 0.0:
+            raise ValueError("spike_std_floor must be > 0 (counts)")
         if self.encoder_init_concentration <= 2.0:
             raise ValueError("encoder_init_concentration must be > 2 (alpha and beta are each > 1)")
+        if self.encoder_parametrization not in ("mode_concentration", "alpha_beta"):
+            raise ValueError("encoder_parametrization must be mode_concentration or alpha_beta, "
+                             f"got {self.encoder_parametrization!r}")
+        if not 0.0 < self.feature_norm_momentum <= 1.0:
+            raise ValueError("feature_norm_momentum must lie in (0, 1]")
+        if not self.feature_std_floor > 0.0 or not self.feature_clip > 0.0:
+            raise ValueError("feature_std_floor and feature_clip must be > 0")
         if not 0.0 < self.value_norm_momentum <= 1.0:
             raise ValueError("value_norm_momentum must lie in (0, 1]")
         if self.ablation_poisson_rate < 0.0:

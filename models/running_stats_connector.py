@@ -1,10 +1,12 @@
 """Learner connector piece that folds each train batch into the module's running statistics.
 
-Two statistics, both module buffers (in checkpoints and in the weights synced to env runners):
-- the running spike mean that centres the decoder input (`update_spike_mean`, from the
-  stored `"spikes"` column);
+Three statistics, all module buffers (in checkpoints and in the weights synced to env runners):
+- the running spike mean and std that centre and scale the decoder input (`update_spike_mean`,
+  from the stored `"spikes"` column);
 - the running mean/std of the value targets that the value net is trained against
-  (`value_net.update_target_stats`, from GAE's value targets; models/value.py).
+  (`value_net.update_target_stats`, from GAE's value targets; models/value.py);
+- the running mean/std of the observation features (`feature_norm.stage`, folded in by the
+  learner after the gradient steps: models/feature_norm.py).
 
 It runs once per `Learner.update(episodes=...)`, after GAE, on the whole train batch
 (before it is split into minibatches), so every real timestep counts exactly once; the
@@ -24,6 +26,7 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
 from models.closed_loop_module import SPIKES
+from models.encoder import features_and_screen
 
 
 class UpdateRunningStats(ConnectorV2):
@@ -45,4 +48,8 @@ class UpdateRunningStats(ConnectorV2):
             value_net = getattr(module, "value_net", None)
             if hasattr(value_net, "update_target_stats") and Postprocessing.VALUE_TARGETS in module_batch:
                 value_net.update_target_stats(real(module_batch[Postprocessing.VALUE_TARGETS]))
+            feature_norm = getattr(module, "feature_norm", None)
+            if feature_norm is not None and Columns.OBS in module_batch:
+                features, _ = features_and_screen(module_batch[Columns.OBS])
+                feature_norm.stage(real(features))
         return batch

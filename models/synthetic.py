@@ -16,7 +16,15 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
 from bridge.channels import N_ENCODING, N_SPIKE_GROUPS
-from models.closed_loop_module import SPIKE_MEAN, SPIKES, STIM, STIM_DIST_INPUTS, STIM_LOGP, ClosedLoopRLModule
+from models.closed_loop_module import (
+    SPIKE_MEAN,
+    SPIKE_STD,
+    SPIKES,
+    STIM,
+    STIM_DIST_INPUTS,
+    STIM_LOGP,
+    ClosedLoopRLModule,
+)
 
 Culture = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 """stim [B, 16] (Hz, uA) -> spike counts [B, N_SPIKE_GROUPS]."""
@@ -73,7 +81,8 @@ def act_through_culture(
     stim = stim_dist.sample() if explore else stim_dist.deterministic_sample()
     spikes = module.ablate(culture(stim, generator), generator)  # what the decoder actually sees
     spike_mean = module.spike_mean.expand_as(spikes).clone()
-    action_dist = module.decoder_distribution(module.decode(spikes, spike_mean))
+    spike_std = module.spike_std().expand_as(spikes).clone()
+    action_dist = module.decoder_distribution(module.decode(spikes, spike_mean, spike_std))
     action = action_dist.sample() if explore else action_dist.to_deterministic().sample()
     stim_logp = stim_dist.logp(stim)
     return {
@@ -84,6 +93,7 @@ def act_through_culture(
         STIM: stim.float(),
         SPIKES: spikes.float(),
         SPIKE_MEAN: spike_mean.float(),
+        SPIKE_STD: spike_std.float(),
         Columns.VF_PREDS: fwd_out[Columns.VF_PREDS],
     }
 

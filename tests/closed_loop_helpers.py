@@ -21,7 +21,7 @@ from ray.rllib.core.columns import Columns
 from bridge.loopback_device import LoopbackDevice
 from experiments.culture_connector import EXCHANGE_OK, RAW_SPIKES, STIM_TIMESTAMP
 from experiments.culture_link import DeviceSettings
-from models.closed_loop_module import SPIKE_MEAN, SPIKES, STIM, STIM_DIST_INPUTS
+from models.closed_loop_module import SPIKE_MEAN, SPIKE_STD, SPIKES, STIM, STIM_DIST_INPUTS
 from tests.conftest import free_udp_port
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -29,7 +29,7 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 SMALL_MODEL = {"encoder_hiddens": [32], "value_hiddens": [32]}
 """Small nets: these tests are about the loop, not about learning."""
 
-STEP_COLUMNS = (STIM, SPIKES, SPIKE_MEAN, RAW_SPIKES, EXCHANGE_OK, STIM_TIMESTAMP, Columns.ACTION_LOGP,
+STEP_COLUMNS = (STIM, SPIKES, SPIKE_MEAN, SPIKE_STD, RAW_SPIKES, EXCHANGE_OK, STIM_TIMESTAMP, Columns.ACTION_LOGP,
                 Columns.VF_PREDS)
 
 
@@ -84,13 +84,14 @@ def steps_of(episodes: list) -> dict[str, np.ndarray]:
 def replay_logp(module, steps: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Recompute, with `module`, what the culture connector computed when it acted.
 
-    Returns the joint log-probability log p(stim | obs) + log p(action | spikes, spike_mean) and the
-    decoder's logits, from the stored observation, stimulation, spikes, spike mean and action.
+    Returns the joint log-probability log p(stim | obs) + log p(action | spikes, spike_mean, spike_std) and the
+    decoder's logits, from the stored observation, stimulation, spikes, spike mean and std, and action.
     """
     obs = tree.map_structure(torch.as_tensor, steps["obs"])
     encoder = module.encoder_distribution(module._forward({Columns.OBS: obs})[STIM_DIST_INPUTS])
     stim_logp = encoder.logp(torch.as_tensor(steps[STIM]))
-    logits = module.decode(torch.as_tensor(steps[SPIKES]), torch.as_tensor(steps[SPIKE_MEAN]))
+    logits = module.decode(torch.as_tensor(steps[SPIKES]), torch.as_tensor(steps[SPIKE_MEAN]),
+                           torch.as_tensor(steps[SPIKE_STD]))
     decoder = module.decoder_distribution(logits)
     action_logp = decoder.logp(torch.as_tensor(steps["action"]))
     return {

@@ -22,6 +22,8 @@ from models.synthetic import ToyClosedLoopEnv, closed_loop_step, fake_culture, s
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 MID = "default_policy"
+ENCODER_LR = 1e-3 * ClosedLoopPPOConfig().encoder_lr_multiplier
+"""The encoder learning rate of the learners built here with lr=1e-3."""
 
 
 def build(**training) -> ClosedLoopPPOLearner:
@@ -53,7 +55,7 @@ def test_defaults() -> None:
     assert (config.gamma, config.lambda_, config.clip_param, config.vf_loss_coeff) == (0.997, 0.95, 0.2, 0.3)
     assert (config.decoder_entropy_coeff, config.encoder_entropy_coeff, config.grad_clip) == (0.02, 0.0, 3.0)
     # Measured to learn (docs/architecture.md, "The learner").
-    assert (config.lr, config.encoder_lr_multiplier, config.decoder_lr_multiplier) == (1e-2, 0.1, 1.0)
+    assert (config.lr, config.encoder_lr_multiplier, config.decoder_lr_multiplier) == (1e-2, 0.3, 1.0)
     assert (config.minibatch_size, config.num_epochs, config.train_batch_size_per_learner) == (128, 4, 512)
     assert config.ratio_clipping == "factored"
     with pytest.raises(ValueError, match="ratio_clipping"):
@@ -71,7 +73,7 @@ def test_separate_optimizers_and_learning_rates(learner) -> None:
     module: ClosedLoopRLModule = learner.module[MID].unwrapped()
     ids = {}
     for name, lr, params in (
-        (ENCODER_OPTIMIZER, 1e-4, module.encoder_parameters()),
+        (ENCODER_OPTIMIZER, ENCODER_LR, module.encoder_parameters()),
         (DECODER_OPTIMIZER, 1e-3, module.decoder_parameters()),
         (DEFAULT_OPTIMIZER, 1e-3, module.value_parameters()),
     ):
@@ -104,7 +106,7 @@ def test_update_on_episodes(learner) -> None:
         "total_loss",
     ):
         assert math.isfinite(peek(results, MID, key)), key
-    assert peek(results, MID, "encoder_learning_rate") == pytest.approx(1e-4)
+    assert peek(results, MID, "encoder_learning_rate") == pytest.approx(ENCODER_LR)
     assert peek(results, MID, "decoder_learning_rate") == pytest.approx(1e-3)
     assert peek(results, MID, "default_optimizer_learning_rate") == pytest.approx(1e-3)
     for part in ("encoder", "decoder"):
@@ -125,6 +127,24 @@ def test_update_on_episodes(learner) -> None:
     # Every network moved.
     for prefix in ("encoder.", "decoder.", "value_net."):
         assert any(not np.allclose(before[k], state[k]) for k in state if k.startswith(prefix)), prefix
+
+
+def test_feature_statistics_move_after_the_update_not_before() -> None:
+    """The loss sees the feature normalisation the episodes were acted with; the batch is folded in afterwards."""
+    learner = build(lr=1e-3)
+    module: ClosedLoopRLModule = learner.module[MID].unwrapped()
+    env = ToyClosedLoopEnv()
+    for seed in (3, 4):  # the first batch sets the statistics outright, the second moves them
+        episodes = synthetic_episodes(module, env, n_steps=128, seed=seed)
+        count = module.feature_norm.count.item()
+        mean = module.feature_norm.mean.clone()
+        results = learner.update(episodes=episodes, num_epochs=1, minibatch_size=None, timesteps={})
+        # One minibatch before any gradient step: acting and the loss agree, each part's ratio is 1.
+        for part in ("encoder", "decoder"):
+            assert peek(results, MID, f"{part}_ratio_mean") == pytest.approx(1.0, abs=1e-5), part
+            assert peek(results, MID, f"{part}_ratio_std") == pytest.approx(0.0, abs=1e-4), part
+        assert module.feature_norm.count.item() == count + 128
+        assert not torch.equal(module.feature_norm.mean, mean)
 
 
 def test_update_on_a_ready_batch_skips_connectors() -> None:
@@ -169,4 +189,4 @@ def test_checkpoint_round_trip_keeps_spike_mean(learner, tmp_path) -> None:
     assert restored_module.spike_mean_count.item() == module.spike_mean_count.item()
     for name in ("target_mean", "target_std", "target_count"):  # the value scale travels with the weights
         torch.testing.assert_close(getattr(restored_module.value_net, name), getattr(module.value_net, name))
-    assert restored.get_optimizer(MID, ENCODER_OPTIMIZER).param_groups[0]["lr"] == pytest.approx(1e-4)
+    assert restored.get_optimizer(MID, ENCODER_OPTIMIZER).param_groups[0]["lr"] == pytest.approx(ENCODER_LR)

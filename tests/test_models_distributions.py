@@ -24,6 +24,27 @@ def test_concentrations_are_above_one() -> None:
     assert (dist.alpha > 1.0).all() and (dist.beta > 1.0).all()
 
 
+def test_mode_concentration_parametrization() -> None:
+    g = torch.Generator().manual_seed(0)
+    raw_mode, raw_concentration = torch.randn(8, D, generator=g), torch.randn(8, D, generator=g) * 2 + 2
+    dist = TorchRangedBeta.from_logits(torch.cat([raw_mode, raw_concentration], -1), low=LOW, high=HIGH)
+    concentration = torch.nn.functional.softplus(raw_concentration)
+    # The mode of u is sigmoid(raw_mode) and alpha + beta - 2 the concentration, whatever the concentration.
+    torch.testing.assert_close((dist.alpha - 1) / (dist.alpha + dist.beta - 2), torch.sigmoid(raw_mode))
+    torch.testing.assert_close(dist.alpha + dist.beta - 2, concentration)
+    # Zero concentration is the uniform distribution over the range, whatever the mode.
+    flat = TorchRangedBeta.from_logits(torch.cat([raw_mode, torch.full((8, D), -30.0)], -1), low=LOW, high=HIGH)
+    torch.testing.assert_close(flat.alpha, torch.ones(8, D), atol=1e-6, rtol=0)
+    torch.testing.assert_close(flat.beta, torch.ones(8, D), atol=1e-6, rtol=0)
+
+
+def test_alpha_beta_parametrization() -> None:
+    raw = torch.randn(8, 2 * D, generator=torch.Generator().manual_seed(1))
+    dist = TorchRangedBeta.from_logits(raw, low=LOW, high=HIGH, parametrization="alpha_beta")
+    torch.testing.assert_close(dist.alpha, torch.nn.functional.softplus(raw[:, :D]) + 1)
+    torch.testing.assert_close(dist.beta, torch.nn.functional.softplus(raw[:, D:]) + 1)
+
+
 def test_logp_is_torch_beta_with_range_correction() -> None:
     dist = _dist()
     stim = dist.sample()

@@ -9,7 +9,7 @@ import torch
 from ray.rllib.core.columns import Columns
 
 from bridge.channels import N_ENCODING, N_SPIKE_GROUPS, STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
-from models.closed_loop_module import SPIKE_MEAN, SPIKES, STIM_DIST_INPUTS, ClosedLoopRLModule
+from models.closed_loop_module import SPIKE_MEAN, SPIKE_STD, SPIKES, STIM_DIST_INPUTS, ClosedLoopRLModule
 from models.model_config import ClosedLoopModelConfig
 
 BOX_OBS = gym.spaces.Box(-1.0, 1.0, (59,), np.float32)
@@ -45,6 +45,7 @@ def test_forward_train_dict_obs_with_screen() -> None:
         },
         SPIKES: torch.ones(3, N_SPIKE_GROUPS),
         SPIKE_MEAN: torch.zeros(3, N_SPIKE_GROUPS),
+        SPIKE_STD: torch.ones(3, N_SPIKE_GROUPS),
     }
     out = module.forward_train(batch)
     assert out[Columns.ACTION_DIST_INPUTS].shape == (3, 8)
@@ -71,6 +72,24 @@ def test_decode_centres_spikes() -> None:
     torch.testing.assert_close(module.decode(spikes, mean), module.decode(spikes - mean, torch.zeros_like(mean)))
     module.spike_mean.fill_(2.0)
     torch.testing.assert_close(module.decode(spikes), module.decode(spikes, torch.full_like(spikes, 2.0)))
+
+
+def test_decode_scales_centred_spikes_by_the_running_std() -> None:
+    module = make_module()  # spike_scaling on by default, floor 1 count
+    torch.testing.assert_close(module.spike_std(), torch.ones(N_SPIKE_GROUPS))  # nothing seen yet: the floor
+    counts = torch.tensor([[10.0] * N_SPIKE_GROUPS, [30.0] * N_SPIKE_GROUPS])
+    counts[:, -1] = torch.tensor([2.0, 2.5])  # a nearly constant group: its std 0.25 stays at the floor
+    module.update_spike_mean(counts)
+    expected_std = torch.tensor([10.0] * (N_SPIKE_GROUPS - 1) + [1.0])
+    torch.testing.assert_close(module.spike_std(), expected_std)
+    torch.testing.assert_close(module.spike_mean, counts.mean(0))
+    spikes = torch.rand(4, N_SPIKE_GROUPS) * 40
+    unit = (spikes - module.spike_mean) / expected_std
+    torch.testing.assert_close(module.decode(spikes), module.decode(unit, torch.zeros(4, N_SPIKE_GROUPS),
+                                                                    torch.ones(4, N_SPIKE_GROUPS)))
+    off = make_module(spike_scaling=False)
+    off.update_spike_mean(counts)
+    torch.testing.assert_close(off.spike_std(), torch.ones(N_SPIKE_GROUPS))
 
 
 def test_linear_decoder_has_no_bias_by_default() -> None:
@@ -125,7 +144,7 @@ def test_spike_mean_is_in_state_and_restored() -> None:
     module = make_module()
     module.update_spike_mean(torch.full((3, N_SPIKE_GROUPS), 1.5))
     state = module.get_state()
-    assert "spike_mean" in state and "spike_mean_count" in state
+    assert "spike_mean" in state and "spike_mean_count" in state and "spike_sq_mean" in state
     assert "stim_low" not in state  # ranges come from config, never from a checkpoint
     fresh = make_module()
     fresh.set_state(state)
