@@ -114,6 +114,13 @@ def test_targets_that_fail():
     assert c["met"] is False and c["p_value"] == pytest.approx(1 / 70) and "fewer than 5" in c["reason"]
 
 
+def test_targets_belong_to_basic_only():
+    out = bl.summarize(_runs(), scenario="defend_the_center")
+    assert out["targets"] == {}
+    assert any("targets are defined on basic" in note for note in out["notes"])
+    assert out["summary"]["sim"]["p_value_vs_zero"] == pytest.approx(1 / 252)  # the statistics stay
+
+
 def test_sim_that_does_not_learn_fails_c():
     runs = _runs()
     runs["sim"] = {seed: [(st, r - 5.0 + 0.0005, k) for st, r, k in eps] for seed, eps in runs["zero"].items()}
