@@ -8,29 +8,44 @@ never go wrong: an action decided on the culture's answer to an *earlier*
 stimulation silently breaks the closed loop. Two kinds of device exist:
 
 * echo devices put the stimulation's timestamp in the reply; a reply is accepted
-  only if it carries the timestamp of the stimulation being waited for;
-* plain v1 devices stamp replies with their own clock; then stale datagrams are
-  drained before each send and only a reply arriving after the send is taken.
-  After a timeout the bridge first waits (up to `late_grace_s`) for the one late
-  reply the device still owes, so that it cannot answer the next stimulation.
-
-A reply stamped no later than the last one taken is stale in either mode:
-echoed stamps increase, and so does a device's clock (a device whose clock
-steps back loses replies until it passes its old time again: they time out).
+  only if it carries the timestamp of the stimulation being waited for. Those
+  stamps are the bridge's own, strictly increasing: one names one stimulation.
+* plain v1 devices stamp replies with their own clock, which may be coarse,
+  constant, skewed or stepping back, so its values decide nothing. Replies are
+  matched by arrival order and send time, on what protocol v1 promises: one
+  reply per stimulation, in order. Before a send everything waiting is drained
+  and every reply still owed is waited for (each one until `timeout_s +
+  late_grace_s` after its stimulation, its horizon), so that when a stimulation
+  leaves no earlier one can still be answered; the first reply after the send
+  is its answer, unless it came sooner after the send than the device has ever
+  answered (half its fastest recent answer, for devices slower than 5 ms): then
+  it was already on its way and cannot be; a byte-for-byte copy of the last
+  answer is a duplicate while the device's stamps move. A reply owed past its
+  horizon is written off, and the exchange after a write-off is on probation:
+  it watches its own whole horizon and takes its reply only if exactly one came
+  (two mean one of them answers the written-off stimulation, and which is
+  unknowable: neither is taken, `ambiguous`). A reply is therefore never `ok`
+  while it may answer an earlier stimulation, unless the device breaks the
+  horizon for two stimulations in a row; extra replies are counted.
 
 `correlation="auto"` decides which kind the device is: echo as soon as a reply
 carries the awaited timestamp; plain only after `AUTO_PLAIN_VOTES` exchanges
-were answered by replies stamped otherwise, so that one stale datagram (say,
-from before a trainer restart) cannot decide it for the whole session. While
-undecided, a reply stamped later than the stimulation is taken at once (a
-device clock cannot stamp an earlier stimulation's answer with a later time
-than ours without skew); one stamped earlier is kept waiting until the timeout,
-in case the echo follows.
+were answered by replies that did not, so that one stale datagram (say, from
+before a trainer restart) cannot decide it for the whole session. While
+undecided, a non-echo reply stamped later than the stimulation is taken at
+once; one stamped no later (a stale echo, or a device clock that is coarse,
+constant or behind ours) is held until the timeout in case the echo follows,
+then taken. Once the device is plain, its stamps are ignored.
 
-Only the device may answer: replies must come from the device host and, by
-default, from its stimulation port, which is where `spikeloop device` replies
-from (`device_reply_port`). The bridge sends everything from its spike port,
-so that a device can in turn accept commands from that port only.
+Only the device may answer: replies must come from the device host. By default
+(`device_reply_port="auto"`) the source port of the first reply that answers a
+stimulation is pinned, and replies from other ports count as foreign; if the
+pinned port falls silent for `AUTO_REPIN_TIMEOUTS` exchanges in a row while one
+other port of the device host keeps sending, that port is pinned instead (a
+restarted device program with a new socket). `spikeloop device` replies from
+its stimulation port ("stim_port" pins it from the start); a port number or
+None (any port of the host) can be set too. The bridge sends everything from
+its spike port, so that a device can in turn accept commands from that port only.
 """
 
 from __future__ import annotations
@@ -39,6 +54,7 @@ import collections
 import dataclasses
 import errno
 import functools
+import logging
 import socket
 import threading
 import time
@@ -72,7 +88,13 @@ SPIN_MIN_LATENCY_S = 0.005
 """Replies faster than this (a simulated device running flat out) are awaited asleep: no spin."""
 AUTO_PLAIN_VOTES = 3
 """Auto correlation: exchanges answered by non-echo replies before the device is taken as a plain v1 one."""
+EARLIEST_REPLY_SHARE = 0.5
+"""Plain devices: a reply sooner after the send than this share of the fastest recent answer cannot answer it."""
+AUTO_REPIN_TIMEOUTS = 3
+"""Auto reply port: timeouts in a row, with replies from one other port of the device host, before that port is pinned."""
 R = TypeVar("R")
+
+log = logging.getLogger(__name__)
 
 
 class DeviceTimeout(TimeoutError):
@@ -91,15 +113,15 @@ class BridgeConfig:
     spike_port: int = SPIKE_PORT
     """Port the bridge binds for spike replies; 0 picks a free one."""
     bind_host: str = "127.0.0.1"
-    device_reply_port: int | Literal["stim_port"] | None = "stim_port"
-    """Replies must come from this source port of the device host: "stim_port" (the default: the stimulation
-    port, where `spikeloop device` replies from), a port number, or None for any port (a third-party device
-    that replies from elsewhere)."""
+    device_reply_port: int | Literal["stim_port", "auto"] | None = "auto"
+    """Replies must come from the device host and: "auto" (the default) the port of the first reply that answers a
+    stimulation, pinned from then on (see the module docstring); "stim_port" the stimulation port, where `spikeloop
+    device` replies from; a port number; or None, any port."""
     timeout_s: float = 0.5
     timeout_policy: Literal["zeros", "raise"] = "zeros"
     correlation: Literal["auto", "echo", "arrival"] = "auto"
     late_grace_s: float | None = None
-    """Arrival mode: after a timeout, wait this long for the late reply (default: timeout_s)."""
+    """Plain devices: a reply is owed until timeout_s + this after its stimulation, its horizon (default: timeout_s)."""
     envelope: SafetyEnvelope = field(default_factory=SafetyEnvelope)
     envelope_policy: Policy = "clamp"
     reply_spin_ms: float = 1.0
@@ -111,6 +133,8 @@ class BridgeConfig:
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
             raise ValueError(f"bridge timeout_s={self.timeout_s}: must be > 0 seconds")
+        if self.late_grace_s is not None and not self.late_grace_s >= 0:
+            raise ValueError(f"bridge late_grace_s={self.late_grace_s}: must be >= 0 seconds (or None: timeout_s)")
         if not 0 <= self.reply_spin_ms <= 20:
             raise ValueError(f"bridge reply_spin_ms={self.reply_spin_ms}: use 0 (off) to 20 ms")
         if self.timeout_policy not in ("zeros", "raise"):
@@ -124,12 +148,18 @@ class BridgeConfig:
             if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
                 raise ValueError(f"bridge {name}={port!r}: not a UDP port number")
         reply = self.device_reply_port
-        if reply is not None and reply != "stim_port" and (
+        if reply is not None and reply not in ("stim_port", "auto") and (
             isinstance(reply, bool) or not isinstance(reply, int) or not 1 <= reply <= 65535
         ):
-            raise ValueError(f"bridge device_reply_port={reply!r}: use 'stim_port', a port number 1-65535 or None")
+            raise ValueError(f"bridge device_reply_port={reply!r}: use 'auto', 'stim_port', a port number 1-65535 "
+                             "or None")
         if not self.device_host or not self.bind_host:
             raise ValueError("bridge device_host and bind_host must not be empty")
+
+    @property
+    def horizon_s(self) -> float:
+        """How long after a stimulation a plain device's reply to it is still expected."""
+        return self.timeout_s + (self.timeout_s if self.late_grace_s is None else self.late_grace_s)
 
 
 @dataclass(frozen=True)
@@ -138,6 +168,7 @@ class SpikeReply:
 
     counts: np.ndarray
     status: Literal["ok", "timeout"]
+    """"timeout": no reply the bridge can vouch for answers this stimulation (none came, or it was ambiguous)."""
     latency_s: float
     stim_timestamp_us: int
     reply_timestamp_us: int | None
@@ -171,6 +202,25 @@ class _Bounded:
         return item in self._items
 
 
+@dataclass
+class _Owed:
+    """A timed-out stimulation whose reply a plain device may still send."""
+
+    stim_us: int
+    horizon: float
+    """perf_counter time after which the reply is written off."""
+
+
+@dataclass(frozen=True)
+class _Datagram:
+    """One spike datagram from the device, with where and when it came."""
+
+    reply: SpikeCounts
+    data: bytes
+    port: int
+    arrived: float
+
+
 def _locked(method: Callable[..., R]) -> Callable[..., R]:
     """Run a BridgeCore method under the instance lock."""
 
@@ -186,7 +236,9 @@ COUNTERS = (
     "exchanges",
     "ok",
     "timeouts",
+    "ambiguous",
     "late",
+    "written_off",
     "duplicates",
     "stale",
     "malformed",
@@ -197,6 +249,8 @@ COUNTERS = (
     "clamped_commands",
     "clamped_values",
 )
+"""`ambiguous`: exchanges on probation that got two or more replies (none taken; not counted in `timeouts`).
+`written_off`: stimulations whose reply never came within their horizon (plain devices)."""
 
 
 class BridgeCore:
@@ -224,22 +278,35 @@ class BridgeCore:
             self._spike_sock.close()
             raise OSError(f"bridge {config.device_id!r}: cannot resolve device host {config.device_host!r}: "
                           f"{exc}") from None
-        self._reply_port = config.stim_port if config.device_reply_port == "stim_port" else config.device_reply_port
+        reply_port = config.device_reply_port
+        self._pin_auto = reply_port == "auto"
+        self._reply_port: int | None = (config.stim_port if reply_port == "stim_port" else
+                                        None if reply_port == "auto" else reply_port)
+        self._repin: tuple[int, int] | None = None  # auto: (other port, timeouts in a row it was heard in)
+        self._other_port: int | None = None  # auto, pinned: another port of the device host heard this exchange
         self._stim_addr = (self._device_ip, config.stim_port)
         self._feedback_addr = (self._device_ip, config.feedback_port)
         self._event_addr = (self._device_ip, config.event_port)
         self._echo: bool | None = {"auto": None, "echo": True, "arrival": False}[config.correlation]
         self._plain_votes = 0  # auto, undecided: exchanges answered by a reply that did not echo
-        self._last_answer_us = -1  # device timestamp of the last reply taken: later answers are stamped later
-        self._candidate: SpikeCounts | None = None  # auto, undecided: an earlier-stamped reply, taken at the timeout
+        self._last_answer_us = -1  # echo: the last stimulation answered (echoed stamps only increase)
+        self._last_answer_data = b""  # plain: the last answer as received, to recognise its duplicates
+        self._last_plain_stamp: int | None = None
+        self._stamps_repeat = False  # plain: two answers in a row carried one stamp, so a copy proves nothing
+        self._copies_heard = 0  # plain: timeouts in a row whose windows heard only copies of the last answer
+        self._copy_this_exchange = False
         self._foreign_source: tuple[str, int] | None = None  # the last reply refused for its source (for hints)
         self._last_stim_us = 0
-        self._answered = _Bounded(REMEMBERED_STIMS)
-        self._timed_out = _Bounded(REMEMBERED_STIMS)
-        self._owed_late = 0  # arrival mode: replies still owed for timed-out stimulations
+        self._answered = _Bounded(REMEMBERED_STIMS)  # our stimulation stamps answered by an echo
+        self._timed_out = _Bounded(REMEMBERED_STIMS)  # our stimulation stamps that timed out
+        self._owed: collections.deque[_Owed] = collections.deque()  # plain or undecided: replies still owed
+        self._probation = False  # plain: a reply was written off, so the next exchange waits its whole window
         self._latencies_s: collections.deque[float] = collections.deque(maxlen=LATENCY_WINDOW)
         self._recent_latencies_s: collections.deque[float] = collections.deque(maxlen=RECENT_LATENCIES)
         self._counts = dict.fromkeys(COUNTERS, 0)
+        self._consecutive_timeouts = 0
+        self._last_reply_wall: float | None = None  # time.time() of the last answer taken
+        self._last_heard_wall: float | None = None  # time.time() of the last datagram from the device host
         self._busy_s = 0.0
         self._created = time.monotonic()
         self._closed = False
@@ -275,46 +342,77 @@ class BridgeCore:
         self._count_clamps(clamped)
         payload = encode_stim(stim)
         self._drain()
-        if self._owed_late and not self._echo:
-            self._await_owed_late()
+        if self._owed:
+            self._await_owed()  # when this stimulation leaves, no earlier one can still be answered
+        probation, self._probation = self._probation, False
         self._counts["exchanges"] += 1
+        self._other_port = None
+        self._copy_this_exchange = False
         self._send(payload, self._stim_addr)
         t_sent = time.perf_counter()
-        deadline = t_sent + self.config.timeout_s
-        spin_window = self._spin_window(t_sent)
-        self._candidate = None
-        while True:
+        # On probation the whole horizon is watched: a second reply in it means one answers the written-off one.
+        deadline = t_sent + (self.config.horizon_s if probation else self.config.timeout_s)
+        earliest = t_sent + self._earliest_reply_s()
+        spin_window = None if probation else self._spin_window(t_sent)
+        candidate: _Datagram | None = None  # auto, undecided: held until the timeout in case the echo follows
+        held: list[_Datagram] = []  # probation: every plain reply of the window
+        answer: _Datagram | None = None
+        while answer is None:
             got = self._await_datagram(deadline, spin_window)
             if got is None:
-                reply = self._take_candidate()
-                if reply is None:
-                    break
-            else:
-                reply = self._classify(*got, waiting_for=stim.timestamp_us)
-            if reply is not None:
-                latency = time.perf_counter() - t_sent
-                self._latencies_s.append(latency)
-                self._recent_latencies_s.append(latency)
-                # Echo devices repeat our timestamp, plain ones their own; either way a
-                # second datagram with it is a duplicate, never the next answer.
-                self._answered.add(reply.timestamp_us)
-                self._last_answer_us = max(self._last_answer_us, reply.timestamp_us)
-                self._counts["ok"] += 1
+                break
+            datagram = self._accept(*got)
+            if datagram is None:
+                continue
+            kind = self._classify_awaited(datagram, stim.timestamp_us, earliest)
+            if kind == "echo":
+                if candidate is not None or held:  # earlier non-echo replies were not answers after all
+                    self._counts["stale"] += (candidate is not None) + len(held)
+                answer = datagram
+            elif kind == "plain" and not probation:
+                if candidate is not None:
+                    self._counts["stale"] += 1
+                answer = datagram
+            elif kind in ("plain", "candidate"):
+                if probation:
+                    if any(datagram.data == other.data for other in held):
+                        self._counts["duplicates"] += 1  # a copy is one reply, not a second one
+                    else:
+                        held.append(datagram)
+                else:
+                    if candidate is not None:
+                        self._counts["stale"] += 1  # two held replies: the later one is the likelier answer
+                    candidate = datagram
+        if answer is None and held:
+            if len(held) == 1:
+                answer = held[0]
+            else:  # one of them answers the written-off stimulation, and which is unknowable
+                self._counts["ambiguous"] += 1
+                self._counts["late"] += 1
+                self._counts["stale"] += len(held) - 2
                 self._busy_s += time.perf_counter() - t_start
-                counts = np.asarray(reply.counts, dtype=np.float32)
-                return SpikeReply(counts, "ok", latency, stim.timestamp_us, reply.timestamp_us, clamped)
-        self._counts["timeouts"] += 1
+                log.warning("device %r: %d replies in the window after a written-off one; none taken",
+                            self.config.device_id, len(held))
+                return self._no_answer(stim, clamped, count_timeout=False)
+        if answer is None and candidate is not None:
+            answer = candidate
+        if answer is not None:
+            self._busy_s += time.perf_counter() - t_start
+            return self._take(answer, stim, t_sent, clamped)
         self._timed_out.add(stim.timestamp_us)
         if not self._echo:
-            self._owed_late += 1
+            self._owed.append(_Owed(stim.timestamp_us, t_sent + self.config.horizon_s))
+        self._note_repin()
+        self._note_copies()
         self._busy_s += time.perf_counter() - t_start
         if self.config.timeout_policy == "raise":
+            self._counts["timeouts"] += 1
+            self._consecutive_timeouts += 1
             raise DeviceTimeout(
                 f"device {self.config.device_id!r} at {self._stim_addr[0]}:{self._stim_addr[1]} did not answer "
                 f"within {self.config.timeout_s * 1000:.0f} ms (replies expected on port {self.spike_port})"
             )
-        zeros = np.zeros(N_SPIKE_GROUPS, dtype=np.float32)
-        return SpikeReply(zeros, "timeout", self.config.timeout_s, stim.timestamp_us, None, clamped)
+        return self._no_answer(stim, clamped, count_timeout=True)
 
     @_locked
     def feedback(self, command: FeedbackCommand) -> bool:
@@ -341,7 +439,7 @@ class BridgeCore:
 
     @_locked
     def stats(self) -> dict[str, Any]:
-        """Counters, latency percentiles (ms) and device duty since start."""
+        """Counters, latency percentiles (ms), device duty since start, and where replies come from."""
         if not self._closed:
             self._drain()
         lat_ms = np.asarray(self._latencies_s, dtype=np.float64) * 1000.0
@@ -355,10 +453,15 @@ class BridgeCore:
         foreign = self._foreign_source
         return {
             "device_id": self.config.device_id,
+            "device": f"{self._stim_addr[0]}:{self._stim_addr[1]}",
             "correlation": mode,
             "spike_port": self.spike_port if not self._closed else None,
+            "reply_source": self._reply_source(),
             "last_foreign_source": None if foreign is None else f"{foreign[0]}:{foreign[1]}",
             **self._counts,
+            "consecutive_timeouts": self._consecutive_timeouts,
+            "last_reply_wall": self._last_reply_wall,
+            "last_heard_wall": self._last_heard_wall,
             "latency_ms": {k: float(v) for k, v in latency.items()} | {"n": int(lat_ms.size)},
             "duty": self._busy_s / wall_s if wall_s > 0 else 0.0,
         }
@@ -397,17 +500,82 @@ class BridgeCore:
         self._spike_sock.settimeout(self.config.timeout_s)
         self._spike_sock.sendto(payload, addr)
 
-    def _take_candidate(self) -> SpikeCounts | None:
-        """Auto, undecided, at the timeout: an earlier-stamped reply is this exchange's answer after all."""
-        reply, self._candidate = self._candidate, None
-        if reply is not None:
-            self._vote_plain()
-        return reply
+    def _reply_source(self) -> str:
+        """Where replies are taken from, for stats and messages."""
+        host = self._device_ip
+        if self._reply_port is not None:
+            return f"{host}:{self._reply_port}" + (" (pinned from the first answer)" if self._pin_auto else "")
+        return f"{host}:any port" + (" (auto: pinned at the first answer)" if self._pin_auto else "")
+
+    def _take(self, answer: _Datagram, stim: StimCommand, t_sent: float, clamped: int) -> SpikeReply:
+        """Book `answer` as the reply to `stim` and return it."""
+        reply = answer.reply
+        latency = answer.arrived - t_sent
+        self._latencies_s.append(latency)
+        self._recent_latencies_s.append(latency)
+        if reply.timestamp_us == stim.timestamp_us and self._echo is not False:
+            self._answered.add(stim.timestamp_us)  # a second copy is a duplicate, never the next answer
+            self._last_answer_us = max(self._last_answer_us, stim.timestamp_us)
+        else:
+            if self._echo is None:
+                self._vote_plain()
+            self._last_answer_data = answer.data
+            if reply.timestamp_us == self._last_plain_stamp:
+                self._stamps_repeat = True  # a coarse or constant clock: identical datagrams may be answers
+            self._last_plain_stamp = reply.timestamp_us
+            self._copies_heard = 0
+        if self._pin_auto and self._reply_port is None:
+            self._reply_port = answer.port
+            log.info("device %r answers from %s:%d; replies from other ports are refused from now on",
+                     self.config.device_id, self._device_ip, answer.port)
+        self._repin = None
+        self._counts["ok"] += 1
+        self._consecutive_timeouts = 0
+        self._last_reply_wall = time.time()
+        counts = np.asarray(reply.counts, dtype=np.float32)
+        return SpikeReply(counts, "ok", latency, stim.timestamp_us, reply.timestamp_us, clamped)
+
+    def _no_answer(self, stim: StimCommand, clamped: int, count_timeout: bool) -> SpikeReply:
+        if count_timeout:
+            self._counts["timeouts"] += 1
+        self._consecutive_timeouts += 1
+        zeros = np.zeros(N_SPIKE_GROUPS, dtype=np.float32)
+        return SpikeReply(zeros, "timeout", self.config.timeout_s, stim.timestamp_us, None, clamped)
+
+    def _note_repin(self) -> None:
+        """Auto reply port, at a timeout: a device program restarted with a new socket is followed."""
+        if not self._pin_auto or self._reply_port is None:
+            return
+        if self._other_port is None:
+            self._repin = None
+            return
+        heard = self._repin[1] + 1 if self._repin is not None and self._repin[0] == self._other_port else 1
+        self._repin = (self._other_port, heard)
+        if heard >= AUTO_REPIN_TIMEOUTS:
+            log.warning("device %r: port %d silent for %d exchanges while %s:%d sends replies; taking replies "
+                        "from that port now (device program restarted?)", self.config.device_id, self._reply_port,
+                        heard, self._device_ip, self._other_port)
+            self._reply_port, self._repin = self._other_port, None
+
+    def _note_copies(self) -> None:
+        """Plain, at a timeout: a device that only ever repeats itself (constant clock, constant counts) is one."""
+        self._copies_heard = self._copies_heard + 1 if self._copy_this_exchange else 0
+        if self._copies_heard >= AUTO_PLAIN_VOTES:
+            log.warning("device %r repeats its last reply byte for byte every exchange; taking such copies as "
+                        "answers from now on", self.config.device_id)
+            self._stamps_repeat, self._copies_heard = True, 0
 
     def _vote_plain(self) -> None:
         self._plain_votes += 1
         if self._plain_votes >= AUTO_PLAIN_VOTES:
             self._echo = False
+
+    def _earliest_reply_s(self) -> float:
+        """How soon after a send a plain device's reply can answer it (0 until its speed is known)."""
+        if self._echo or len(self._recent_latencies_s) < RECENT_LATENCIES:
+            return 0.0
+        fastest = min(self._recent_latencies_s)
+        return EARLIEST_REPLY_SHARE * fastest if fastest >= SPIN_MIN_LATENCY_S else 0.0
 
     def _recv(self, timeout_s: float | None) -> tuple[bytes, tuple[str, int]] | None:
         """One datagram, or None when none arrives in time (timeout 0: only what is waiting)."""
@@ -451,70 +619,95 @@ class BridgeCore:
     def _drain(self) -> None:
         """Classify everything already waiting; none of it can answer the next stimulation."""
         while (got := self._recv(0)) is not None:
-            self._classify(*got, waiting_for=None)
+            datagram = self._accept(*got)
+            if datagram is not None:
+                self._classify_unawaited(datagram)
 
-    def _await_owed_late(self) -> None:
-        """Arrival mode: give a late reply the chance to arrive before the next send."""
-        grace = self.config.late_grace_s if self.config.late_grace_s is not None else self.config.timeout_s
-        deadline = time.perf_counter() + grace
-        while self._owed_late and (remaining := deadline - time.perf_counter()) > 0:
-            got = self._recv(remaining)
+    def _await_owed(self) -> None:
+        """Plain devices: wait for every reply still owed, each until its horizon; write off the rest."""
+        while self._owed:
+            remaining = self._owed[0].horizon - time.perf_counter()
+            got = self._recv(remaining) if remaining > 0 else None
             if got is None:
-                break
-            self._classify(*got, waiting_for=None)
-        self._owed_late = 0  # what did not come by now is taken as dropped
+                self._owed.popleft()
+                self._counts["written_off"] += 1
+                self._probation = True  # should it come after all, the next window must not take it
+                continue
+            datagram = self._accept(*got)
+            if datagram is not None:
+                self._classify_unawaited(datagram)
 
-    def _classify(self, data: bytes, addr: tuple[str, int], waiting_for: int | None) -> SpikeCounts | None:
-        """Count one datagram; return it only if it answers the stimulation being waited for."""
+    def _accept(self, data: bytes, addr: tuple[str, int]) -> _Datagram | None:
+        """A well-formed spike datagram from the device, or None (counted foreign or malformed)."""
+        arrived = time.perf_counter()
+        if addr[0] == self._device_ip:
+            self._last_heard_wall = time.time()
         if addr[0] != self._device_ip or (self._reply_port is not None and addr[1] != self._reply_port):
             self._counts["foreign"] += 1
             self._foreign_source = (addr[0], addr[1])
+            if addr[0] == self._device_ip and self._pin_auto:
+                self._other_port = addr[1]
             return None
         try:
             reply = decode_spikes(data)
         except ProtocolError:
             self._counts["malformed"] += 1
             return None
-        ts = reply.timestamp_us
+        return _Datagram(reply, data, addr[1], arrived)
+
+    def _echo_bookkeeping(self, ts: int) -> bool:
+        """Count a reply echoing one of our earlier stimulations (duplicate or late); True if it did."""
         if ts in self._answered:
             self._counts["duplicates"] += 1
-            return None
+            return True
         if ts in self._timed_out:
             self._timed_out.discard(ts)
-            self._owed_late = max(0, self._owed_late - 1)
+            self._counts["late"] += 1
+            for i, owed in enumerate(self._owed):  # undecided: it was also owed as a plain reply
+                if owed.stim_us == ts:
+                    del self._owed[i]
+                    break
+            return True
+        return False
+
+    def _classify_unawaited(self, datagram: _Datagram) -> None:
+        """Count a reply that arrived while no stimulation was awaited: it answers none of them now."""
+        if self._echo is not False and self._echo_bookkeeping(datagram.reply.timestamp_us):
+            return
+        if self._echo is True:
+            self._counts["stale"] += 1  # echo device, unknown timestamp: nothing it can answer
+        elif self._owed:
+            self._owed.popleft()  # in order: the oldest stimulation still owed a reply
+            self._counts["late"] += 1
+        elif datagram.data == self._last_answer_data and not self._stamps_repeat:
+            self._counts["duplicates"] += 1
+        else:
+            self._counts["stale"] += 1  # a reply nothing is owed: more replies than stimulations
+
+    def _classify_awaited(self, datagram: _Datagram, waiting_for: int, earliest: float) -> str | None:
+        """While `waiting_for` is awaited: "echo", "plain", "candidate" (auto: hold), or None (counted, not it)."""
+        ts = datagram.reply.timestamp_us
+        if self._echo is not False:
+            if ts == waiting_for:
+                self._echo = True
+                return "echo"
+            if self._echo_bookkeeping(ts):
+                return None
+            if self._echo is True:
+                self._counts["stale"] += 1
+                return None
+        if self._owed:  # replies come in order: the oldest owed one is answered first
+            self._owed.popleft()
             self._counts["late"] += 1
             return None
-        if ts <= self._last_answer_us:
-            # Stamped no later than an answer already taken (echoed stamps and device clocks both move
-            # forward): a leftover, e.g. from before a trainer restart, never a newer answer.
-            self._counts["stale"] += 1
+        if datagram.arrived < earliest:
+            self._counts["stale"] += 1  # sooner than the device can answer: it was on its way before the send
             return None
-        if waiting_for is not None and ts == waiting_for:
-            if self._echo is None:
-                self._echo = True
-                if self._candidate is not None:  # an earlier-stamped reply came first: stale after all
-                    self._candidate = None
-                    self._counts["stale"] += 1
-            return reply
-        if self._echo is None and waiting_for is not None:
-            if ts > waiting_for:
-                self._vote_plain()  # stamped after our send by the device's own clock: a plain v1 device
-                if self._candidate is not None:
-                    self._candidate = None
-                    self._counts["stale"] += 1
-                return reply
-            if self._candidate is not None:
-                self._counts["stale"] += 1  # two earlier-stamped replies: keep the latest
-            self._candidate = reply
+        if not self._stamps_repeat and datagram.data == self._last_answer_data:
+            # Byte for byte the last answer while the device's stamps move: a copy of it, however late.
+            self._counts["duplicates"] += 1
+            self._copy_this_exchange = True
             return None
-        if self._echo is False:
-            if waiting_for is not None:
-                return reply  # arrived after the send, and the queue was drained before it
-            if self._owed_late:
-                self._owed_late -= 1
-                self._counts["late"] += 1
-            else:
-                self._counts["stale"] += 1
-            return None
-        self._counts["stale"] += 1  # echo device, unknown timestamp: nothing it can answer
-        return None
+        if self._echo is None and ts <= waiting_for:
+            return "candidate"  # a stale echo, or a coarse, constant or lagging clock: wait for the echo
+        return "plain"

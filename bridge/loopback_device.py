@@ -7,11 +7,19 @@ duplicate or corrupt a reply, or to send a forged one from a foreign address
 first, and it keeps every feedback and event datagram it receives so tests can
 inspect what actually left the bridge. Used by the bridge tests, the invariant
 test and `spikeloop bench bridge`; not a culture.
+
+It can also behave like a third-party protocol-v1 device: stamp replies with a
+clock of its own (`clock`: any function, so coarse, constant or backward clocks
+too), answer on hardware ticks (`tick_s`: a reply leaves one tick after the
+tick boundary that follows the stimulation's arrival, faults' delays added),
+and reply from a socket of its own (`reply_from_own_socket`).
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
+import math
 import socket
 import threading
 import time
@@ -43,6 +51,13 @@ class LoopbackDevice:
     echo_timestamps: bool = True
     fault_for: Callable[[int], Fault | None] = lambda i: None
     delay_s: float = 0.1
+    delay_for: Callable[[int], float] | None = None
+    """Per-reply delay of a "delay" fault (default: delay_s for every one)."""
+    clock: Callable[[], int] | None = None
+    """Stamps replies with this clock instead of echoing (overrides echo_timestamps)."""
+    tick_s: float = 0.0
+    """> 0: replies leave on ticks of this period (one tick after the tick that follows the arrival)."""
+    reply_from_own_socket: bool = False
     stim_port: int = 0
     feedback_port: int = 0
     event_port: int = 0
@@ -60,11 +75,23 @@ class LoopbackDevice:
             setattr(self, f"{kind}_port", sock.getsockname()[1])
             self._socks[kind] = sock
         self._reply = self._socks["stim"]  # replies leave from the stimulation port, as `spikeloop device`'s do
+        if self.reply_from_own_socket:  # ... or from a socket of their own, as a third-party device's may
+            self._reply = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            self._reply.bind(("127.0.0.1", 0))
+        self._reply_port = self._reply.getsockname()[1]
+        self._queue: list[tuple[float, int, bytes, socket.socket]] = []  # (send at, order, datagram, socket)
+        self._queue_ready = threading.Condition()
+        self._order = 0
         self._foreign = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._foreign.bind((FOREIGN_HOST, 0))
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._n = 0
+
+    @property
+    def reply_port(self) -> int:
+        """The port replies leave from."""
+        return self._reply_port
 
     def start(self) -> LoopbackDevice:
         """Serve in background threads."""
@@ -72,14 +99,19 @@ class LoopbackDevice:
             t = threading.Thread(target=self._serve, args=(kind,), daemon=True, name=f"loopback-{kind}")
             t.start()
             self._threads.append(t)
+        t = threading.Thread(target=self._send_scheduled, daemon=True, name="loopback-sender")
+        t.start()
+        self._threads.append(t)
         return self
 
     def stop(self) -> None:
         """Stop serving and close the sockets."""
         self._stop.set()
+        with self._queue_ready:
+            self._queue_ready.notify_all()
         for t in self._threads:
             t.join(timeout=1)
-        for sock in [*self._socks.values(), self._foreign]:
+        for sock in {*self._socks.values(), self._foreign, self._reply}:
             sock.close()
 
     def __enter__(self) -> LoopbackDevice:
@@ -106,18 +138,24 @@ class LoopbackDevice:
     def _answer(self, data: bytes) -> None:
         if len(data) != STIM_SIZE:
             return
+        arrived = time.monotonic()
         stim = decode_stim(data)
-        ts = stim.timestamp_us if self.echo_timestamps else now_us()
+        ts = self.clock() if self.clock is not None else stim.timestamp_us if self.echo_timestamps else now_us()
         good = encode_spikes(SpikeCounts(ts, counts_for(stim.frequencies_hz)))
         fault = self.fault_for(self._n)
+        delay = self.delay_for(self._n) if self.delay_for is not None else self.delay_s
         self._n += 1
         dest = (self.trainer_host, self.spike_port)
         if fault is not None:
             self.injected[fault] += 1
         if fault == "drop":
             return
+        if self.tick_s > 0:  # read on the next tick boundary, answered on the tick after it
+            read_at = math.ceil(arrived / self.tick_s) * self.tick_s
+            self._schedule(read_at + self.tick_s + (delay if fault == "delay" else 0.0), good)
+            return
         if fault == "delay":
-            threading.Timer(self.delay_s, self._reply.sendto, args=(good, dest)).start()
+            threading.Timer(delay, self._reply.sendto, args=(good, dest)).start()
             return
         if fault == "corrupt":
             self._reply.sendto(good[:-3], dest)  # truncated: must be counted malformed
@@ -130,6 +168,31 @@ class LoopbackDevice:
         self._reply.sendto(good, dest)
         if fault == "duplicate":
             self._reply.sendto(good, dest)
+
+    def _schedule(self, at: float, datagram: bytes) -> None:
+        with self._queue_ready:
+            heapq.heappush(self._queue, (at, self._order, datagram, self._reply))
+            self._order += 1
+            self._queue_ready.notify()
+
+    def _send_scheduled(self) -> None:
+        """Send tick-quantised and delayed replies when their time comes."""
+        dest = (self.trainer_host, self.spike_port)
+        while not self._stop.is_set():
+            with self._queue_ready:
+                if not self._queue:
+                    self._queue_ready.wait(0.05)
+                    continue
+                at, _, datagram, sock = self._queue[0]
+                wait = at - time.monotonic()
+                if wait > 0:
+                    self._queue_ready.wait(min(wait, 0.05))
+                    continue
+                heapq.heappop(self._queue)
+            try:
+                sock.sendto(datagram, dest)
+            except OSError:
+                pass  # stopped meanwhile
 
 
 def raw_round_trip(device: tuple[str, int], reply_sock: socket.socket, frequencies_hz: tuple[float, ...]) -> float:
