@@ -23,6 +23,21 @@ says). Everything else is counted (`malformed_*`, `foreign_*`, `refused_*`,
 still answered (exactly one reply per stimulation command) without stimulating.
 No datagram stops the device except `training_complete` from an accepted source.
 
+Third-party devices, for rehearsal and tests (`--tick-quantised`, `--own-clock`,
+`--clock-resolution-ms`, `--constant-clock`, `--reply-from ephemeral`): the
+device can behave like the reference trainer's device program instead, the
+kind of protocol-v1 device the bridge must work with unchanged. Tick-quantised,
+it runs a fixed-rate hardware loop: each tick it takes at most one datagram per
+port (the rest wait their turn, in order), a stimulation taken while a reply is
+still pending discards that reply, and a reply leaves on the first tick after
+the windows have passed, counted in whole ticks from the tick that took the
+stimulation in (at 10 Hz with 50 + 50 ms windows: the next tick, 100-200 ms
+after the stimulation was sent). With its own clock it stamps replies with its
+wall clock (optionally coarse, or constant) instead of echoing; it can reply
+from a socket of its own rather than its stimulation port. In tick mode the
+counters show how far behind the device fell: `lag_ticks_max_<port>` (the most
+ticks a datagram waited to be taken) and `backlog_max_<port>`.
+
 In-process use (tests, one simulated device per env runner):
 
     device = Device(DeviceConfig(stim_port=0, event_port=0, feedback_port=0, spike_port=my_port))
@@ -61,6 +76,7 @@ from bridge.protocol import (
     decode_feedback,
     decode_stim,
     encode_spikes,
+    now_us,
 )
 from bridge.safety import SafetyEnvelope, SafetyViolation
 
@@ -72,6 +88,13 @@ IDLE_POLL_S = 0.02
 """Longest block in select, so stop() and a real-time culture's catch-up stay timely."""
 MAX_DATAGRAMS_PER_WAKE = 256
 """Datagrams taken from one port per wake-up; the rest wait for the next (replies go out in between)."""
+REPLY_STAMPS = ("echo", "own", "constant")
+"""`echo`: replies carry the stimulation's timestamp; `own`: the device's wall clock (at `clock_resolution_ms`);
+`constant`: the same stamp on every reply (a clock that never moves)."""
+REPLY_FROM = ("stim_port", "ephemeral")
+"""Which socket replies leave from: the stimulation port, or a socket of their own on a free port."""
+TICK_QUEUE_LIMIT = 256
+"""Tick-quantised: datagrams waiting per port, like a socket buffer; more are dropped (`overflow_<port>`)."""
 ACCEPT_FROM = ("host", "spike_port", "any")
 """`host`: datagrams from the training host's address only; `spike_port`: only from the training host's
 spike port (the bridge sends from it); `any`: from anywhere."""
@@ -123,6 +146,12 @@ class DeviceConfig:
     envelope: SafetyEnvelope = field(default_factory=SafetyEnvelope)
     """The device's own limits: stimulation or feedback outside them is refused, whatever the trainer sent."""
     accept_from: Literal["host", "spike_port", "any"] = "host"
+    tick_quantised: bool = False
+    """Behave like a fixed-rate hardware loop: one datagram per port per tick, replies on ticks (module docstring)."""
+    reply_stamp: Literal["echo", "own", "constant"] = "echo"
+    clock_resolution_ms: float = 0.0
+    """With reply_stamp "own": the device clock moves in steps of this many ms (0: microseconds)."""
+    reply_from: Literal["stim_port", "ephemeral"] = "stim_port"
 
     def __post_init__(self) -> None:
         for name in ("stim_port", "spike_port", "event_port", "feedback_port"):
@@ -142,6 +171,16 @@ class DeviceConfig:
             raise ValueError(f"device backend {self.backend!r}: choose from {', '.join(BACKEND_NAMES)}")
         if self.accept_from not in ACCEPT_FROM:
             raise ValueError(f"device accept_from={self.accept_from!r}: choose from {', '.join(ACCEPT_FROM)}")
+        if self.reply_stamp not in REPLY_STAMPS:
+            raise ValueError(f"device reply_stamp={self.reply_stamp!r}: choose from {', '.join(REPLY_STAMPS)}")
+        if self.reply_from not in REPLY_FROM:
+            raise ValueError(f"device reply_from={self.reply_from!r}: choose from {', '.join(REPLY_FROM)}")
+        if not (math.isfinite(self.clock_resolution_ms) and self.clock_resolution_ms >= 0):
+            raise ValueError(f"device clock_resolution_ms={self.clock_resolution_ms!r}: must be a finite number >= 0")
+        if self.tick_quantised and self.backend == "cl":
+            raise ValueError("--tick-quantised emulates a hardware loop; the cl backend already runs on its own ticks")
+        if self.tick_quantised and not self.realtime and self.backend in ("sim", "transparent"):
+            raise ValueError("--tick-quantised runs on the wall clock: use it with --realtime, not --as-fast-as-possible")
         longest_burst = self.envelope.max_frequency_hz / self.tick_frequency_hz
         if longest_burst > self.envelope.max_pulses:
             raise ValueError(
@@ -157,6 +196,8 @@ class _PendingReply:
     collect_start_s: float
     collect_end_s: float
     received_monotonic_s: float
+    due_tick: int = 0
+    """Tick-quantised: the tick on which the reply leaves."""
 
 
 class Device:
@@ -186,6 +227,12 @@ class Device:
         self._stim_sock = self._bind(config.stim_port)
         self._feedback_sock = self._bind(config.feedback_port)
         self._event_sock = self._bind(config.event_port)
+        # A third-party device may answer from a socket of its own (a free port) rather than its stimulation port.
+        self._reply_sock = self._stim_sock if config.reply_from == "stim_port" else self._bind(0)
+        self._constant_stamp_us = now_us()
+        self._tick = 0  # tick-quantised: the current tick
+        self._window_ticks = max(1, math.ceil(
+            (config.artifact_wait_ms + config.collect_window_ms) / 1000.0 * config.tick_frequency_hz - 1e-9))
         # Feedback before stimulation before events: the order a trainer sends them in.
         self._socks = [self._feedback_sock, self._stim_sock, self._event_sock]
         self._handlers = {
@@ -221,6 +268,11 @@ class Device:
         self._reply_to = (self._reply_to[0], int(port))
 
     @property
+    def reply_source_port(self) -> int:
+        """The port replies leave from (the stimulation port unless reply_from is "ephemeral")."""
+        return self._reply_sock.getsockname()[1]
+
+    @property
     def feedback_port(self) -> int:
         """Bound feedback port."""
         return self._feedback_sock.getsockname()[1]
@@ -236,8 +288,14 @@ class Device:
         """Serve until training_complete or stop(); close the recording; return the exit status."""
         try:
             self.backend.open(self.config.recording_path)
-            log.info("device up: backend=%s stim=%d feedback=%d event=%d -> replies to %s:%d",
-                     self.backend.name, self.stim_port, self.feedback_port, self.event_port, *self._reply_to)
+            log.info("device up: backend=%s stim=%d feedback=%d event=%d -> replies to %s:%d from port %d%s",
+                     self.backend.name, self.stim_port, self.feedback_port, self.event_port, *self._reply_to,
+                     self.reply_source_port,
+                     f" (tick-quantised at {self.config.tick_frequency_hz:g} Hz, replies {self._window_ticks} "
+                     f"tick(s) after the tick that takes a stimulation)" if self.config.tick_quantised else "")
+            if self.config.tick_quantised:
+                self._serve_ticks()
+                return 0
             for _ in self.backend.ticks():
                 if self._stop.is_set():
                     break
@@ -271,7 +329,7 @@ class Device:
         try:
             self.backend.close()
         finally:
-            for sock in self._socks:
+            for sock in {*self._socks, self._reply_sock}:
                 sock.close()
 
     def recording_files(self) -> list[Path]:
@@ -308,33 +366,81 @@ class Device:
         return source[0] == self._reply_to[0]
 
     def _drain(self, sock: socket.socket) -> None:
-        handler = self._handlers[sock]
-        kind = handler.__name__.removeprefix("_on_")
         for _ in range(MAX_DATAGRAMS_PER_WAKE):
             if self._stop.is_set():
                 return
-            try:
-                data, source = sock.recvfrom(DEVICE_RECV_BYTES + 1)
-            except (BlockingIOError, InterruptedError):
+            got = self._recv_one(sock)
+            if got is None:
                 return
-            except OSError as exc:  # e.g. ICMP port unreachable surfacing on some platforms
-                self.counters["socket_errors"] += 1
-                log.debug("recv error: %s", exc)
-                return
-            if not self._accepts(source):
-                self._skipped("foreign", kind, data, f"from {source[0]}:{source[1]}, not the training host "
-                              f"{self._reply_to[0]} (accept_from={self.config.accept_from})")
-                continue
-            try:
-                handler(data)
-            except ProtocolError as exc:
-                self._skipped("malformed", kind, data, str(exc))
-            except SafetyViolation as exc:
-                self._skipped("refused", kind, data, f"outside the device's envelope: {exc}")
-            except Exception as exc:  # the device must outlive any one datagram; the cause goes to the log
-                self.counters[f"errors_{kind}"] += 1
-                self._warn.warning(f"errors_{kind}", "%s datagram (%d bytes) raised %s: %s", kind, len(data),
-                                   type(exc).__name__, exc, exc_info=True)
+            self._handle(sock, *got)
+
+    def _recv_one(self, sock: socket.socket) -> tuple[bytes, tuple[str, int]] | None:
+        """The next datagram waiting on `sock`, or None."""
+        try:
+            return sock.recvfrom(DEVICE_RECV_BYTES + 1)
+        except (BlockingIOError, InterruptedError):
+            return None
+        except OSError as exc:  # e.g. ICMP port unreachable surfacing on some platforms
+            self.counters["socket_errors"] += 1
+            log.debug("recv error: %s", exc)
+            return None
+
+    def _handle(self, sock: socket.socket, data: bytes, source: tuple[str, int]) -> None:
+        """Act on one datagram from `sock`'s port; nothing it contains can raise out of here."""
+        handler = self._handlers[sock]
+        kind = handler.__name__.removeprefix("_on_")
+        if not self._accepts(source):
+            self._skipped("foreign", kind, data, f"from {source[0]}:{source[1]}, not the training host "
+                          f"{self._reply_to[0]} (accept_from={self.config.accept_from})")
+            return
+        try:
+            handler(data)
+        except ProtocolError as exc:
+            self._skipped("malformed", kind, data, str(exc))
+        except SafetyViolation as exc:
+            self._skipped("refused", kind, data, f"outside the device's envelope: {exc}")
+        except Exception as exc:  # the device must outlive any one datagram; the cause goes to the log
+            self.counters[f"errors_{kind}"] += 1
+            self._warn.warning(f"errors_{kind}", "%s datagram (%d bytes) raised %s: %s", kind, len(data),
+                               type(exc).__name__, exc, exc_info=True)
+
+    # --- tick-quantised: a fixed-rate hardware loop ------------------------------------
+
+    def _serve_ticks(self) -> None:
+        """One datagram per port per tick, replies on ticks, until stopped (see the module docstring)."""
+        period = 1.0 / self.config.tick_frequency_hz
+        kinds = {sock: self._handlers[sock].__name__.removeprefix("_on_") for sock in self._socks}
+        waiting: dict[socket.socket, collections.deque] = {sock: collections.deque() for sock in self._socks}
+        next_tick = time.monotonic()
+        while not self._stop.is_set():
+            pause = next_tick - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            for sock in self._socks:  # what arrived since the last tick joins the port's queue, in order
+                while (got := self._recv_one(sock)) is not None:
+                    if len(waiting[sock]) >= TICK_QUEUE_LIMIT:
+                        self.counters[f"overflow_{kinds[sock]}"] += 1
+                    else:
+                        waiting[sock].append((*got, self._tick))
+            for sock in self._socks:  # feedback, stimulation, events: at most one each per tick
+                if self._stop.is_set():
+                    return
+                if waiting[sock]:
+                    data, source, queued_at = waiting[sock].popleft()
+                    kind = kinds[sock]
+                    self._note_max(f"lag_ticks_max_{kind}", self._tick - queued_at)
+                    self._note_max(f"backlog_max_{kind}", len(waiting[sock]))
+                    self._handle(sock, data, source)
+            self.backend.advance_to(self.backend.now_s())
+            self._send_due_replies()
+            self._tick += 1
+            next_tick += period
+            if next_tick < time.monotonic() - period:
+                next_tick = time.monotonic()  # the host stalled: skip the lost ticks instead of racing through them
+
+    def _note_max(self, key: str, value: int) -> None:
+        if value > self.counters[key]:
+            self.counters[key] = value
 
     def _skipped(self, why: str, kind: str, data: bytes, detail: str) -> None:
         key = f"{why}_{kind}"
@@ -357,8 +463,13 @@ class Device:
         self.backend.advance_to(at_s)
         start_s = at_s + self.config.artifact_wait_ms / 1000.0
         end_s = start_s + self.config.collect_window_ms / 1000.0
+        if self.config.tick_quantised and self._pending:
+            # A hardware loop holds one stimulation at a time: the newer one replaces it, unanswered.
+            self.counters["replies_discarded"] += len(self._pending)
+            self._pending.clear()
         # Queued before stimulating: a stimulation that was taken in is answered, whatever happens next.
-        self._pending.append(_PendingReply(cmd.timestamp_us, start_s, end_s, received))
+        self._pending.append(_PendingReply(cmd.timestamp_us, start_s, end_s, received,
+                                           due_tick=self._tick + self._window_ticks))
         entry = {"t_s": at_s, "timestamp_us": cmd.timestamp_us, "frequencies_hz": list(cmd.frequencies_hz),
                  "amplitudes_ua": list(cmd.amplitudes_ua)}
         if refused is None:
@@ -404,6 +515,12 @@ class Device:
     # --- replies -----------------------------------------------------------------------
 
     def _send_due_replies(self) -> None:
+        if self.config.tick_quantised:
+            while self._pending and self._pending[0].due_tick <= self._tick:
+                reply = self._pending.popleft()
+                self.backend.advance_to(reply.collect_end_s)
+                self._send(reply, *self._reply_datagram(reply))
+            return
         while self._pending and not self._stop.is_set():
             reply = self._pending[0]
             if self.backend.paced:
@@ -425,11 +542,21 @@ class Device:
 
     def _reply_datagram(self, reply: _PendingReply) -> tuple[list[float], bytes]:
         counts = [float(c) for c in self.backend.spike_counts(reply.collect_start_s, reply.collect_end_s)]
-        return counts, encode_spikes(SpikeCounts(reply.stim_timestamp_us, tuple(counts)))
+        return counts, encode_spikes(SpikeCounts(self._reply_stamp(reply), tuple(counts)))
+
+    def _reply_stamp(self, reply: _PendingReply) -> int:
+        """The reply's timestamp: the stimulation's (echo), or the device's own clock."""
+        if self.config.reply_stamp == "echo":
+            return reply.stim_timestamp_us
+        if self.config.reply_stamp == "constant":
+            return self._constant_stamp_us
+        stamp = now_us()
+        step = int(round(self.config.clock_resolution_ms * 1000.0))
+        return stamp - stamp % step if step > 0 else stamp
 
     def _send(self, reply: _PendingReply, counts: list[float], datagram: bytes) -> None:
         try:
-            self._stim_sock.sendto(datagram, self._reply_to)
+            self._reply_sock.sendto(datagram, self._reply_to)
         except OSError as exc:
             self.counters["send_errors"] += 1
             log.warning("could not send spike reply to %s:%d: %s", *self._reply_to, exc)
@@ -492,6 +619,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cl-sim-culture", action="store_true",
                    help="cl backend under the cl-sdk simulator only: the simulator's data comes from the "
                    "simulated culture (seeded by --seed) instead of cl-sdk's random source")
+    third = p.add_argument_group(
+        "third-party device behaviour (rehearsal and tests)",
+        "behave like a protocol-v1 device program that is not spikeloop's, e.g. the reference trainer's: the "
+        "bridge must work with such devices unchanged")
+    third.add_argument("--tick-quantised", action="store_true",
+                       help="run a fixed-rate hardware loop at --tick-frequency: at most one datagram per port per "
+                       "tick, a stimulation taken while a reply is pending discards that reply, and replies leave on "
+                       "the first tick after the windows (counted in whole ticks from the tick that took the "
+                       "stimulation in); needs real time")
+    third.add_argument("--own-clock", action="store_true",
+                       help="stamp replies with the device's wall clock instead of echoing the stimulation's timestamp")
+    third.add_argument("--clock-resolution-ms", type=float, default=0.0, metavar="MS",
+                       help="with --own-clock: the clock moves in steps of MS milliseconds (e.g. 16: a coarse clock)")
+    third.add_argument("--constant-clock", action="store_true",
+                       help="stamp every reply with the same time (a clock that never moves); implies --own-clock")
+    third.add_argument("--reply-from", choices=("stim-port", "ephemeral"), default="stim-port",
+                       help="send replies from the stimulation port, or from a socket of their own on a free port")
     envelope = p.add_argument_group(
         "device safety envelope", "the device's own limits, checked on every stimulation and feedback command "
         "whatever the trainer's envelope says; a command outside them is refused (counted, logged; a refused "
@@ -532,6 +676,9 @@ def config_from_args(args: argparse.Namespace) -> DeviceConfig:
         collect_window_ms=args.collect_window_ms, recording_path=args.recording_path, backend=args.backend,
         seed=args.seed, random_spike_rate_hz=args.random_spike_rate_hz, realtime=args.realtime,
         cl_sim_culture=args.cl_sim_culture, envelope=envelope, accept_from=args.accept_from.replace("-", "_"),
+        tick_quantised=args.tick_quantised,
+        reply_stamp="constant" if args.constant_clock else "own" if args.own_clock else "echo",
+        clock_resolution_ms=args.clock_resolution_ms, reply_from=args.reply_from.replace("-", "_"),
     )
 
 
