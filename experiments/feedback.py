@@ -2,12 +2,19 @@
 
 Reference behaviour (shared/spec/cl1-wire-protocol.md, "Feedback reference
 values" and "Surprise scaling"): step reward feedback on the positive or
-negative channels, event feedback per game event, episode feedback at the end,
-each scaled by how surprising it was. Surprise is the TD error's magnitude over
+negative channels (`use_reward_feedback`, the reference default) or, instead,
+event feedback per game event, and episode feedback at the end, each scaled by
+how surprising it was. Surprise is the TD error's magnitude over
 a running baseline of |TD| (an EMA), capped, and squashed to g = 1 - exp(-ratio);
 positive surprise lowers the frequency, negative raises it, and both raise
 amplitude and pulse count. Negative feedback is preceded by an interrupt on its
 channels and carries the unpredictable flag.
+
+A device that reads one feedback datagram per hardware tick (the reference
+device program does) falls behind for good if steps bring more datagrams than
+it has ticks per step; at the reference 10 Hz tick and 50 + 50 ms windows a
+step spans two ticks, so `max_datagrams_per_step` (2) bounds what leaves
+between two stimulations (`within_budget`).
 
 This module only *builds* commands; the bridge's safety envelope decides what
 is actually sent.
@@ -73,6 +80,12 @@ class FeedbackSettings:
     clamp_to_encoder_range: bool = False
     """The reference trainer clamped every feedback frequency to the encoder's 4-40 Hz; off by default."""
     interrupt_before_negative: bool = True
+    use_reward_feedback: bool = True
+    """Per-step feedback is the reward's sign (step_positive/step_negative), as the reference trainer's default;
+    false sends the event table (`events`) instead."""
+    max_datagrams_per_step: int = 2
+    """Most feedback datagrams sent between two stimulations (an interrupt counts); whole commands beyond it are
+    dropped, step feedback before episode feedback, and counted (`feedback_dropped`)."""
 
 
 @dataclass(frozen=True)
@@ -162,10 +175,14 @@ class FeedbackPolicy:
         if not self.settings.enabled:
             return [], scales
         commands: list[FeedbackCommand] = []
-        if reward > 0:
-            commands += build_commands(self.settings.step_positive, scales, FeedbackType.REWARD, "reward_positive", self.settings)
-        elif reward < 0:
-            commands += build_commands(self.settings.step_negative, scales, FeedbackType.REWARD, "reward_negative", self.settings)
+        if self.settings.use_reward_feedback:
+            if reward > 0:
+                commands += build_commands(self.settings.step_positive, scales, FeedbackType.REWARD,
+                                           "reward_positive", self.settings)
+            elif reward < 0:
+                commands += build_commands(self.settings.step_negative, scales, FeedbackType.REWARD,
+                                           "reward_negative", self.settings)
+            return commands, scales
         for name, count in events.items():
             spec = self.settings.events.get(name)
             if spec is not None and count > 0:
@@ -180,3 +197,35 @@ class FeedbackPolicy:
         spec = self.settings.episode_positive if episode_return > 0 else self.settings.episode_negative
         name = "episode_positive" if episode_return > 0 else "episode_negative"
         return build_commands(spec, scales, FeedbackType.REWARD, name, self.settings), scales
+
+
+def command_units(commands: list[FeedbackCommand]) -> list[list[FeedbackCommand]]:
+    """Commands grouped as they must travel: an interrupt together with the command that follows it."""
+    units: list[list[FeedbackCommand]] = []
+    opened = False
+    for command in commands:
+        if opened:
+            units[-1].append(command)
+        else:
+            units.append([command])
+        opened = command.feedback_type == FeedbackType.INTERRUPT and not opened
+    return units
+
+
+def within_budget(step: list[FeedbackCommand], episode: list[FeedbackCommand],
+                  budget: int) -> tuple[list[FeedbackCommand], int]:
+    """What leaves between two stimulations: at most `budget` datagrams, whole commands, episode feedback first.
+
+    Returns the commands in sending order (step feedback, then episode feedback) and how many datagrams were
+    dropped. Episode feedback goes first because it would interrupt a step burst on the same channels anyway.
+    """
+    kept: list[tuple[int, list[FeedbackCommand]]] = []
+    room = budget
+    ordered = list(enumerate(command_units(step)))
+    episode_units = [(len(ordered) + i, unit) for i, unit in enumerate(command_units(episode))]
+    for order, unit in episode_units + ordered:
+        if len(unit) <= room:
+            kept.append((order, unit))
+            room -= len(unit)
+    sent = [command for _, unit in sorted(kept, key=lambda item: item[0]) for command in unit]
+    return sent, len(step) + len(episode) - len(sent)

@@ -339,6 +339,13 @@ def _check_feedback(feedback: FeedbackSettings) -> None:
         if name not in EVENTS:
             raise ValueError(f"feedback.events.{name}: not a game event, so it would never be sent; "
                              f"events are {', '.join(EVENTS)}")
+    if feedback.max_datagrams_per_step < 1:
+        raise ValueError(f"feedback.max_datagrams_per_step: must be >= 1, got {feedback.max_datagrams_per_step} "
+                         "(to send no feedback, set feedback.enabled: false)")
+    if feedback.max_datagrams_per_step < 2 and feedback.interrupt_before_negative:
+        raise ValueError(f"feedback.max_datagrams_per_step: {feedback.max_datagrams_per_step} cannot carry negative "
+                         "feedback, which is an interrupt and its command (2 datagrams); use 2 or more, or "
+                         "interrupt_before_negative: false")
     s = feedback.surprise
     if not 0 < s.baseline_ema <= 1:
         raise ValueError(f"feedback.surprise.baseline_ema: must be in (0, 1], got {s.baseline_ema}")

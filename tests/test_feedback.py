@@ -9,7 +9,14 @@ import pytest
 from bridge.channels import NEGATIVE_FEEDBACK_ELECTRODES, POSITIVE_FEEDBACK_ELECTRODES
 from bridge.protocol import FeedbackType, encode_feedback
 from bridge.safety import SafetyEnvelope
-from experiments.feedback import FeedbackPolicy, FeedbackSettings, SurpriseSettings, SurpriseTracker
+from experiments.feedback import (
+    FeedbackPolicy,
+    FeedbackSettings,
+    SurpriseSettings,
+    SurpriseTracker,
+    command_units,
+    within_budget,
+)
 
 
 def test_first_surprise_has_ratio_one():
@@ -69,10 +76,46 @@ def test_td_error_uses_gamma_and_terminal_flag():
 
 
 def test_events_follow_the_table_and_unknown_events_are_ignored():
-    policy = FeedbackPolicy(FeedbackSettings(surprise=SurpriseSettings(enabled=False)), gamma=0.997)
+    settings = FeedbackSettings(surprise=SurpriseSettings(enabled=False), use_reward_feedback=False)
+    policy = FeedbackPolicy(settings, gamma=0.997)
     commands, _ = policy.for_step(0.0, {"enemy_kill": 1, "armor_pickup": 1, "ammo_waste": 0}, 0.0, 0.0, False)
     assert [c.event_name for c in commands] == ["enemy_kill", "enemy_kill"]  # interrupt + event
     assert commands[1].feedback_type == FeedbackType.EVENT and commands[1].amplitude_ua == 2.5
+
+
+def test_reward_feedback_or_the_event_table_never_both():
+    """The reference trainer's switch: per-step reward feedback (default), or the event table instead."""
+    events = {"took_damage": 1, "ammo_waste": 1}
+    on = FeedbackPolicy(FeedbackSettings(), gamma=0.997)
+    commands, _ = on.for_step(-15.0, events, 0.0, 0.0, False)
+    assert [c.event_name for c in commands] == ["reward_negative"] * 2  # interrupt + reward, no events
+    off = FeedbackPolicy(FeedbackSettings(use_reward_feedback=False), gamma=0.997)
+    commands, _ = off.for_step(-15.0, events, 0.0, 0.0, False)
+    assert [c.event_name for c in commands] == ["took_damage"] * 2 + ["ammo_waste"] * 2  # no reward feedback
+
+
+def _named(names: str) -> list:
+    """Commands by letter; a lower-case letter is an interrupt that goes with the next command."""
+    from bridge.protocol import FeedbackCommand
+
+    return [FeedbackCommand(0, FeedbackType.INTERRUPT if n.islower() else FeedbackType.REWARD, (19,), 20, 2.0, 10,
+                            event_name=n) for n in names]
+
+
+def _letters(commands) -> str:
+    return "".join(c.event_name for c in commands)
+
+
+def test_budget_keeps_whole_commands_and_episode_feedback_first():
+    assert [_letters(u) for u in command_units(_named("aAbBC"))] == ["aA", "bB", "C"]
+    assert within_budget(_named("aAbB"), [], 2) == (_named("aA"), 2)  # the first whole command fits
+    sent, dropped = within_budget(_named("aA"), _named("eE"), 2)
+    assert (_letters(sent), dropped) == ("eE", 2)  # at an episode's end its feedback goes first
+    sent, dropped = within_budget(_named("P"), _named("E"), 2)
+    assert (_letters(sent), dropped) == ("PE", 0)  # both fit: sent in order, step then episode
+    sent, dropped = within_budget(_named("aAP"), _named("eE"), 3)
+    assert (_letters(sent), dropped) == ("PeE", 2)  # a command that no longer fits does not block a smaller one
+    assert within_budget([], [], 2) == ([], 0)
 
 
 def test_clamp_to_encoder_range_is_a_setting():

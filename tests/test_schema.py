@@ -112,6 +112,9 @@ def test_broken_files_cover_every_kind_of_mistake():
         ("loop.timeout_s=[1", "loop.timeout_s"),           # value is not YAML
         ("feedback.events.enemy_kill={channels: [35, 63], frequency_hz: 20, amplitude_ua: 2.5, pulses: 40}",
          "feedback.events.enemy_kill.channels"),           # forbidden electrode
+        ("feedback.max_datagrams_per_step=0", "feedback.max_datagrams_per_step"),  # nothing could be sent
+        ("feedback.max_datagrams_per_step=1", "feedback.max_datagrams_per_step"),  # negative feedback is 2 datagrams
+        ("devices.0.reply_port=auto-ish", "devices.0.reply_port"),
     ],
 )
 def test_bad_override_names_its_key(override, key):
