@@ -4,7 +4,10 @@ One actor per device, named from the device id in the `spikeloop` namespace so
 env runners, watch mode and tools all find the same one. It is restarted by Ray
 if its process dies (sockets are re-bound in `__init__`; a dead process's UDP
 ports are free at once) and is pinned to the node that owns the device, either
-by a custom resource or by node id, so the UDP hop stays local.
+by a custom resource or by node id, so the UDP hop stays local. It is never
+placed in its creator's placement group: an env runner under Tune runs inside
+its trial's placement group, whose bundles hold no device resource, so a
+captured bridge could never be scheduled.
 
 Exchanges are not retried on restart: a stimulation that may already have
 reached the culture must not be silently sent twice. Callers see the actor
@@ -27,6 +30,9 @@ from bridge.local_channel import LocalChannelServer
 from bridge.protocol import FeedbackCommand
 
 NAMESPACE = "spikeloop"
+DEVICE_RESOURCE_SHARE = 0.001
+"""How much of a node's `cl1:<device_id>` resource a bridge (or an env runner) asks for: enough to pin it to that
+node, little enough that the bridge, its env runner and a driver's task all fit beside each other."""
 
 
 def bridge_actor_name(device_id: str) -> str:
@@ -124,7 +130,9 @@ def start_bridge(
     if resource is not None:
         # A tiny share of the device resource: pins the actor without using it up,
         # so the env runner that drives the device can ask for the same node.
-        options["resources"] = {resource: 0.001}
+        options["resources"] = {resource: DEVICE_RESOURCE_SHARE}
+        # Not the caller's placement group (a trial's, under Tune): its bundles have no device resource.
+        options["scheduling_strategy"] = "DEFAULT"
     if node_id is not None:
         options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
     return CL1Bridge.options(**options).remote(config)

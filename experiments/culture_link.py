@@ -6,10 +6,17 @@ serve two games). It is opened when the env runner creates its environment
 and used by the culture connector (stimulation -> spikes) and the callbacks
 (feedback and events). For `sim`, `random` and `zero` devices it also starts
 the device itself, on the env runner's node, with free ports.
+
+When a device stops answering (`max_consecutive_timeouts` in a row) and the
+experiment says stop, the link raises `DeviceLost` with what was observed and
+what to check, and leaves the same report in Ray's key-value store: RLlib ends
+an env runner whose sampling raised by exiting its process, so the driver only
+sees the actor die and reads the report from there (`device_loss_report`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -23,7 +30,7 @@ from typing import Any, Literal
 import numpy as np
 import ray
 
-from bridge.actor import device_resource, start_bridge
+from bridge.actor import DEVICE_RESOURCE_SHARE, device_resource, start_bridge
 from bridge.channels import (
     ARTIFACT_WAIT_MS,
     COLLECT_WINDOW_MS,
@@ -37,11 +44,15 @@ from bridge.client import BridgeClient
 from bridge.core import BridgeConfig, SpikeReply
 from bridge.protocol import FeedbackCommand
 from bridge.safety import Policy, SafetyEnvelope
-from experiments.feedback import FeedbackPolicy, FeedbackSettings
+from experiments.feedback import FeedbackPolicy, FeedbackSettings, within_budget
 
 log = logging.getLogger(__name__)
 
 SIMULATED_BACKENDS = ("sim", "random", "zero", "transparent")
+BRIDGE_START_WAIT_S = 60.0
+"""How long an env runner waits for its device's bridge: the previous trial's may still be shutting down."""
+LOSS_KEY_PREFIX = "spikeloop/device-lost/"
+"""Ray key-value keys of device-loss reports: prefix + placement group (the trial's) + device id."""
 
 
 class DeviceLost(RuntimeError):
@@ -66,10 +77,11 @@ class DeviceSettings:
     event_port: int = EVENT_PORT
     feedback_port: int = FEEDBACK_PORT
     bind_host: str = "127.0.0.1"
-    reply_port: int | Literal["stim_port", "any"] = "stim_port"
-    """Source port the device's replies must come from: "stim_port" (what `spikeloop device` does), a port number,
-    or "any" for a third-party device program that replies from another socket (any process on its host could
-    then answer for it)."""
+    reply_port: int | Literal["auto", "stim_port", "any"] = "auto"
+    """Source port of the device host that replies must come from: "auto" (the port of the first reply that answers
+    a stimulation, pinned from then on: a third-party program may reply from any socket of its own), "stim_port"
+    (pinned from the start: where `spikeloop device` replies from), a port number, or "any" (any process on the
+    device host could then answer for it). `spikeloop check` names the port replies came from."""
     node_resource: str | None = None
     """Custom resource of the node that owns the device (default for cl1: `cl1:<device_id>`)."""
     # Simulated devices only (defaults: the reference device timing, run as fast as possible):
@@ -93,9 +105,9 @@ class DeviceSettings:
                 raise ValueError(f"{name}={port!r}: a UDP port is {low}-65535"
                                  + (" (0: any free port)" if low == 0 else ""))
         reply = self.reply_port
-        if reply not in ("stim_port", "any") and (isinstance(reply, bool) or not isinstance(reply, int)
-                                                  or not 1 <= reply <= 65535):
-            raise ValueError(f"reply_port={reply!r}: use stim_port, any or a UDP port 1-65535")
+        if reply not in ("auto", "stim_port", "any") and (isinstance(reply, bool) or not isinstance(reply, int)
+                                                          or not 1 <= reply <= 65535):
+            raise ValueError(f"reply_port={reply!r}: use auto, stim_port, any or a UDP port 1-65535")
         if self.node_resource is not None and not self.node_resource.strip():
             raise ValueError("node_resource is empty: leave it out for the default cl1:<device_id>")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
@@ -116,6 +128,11 @@ class DeviceSettings:
     def resource(self) -> str:
         """The custom resource that marks the node owning this device."""
         return self.node_resource or device_resource(self.device_id)
+
+    def describe(self) -> str:
+        """Where the device is: backend, host and its three ports (for messages)."""
+        return (f"{self.backend} at {self.host}: stimulation port {self.stim_port}, feedback port "
+                f"{self.feedback_port}, event port {self.event_port}")
 
     def device_config(self, spike_port: int, envelope: SafetyEnvelope | None = None):
         """The device program's settings for this simulated device (its own ports: any free ones).
@@ -169,6 +186,31 @@ class CultureSettings:
         """The hardware devices whose node resource the given node advertises."""
         return [d for d in self.devices if d.resource in node_resources]
 
+    @property
+    def hardware(self) -> tuple[DeviceSettings, ...]:
+        """The cl1 devices (those not started by spikeloop)."""
+        return tuple(d for d in self.devices if not d.simulated)
+
+    def node_resources(self) -> dict[str, float]:
+        """What one machine that owns every hardware device advertises: each device and one env-runner slot each."""
+        from experiments.loop import DEVICE_SLOT_RESOURCE
+
+        hardware = self.hardware
+        return {d.resource: 1.0 for d in hardware} | ({DEVICE_SLOT_RESOURCE: float(len(hardware))} if hardware else {})
+
+    def runner_resources(self) -> dict[str, float]:
+        """Custom resources each env runner asks for: a device slot, plus the device itself when there is one.
+
+        With several devices every env runner asks the same (RLlib gives them one request), so only the slot;
+        with one, a share of its resource keeps the env runner off other device nodes.
+        """
+        from experiments.loop import DEVICE_SLOT_RESOURCE
+
+        hardware = self.hardware
+        if not hardware:
+            return {}
+        return {DEVICE_SLOT_RESOURCE: 1.0} | ({hardware[0].resource: DEVICE_RESOURCE_SHARE} if len(hardware) == 1 else {})
+
     def bridge_config(self, dev: DeviceSettings) -> BridgeConfig:
         """The bridge settings for one of this experiment's devices."""
         return BridgeConfig(
@@ -179,7 +221,8 @@ class CultureSettings:
             feedback_port=dev.feedback_port,
             spike_port=dev.spike_port,
             bind_host=dev.bind_host,
-            device_reply_port=None if dev.reply_port == "any" else dev.reply_port,
+            # A simulated device is spikeloop's own: it replies from its stimulation port.
+            device_reply_port=("stim_port" if dev.simulated else None if dev.reply_port == "any" else dev.reply_port),
             timeout_s=self.timeout_s,
             timeout_policy=self.timeout_policy,
             envelope=self.envelope,
@@ -218,6 +261,8 @@ class CultureLink:
         self._pending_feedback: list[FeedbackCommand] = []
         self._latency_ms_by_stim: dict[int, float] = {}  # filled only with settings.step_log
         self._device_actor = None
+        self._bridge_config: BridgeConfig | None = None
+        self._loss_key = _loss_key_scope()
         self._busy_s = 0.0
         self._t_sent = 0.0
         self._opened = time.monotonic()
@@ -241,6 +286,7 @@ class CultureLink:
         # A fresh name per process: two trials must never share a simulated culture's bridge.
         config = replace(self.settings.bridge_config(dev), device_id=f"{dev.device_id}-{uuid.uuid4().hex[:8]}",
                          spike_port=spike_port, device_host=dev.bind_host, **ports)
+        self._bridge_config = config
         return start_bridge(config, node_id=self._node_id)
 
     def _claim_device_on_this_node(self) -> tuple[DeviceSettings, BridgeClient]:
@@ -257,17 +303,19 @@ class CultureLink:
         holders = []
         for dev in candidates:
             wanted = self.settings.bridge_config(dev)
-            actor = start_bridge(wanted, resource=dev.resource)
-            running = ray.get(actor.get_config.remote())
+            actor, running = _running_bridge(wanted, dev)
             if running != wanted:
                 raise RuntimeError(
                     f"a bridge for device {dev.device_id!r} is already running with other settings "
                     f"({running}); stop the experiment that uses it first"
                 )
             try:
-                return dev, self._claim(actor)
+                client = self._claim(actor)
             except DeviceBusy as exc:
                 holders.append(str(exc))
+                continue
+            self._bridge_config = wanted
+            return dev, client
         raise RuntimeError(f"every device on node {self._node_id[:8]} is taken: {'; '.join(holders)}")
 
     def _claim(self, actor) -> BridgeClient:
@@ -285,10 +333,9 @@ class CultureLink:
         `receive_spikes` returns the culture's answer.
         """
         self._t_sent = time.perf_counter()
-        feedback, self._pending_feedback = self._pending_feedback, []
+        feedback = self._take_pending()
         half = len(stim) // 2
         self.bridge.send_exchange(stim[:half], stim[half:], feedback)
-        self.counts["feedback_commands"] += len(feedback)
 
     def receive_spikes(self) -> SpikeReply:
         """The culture's answer to the stimulation `send_stim` sent; counts timeouts and device loss."""
@@ -306,13 +353,45 @@ class CultureLink:
                         self.device.device_id, reply.stim_timestamp_us, self.consecutive_timeouts)
             if self.consecutive_timeouts >= self.settings.max_consecutive_timeouts:
                 self.counts["device_lost"] += 1
-                message = (f"device {self.device.device_id!r} did not answer {self.consecutive_timeouts} "
-                           f"stimulations in a row (host {self.device.host}, stim port {self.device.stim_port})")
+                message = self.loss_message()
                 if self.settings.on_device_loss == "stop":
-                    raise DeviceLost(message + "; stopping as culture.on_device_loss='stop'")
-                log.error("%s; continuing as culture.on_device_loss='continue'", message)
+                    message += " Stopping, as loop.on_device_loss is 'stop'."
+                    _report_loss(self._loss_key, self.device.device_id, message)
+                    raise DeviceLost(message)
+                log.error("%s Continuing, as loop.on_device_loss is 'continue'.", message)
                 self.consecutive_timeouts = 0
         return reply
+
+    def loss_message(self) -> str:
+        """What a lost device looks like from here: where it is, what was seen, what to check."""
+        config = self._bridge_config
+        try:
+            stats = self.bridge.stats()
+        except Exception as exc:  # the message must not hide the loss behind a second failure
+            stats = {"error": f"{type(exc).__name__}: {exc}"}
+        now = time.time()
+        dev = self.device
+        host = config.device_host if config else dev.host
+        ports = ((config.stim_port, config.feedback_port, config.event_port) if config else
+                 (dev.stim_port, dev.feedback_port, dev.event_port))
+        spike = stats.get("spike_port") or (config.spike_port if config else dev.spike_port)
+        bind = config.bind_host if config else dev.bind_host
+        last = stats.get("last_reply_wall")
+        seen = (f"the last reply came at {_clock(last)} ({now - last:.1f} s ago), after {stats.get('ok', 0)} "
+                "answered" if last else "no reply came at all since this env runner opened the device")
+        heard = stats.get("last_heard_wall")
+        if stats.get("last_foreign_source") and heard and (last is None or heard > last + 1e-3):
+            seen += (f"; datagrams kept coming from {stats['last_foreign_source']}, refused as not from the reply "
+                     f"source {stats.get('reply_source')} (devices.N.reply_port)")
+        elif heard is None or last is None or heard <= last + 1e-3:
+            seen += "; nothing at all has come from the device host since"
+        timeout_ms = self.settings.timeout_s * 1000
+        return (f"device {dev.device_id!r} did not answer {self.consecutive_timeouts} stimulations in a row "
+                f"(timeout {timeout_ms:.0f} ms each): {dev.backend} at {host}, stimulation port {ports[0]}, feedback "
+                f"port {ports[1]}, event port {ports[2]}, replies expected on {bind}:{spike}; {seen}. Check that the "
+                f"device program is still running on {host} and listening on port {ports[0]}, that it sends its "
+                f"replies to this machine's port {spike} (the device's --training-host and --spike-port), and that "
+                f"nothing drops UDP between them; `spikeloop check EXP.yaml` probes the device.")
 
     def queue_feedback(self, commands: list[FeedbackCommand]) -> None:
         """Feedback for the step just taken: it goes out just before the next stimulation."""
@@ -320,16 +399,24 @@ class CultureLink:
 
     def post_feedback(self) -> None:
         """Send the queued feedback now, ahead of the stimulation being prepared (see BridgeClient.post_feedback)."""
-        feedback, self._pending_feedback = self._pending_feedback, []
-        self.counts["feedback_commands"] += len(feedback)
-        self.bridge.post_feedback(feedback)
+        self.bridge.post_feedback(self._take_pending())
 
     def flush(self, extra_feedback: list[FeedbackCommand] = (), events: list[tuple[str, dict]] = ()) -> None:
-        """Send queued feedback, `extra_feedback` and events now (episode end, shutdown)."""
-        feedback, self._pending_feedback = self._pending_feedback + list(extra_feedback), []
-        self.counts["feedback_commands"] += len(feedback)
+        """Send queued feedback, `extra_feedback` (episode feedback) and events now (episode end, shutdown)."""
+        feedback = self._take_pending(list(extra_feedback))
         self.counts["events"] += len(events)
         self.bridge.send_all(feedback, events)
+
+    def _take_pending(self, episode: list[FeedbackCommand] = ()) -> list[FeedbackCommand]:
+        """The queued step feedback (and episode feedback), within the per-step datagram budget."""
+        step, self._pending_feedback = self._pending_feedback, []
+        if not step and not episode:
+            return []
+        sent, dropped = within_budget(step, list(episode), self.settings.feedback.max_datagrams_per_step)
+        self.counts["feedback_commands"] += len(sent)
+        if dropped:
+            self.counts["feedback_dropped"] += dropped
+        return sent
 
     def pop_latencies_ms(self, stim_timestamps_us: np.ndarray) -> np.ndarray:
         """The exchange latencies of these stimulations (NaN where unknown); forgets every kept latency."""
@@ -366,6 +453,63 @@ class CultureLink:
 _LINK: CultureLink | None = None
 _RETAINED_BRIDGES: dict[str, Any] = {}
 """Hardware bridge actors this process found or created, kept alive after their link closed."""
+
+
+def _running_bridge(wanted: BridgeConfig, dev: DeviceSettings):
+    """The device's bridge actor and its settings, started here if none runs.
+
+    The previous trial's bridge may still be going away (Ray ends it with the env runner that created it) and
+    hold the name or the spike port for a moment: wait for it, up to `BRIDGE_START_WAIT_S`.
+    """
+    deadline = time.monotonic() + BRIDGE_START_WAIT_S
+    while True:
+        actor = start_bridge(wanted, resource=dev.resource)
+        try:
+            return actor, ray.get(actor.get_config.remote(), timeout=BRIDGE_START_WAIT_S)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the bridge for device {dev.device_id!r} ({dev.describe()}) did not start within "
+                                   f"{BRIDGE_START_WAIT_S:.0f} s: {exc}") from None
+            time.sleep(0.5)
+
+
+def _clock(wall: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(wall)) + f".{int(wall % 1 * 10)}"
+
+
+def _loss_key_scope() -> str:
+    """What names this env runner's trial in loss reports: its placement group (empty outside one)."""
+    try:
+        group = ray.util.get_current_placement_group()
+    except Exception:
+        group = None
+    return group.id.hex() if group is not None else ""
+
+
+def _report_loss(scope: str, device_id: str, message: str) -> None:
+    """Leave a device-loss report where the driver finds it (see the module docstring)."""
+    try:
+        from ray.experimental import internal_kv
+
+        record = {"device_id": device_id, "message": message, "wall": time.time()}
+        internal_kv._internal_kv_put(f"{LOSS_KEY_PREFIX}{scope}/{device_id}", json.dumps(record), overwrite=True)
+    except Exception as exc:  # the raise that follows still names the device in this runner's log
+        log.warning("could not leave the device-loss report for the driver: %s", exc)
+
+
+def device_loss_report(since_wall: float) -> str | None:
+    """The newest device-loss message of this process's trial (its placement group) since `since_wall`, if any."""
+    from ray.experimental import internal_kv
+
+    prefix = f"{LOSS_KEY_PREFIX}{_loss_key_scope()}/"
+    records = []
+    for key in internal_kv._internal_kv_list(prefix) or []:
+        raw = internal_kv._internal_kv_get(key)
+        if raw:
+            record = json.loads(raw)
+            if record.get("wall", 0) >= since_wall:
+                records.append(record)
+    return max(records, key=lambda r: r["wall"])["message"] if records else None
 
 
 def open_link(settings: CultureSettings, runner_index: int, gamma: float) -> CultureLink:

@@ -2,8 +2,7 @@
 
 Tune places a trial only once every resource it asks for is free at once; a local
 Ray that can never offer them (two env runners on a two-core machine, a GPU
-learner without a GPU, a cl1 device on a machine that advertises none) leaves
-the trial pending for ever, with Tune printing "No trial is running" every
+learner without a GPU) leaves the trial pending for ever, with Tune printing "No trial is running" every
 minute. The request comes from RLlib itself (`default_resource_request`), so it
 is what Tune will ask for, not a guess.
 """
@@ -25,8 +24,11 @@ def trial_request(experiment: Experiment) -> dict[str, float]:
     return dict(config.algo_class.default_resource_request(config).required_resources)
 
 
-def local_resources() -> dict[str, float]:
-    """What a local Ray started here would offer (the same CPU count Ray detects; GPUs CUDA can see)."""
+def local_resources(experiment: Experiment | None = None) -> dict[str, float]:
+    """What a local Ray started here would offer (the same CPU count Ray detects; GPUs CUDA can see).
+
+    With an experiment, also the device resources spikeloop's local Ray advertises for its cl1 devices.
+    """
     try:
         from ray._private.utils import get_num_cpus  # Ray's own count: honours cgroup limits
 
@@ -39,7 +41,8 @@ def local_resources() -> dict[str, float]:
         gpus = float(torch.cuda.device_count())
     except Exception:
         gpus = 0.0
-    return {"CPU": cpus, "GPU": gpus}
+    devices = experiment.culture_settings().node_resources() if experiment is not None else {}
+    return {"CPU": cpus, "GPU": gpus} | devices
 
 
 def short_of(need: dict[str, float], available: dict[str, float]) -> set[str]:
@@ -73,9 +76,10 @@ def shortfall(experiment: Experiment, available: dict[str, float], where: str = 
     for name in sorted(short - {"CPU", "GPU"}):
         devices = [d for d in experiment.devices if not d.simulated]
         lines.append(f"  {name}: each env runner drives one cl1 device and runs on a node that advertises it. "
-                     "Start Ray on each device's node with `ray start --address=... --resources='{\"cl1_slot\": 1, \""
+                     "Start Ray on each device's node with `ray start --address=... --resources='{\""
                      + (devices[0].resource if devices else "cl1:<device_id>")
-                     + "\": 1}'` and run with RAY_ADDRESS set, or use a simulated device (backend: sim).")
+                     + "\": 1, \"cl1_slot\": 1}'`, or run without RAY_ADDRESS on the machine beside the "
+                     "devices (spikeloop's own Ray then advertises them).")
     return "\n".join(lines)
 
 

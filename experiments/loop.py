@@ -1,8 +1,11 @@
 """Assemble the closed-loop PPO: env, module, learner, culture connector, callbacks.
 
 `closed_loop_config` is the one place where the pieces meet; the experiment
-runner (and tests) build every algorithm through it. `finish` tells every
-device that training is over.
+runner (and tests) build every algorithm through it. `finish` tells the
+devices that training is over: the simulated ones of a trial when the trial
+ends; a hardware device, which serves trial after trial of a sweep (and
+Tune's retries), is told once, by the driver, when the whole run ends
+(`tell_devices_training_complete`).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import ray
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
 from experiments.culture_connector import make_culture_connector
@@ -48,8 +52,7 @@ def closed_loop_config(
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
     register()  # env runners resolve the env by name; restoring a checkpoint needs it too
     direct = policy == "direct"
-    hardware = not direct and any(not d.simulated for d in culture.devices)
-    runner_resources = {DEVICE_SLOT_RESOURCE: 1} if hardware else {}
+    runner_resources = {} if direct else culture.runner_resources()
     env_config = dict(env_config or {})
     if direct:
         view = None  # the live view shows a culture's stimulation and spikes: there are none
@@ -84,23 +87,49 @@ def closed_loop_config(
     return config
 
 
-def _finish_runner(env_runner, reason: str, total_steps: int, total_episodes: int) -> bool:
+def _finish_runner(env_runner, reason: str, total_steps: int, total_episodes: int, hardware: bool) -> bool:
     try:
         link = current_link()
     except RuntimeError:
         return False  # e.g. the local env runner, which drives no culture
-    link.flush([], [("training_complete", {"total_episodes": total_episodes, "total_steps": total_steps,
-                                            "reason": reason})])
+    told = hardware or link.device.simulated
+    events = [("training_complete", {"total_episodes": total_episodes, "total_steps": total_steps,
+                                     "reason": reason})] if told else []
+    link.flush([], events)
     close_link()
-    return True
+    return told
 
 
-def finish(algo, reason: str = "completed", total_steps: int = 0, total_episodes: int = 0) -> int:
-    """Send `training_complete` to every culture and close the links; returns how many were told."""
+def finish(algo, reason: str = "completed", total_steps: int = 0, total_episodes: int = 0,
+           hardware: bool = True) -> int:
+    """Close every culture link, sending `training_complete` first; returns how many devices were told.
+
+    `hardware=False` (a trial of a run, whose driver tells its hardware devices at the very end) tells only the
+    simulated devices, which end with the trial anyway.
+    """
     results = algo.env_runner_group.foreach_env_runner(
-        lambda runner: _finish_runner(runner, reason, total_steps, total_episodes), local_env_runner=True
+        lambda runner: _finish_runner(runner, reason, total_steps, total_episodes, hardware), local_env_runner=True
     )
     return sum(bool(r) for r in results)
+
+
+def tell_devices_training_complete(culture: CultureSettings, data: dict[str, Any]) -> list[str]:
+    """Send `training_complete` to every hardware device, from a task on its node; returns one line per device.
+
+    The run's driver calls this once at the end: trials leave hardware devices running, because the device program
+    exits on `training_complete` and the next trial of a sweep (or Tune's retry) needs it.
+    """
+    from bridge.actor import DEVICE_RESOURCE_SHARE
+
+    tasks = {dev.device_id: _tell_device.options(resources={dev.resource: DEVICE_RESOURCE_SHARE}).remote(
+        culture.bridge_config(dev), data) for dev in culture.hardware}
+    lines = []
+    for device_id, task in tasks.items():
+        try:
+            lines.append(ray.get(task, timeout=120))
+        except Exception as exc:  # one device that cannot be told must not keep the others from being told
+            lines.append(f"device {device_id!r}: could not send training_complete ({type(exc).__name__}: {exc})")
+    return lines
 
 
 def restore(algo, checkpoint_path: str) -> None:
@@ -116,3 +145,32 @@ def restore(algo, checkpoint_path: str) -> None:
             from_worker_or_learner_group=algo.learner_group, inference_only=True, timeout_seconds=60
         )
 
+
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def _tell_device(config, data: dict[str, Any]) -> str:
+    """Send one `training_complete` through the device's bridge, or through a bridge of our own if none runs."""
+    import time
+
+    from bridge.actor import find_bridge
+    from bridge.core import BridgeCore
+
+    try:
+        ray.get(find_bridge(config.device_id).event.remote("training_complete", data), timeout=30)
+        how = "through its bridge"
+    except Exception:
+        deadline = time.monotonic() + 15.0  # the last trial's bridge may still hold the spike port for a moment
+        while True:
+            try:
+                core = BridgeCore(config)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.25)
+        with core:
+            core.event("training_complete", data)
+        how = f"from {config.bind_host}:{config.spike_port}"
+    return (f"device {config.device_id!r} at {config.device_host}:{config.event_port}: training_complete sent {how} "
+            f"({data.get('reason')})")

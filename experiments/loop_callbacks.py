@@ -166,8 +166,15 @@ class ClosedLoopCallbacks(RLlibCallback):
             for key in ("p50", "p99", "max"):
                 metrics_logger.log_value(f"culture/latency_{key}_ms", lat[key], reduce="mean", window=1)
             for key in ("timeouts", "late", "duplicates", "stale", "malformed", "foreign", "clamped_commands",
-                        "feedback_sent", "feedback_suppressed", "events_sent"):
+                        "feedback_sent", "feedback_suppressed", "events_sent", "written_off", "ambiguous"):
                 metrics_logger.log_value(f"culture/{key}", stats[key], reduce="max", window=1)
+            # What left per step once the budget applied (commands_per_step counts what was asked for).
+            counts = link.counts
+            metrics_logger.log_value("culture/feedback_dropped", counts.get("feedback_dropped", 0), reduce="max",
+                                     window=1)
+            metrics_logger.log_value("culture/feedback_datagrams_per_step",
+                                     counts.get("feedback_commands", 0) / max(1, counts.get("exchanges", 0)),
+                                     window=1)
             metrics_logger.log_value("culture/device_duty", link.duty(), window=1)
             metrics_logger.log_value("culture/episode_surprise_td_error", scales.td_error, window=100)
         _log_episode_metrics(metrics_logger, payload)

@@ -50,6 +50,8 @@ RESULT_TAGS: dict[str, str] = {
     "decoder/ratio_std": "learners/*/decoder_ratio_std",
     "decoder/ratio_clip_fraction": "learners/*/decoder_ratio_clip_fraction",
     "feedback/commands_per_step": "env_runners/culture/feedback_commands_per_step",
+    "feedback/datagrams_per_step": "env_runners/culture/feedback_datagrams_per_step",
+    "feedback/dropped": "env_runners/culture/feedback_dropped",
     "feedback/sent": "env_runners/culture/feedback_sent",
     "feedback/suppressed": "env_runners/culture/feedback_suppressed",
     "feedback/clamped_commands": "env_runners/culture/clamped_commands",
@@ -67,6 +69,8 @@ RESULT_TAGS: dict[str, str] = {
     "loop/foreign": "env_runners/culture/foreign",
     "loop/malformed": "env_runners/culture/malformed",
     "loop/stale": "env_runners/culture/stale",
+    "loop/written_off": "env_runners/culture/written_off",
+    "loop/ambiguous": "env_runners/culture/ambiguous",
     "loop/exchange_ok_fraction": "env_runners/culture/exchange_ok_fraction",
     "loop/device_duty": "env_runners/culture/device_duty",
 }
@@ -111,6 +115,16 @@ def scalars(result: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def write_step_log(directory: Path, episode_index: int, steps: dict[str, Any]) -> str:
+    """Save one episode's per-step arrays under `directory`; return the file's path relative to it."""
+    import numpy as np
+
+    relative = f"{STEPS_DIR}/episode_{episode_index:06d}.npz"
+    (directory / STEPS_DIR).mkdir(exist_ok=True)
+    np.savez_compressed(directory / relative, **{k: np.asarray(v) for k, v in steps.items()})
+    return relative
+
+
 class RunLog:
     """TensorBoard, episodes.jsonl and the learning curve of one trial directory."""
 
@@ -152,13 +166,7 @@ class RunLog:
         return values
 
     def _write_steps(self, episode_index: int, steps: dict[str, Any]) -> str:
-        """Save one episode's per-step arrays; return the file's path relative to the trial directory."""
-        import numpy as np
-
-        relative = f"{STEPS_DIR}/episode_{episode_index:06d}.npz"
-        (self.trial_dir / STEPS_DIR).mkdir(exist_ok=True)
-        np.savez_compressed(self.trial_dir / relative, **{k: np.asarray(v) for k, v in steps.items()})
-        return relative
+        return write_step_log(self.trial_dir, episode_index, steps)
 
     def draw_curve(self) -> None:
         """Redraw learning_curve.png from episodes.jsonl (written atomically)."""

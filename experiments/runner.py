@@ -9,6 +9,15 @@ checkpoint; and resume after the driver is killed (`--resume`).
 
 A running trial also saves when asked: `spikeloop checkpoint RUN_DIR` drops a
 request file that the trial picks up after its current iteration.
+
+Hardware (cl1) devices: a private local Ray advertises each device's resource
+and one env-runner slot per device, so that `spikeloop train` and `tune` work
+on the one machine beside a CL1; on a cluster the device nodes advertise them
+(`ray start --resources`). One device serves one trial at a time, so the trials
+of a sweep take turns. The device program exits on `training_complete`, so the
+driver sends it once, when the whole run has ended, not each trial. A trial
+whose device is lost ends with the loss report (what was seen, what to check)
+and is not retried: Tune would only wait out the same silence again.
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ from experiments.schema import Experiment, experiment_from_dict, set_path
 
 SETUP_ERROR = "setup_error"
 """Result key of a trial that failed before its first iteration (reported, not raised: see `train_trial`)."""
+DEVICE_LOST = "device_lost"
+"""Result key of a trial that ended because its device stopped answering (reported, not raised or retried)."""
 RESOLVED_FILE = "experiment.yaml"
 CHECKPOINT_REQUEST = "checkpoint.request"
 SCORE = "episode_return_mean"
@@ -96,10 +107,15 @@ def train_trial(tune_config: dict[str, Any]) -> None:
     """
     from ray import tune
 
+    from experiments.culture_link import DeviceLost
+
     start = tune.get_checkpoint()
     progress = {"iterations": 0}
     try:
         _train(tune_config, start, progress)
+    except DeviceLost as exc:
+        print(f"DeviceLost: {exc}", file=sys.stderr, flush=True)
+        tune.report({DEVICE_LOST: str(exc), SCORE: float("-inf"), "finished": True})
     except Exception as exc:
         if start is not None or progress["iterations"]:
             raise
@@ -136,7 +152,7 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
     )
     try:
         while not finished:
-            result = algo.train()
+            result = _train_iteration(algo)
             values = log.log_iteration(result, _pull_episode_records(algo))
             print(log.progress_line(result, values), flush=True)
             iteration = algo.iteration
@@ -147,9 +163,8 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
             )
             # Not "done": Tune reserves that key and stops the trial thread (SystemExit inside
             # tune.report) before the cleanup below can tell the culture training completed.
-            metrics = {SCORE: values.get("episode/return_mean", float("-inf")), "finished": done} | {
-                k.replace("/", "_"): v for k, v in values.items()
-            }
+            metrics = {SCORE: values.get("episode/return_mean", float("-inf")), "finished": done,
+                       "episodes_logged": log.episodes_logged} | {k.replace("/", "_"): v for k, v in values.items()}
             requested = _request_pending(trial_dir)  # first, so a request is taken even when a save is due anyway
             save = requested or iteration % experiment.checkpoint.every_iterations == 0 or (
                 done and experiment.checkpoint.at_end
@@ -169,10 +184,28 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
     finally:
         log.close()
         try:
+            # Simulated devices end with the trial; hardware ones hear training_complete from the driver at the end.
             finish(algo, reason=reason, total_steps=int(algo.metrics.peek("num_env_steps_sampled_lifetime", default=0)),
-                   total_episodes=log.episodes_logged)
+                   total_episodes=log.episodes_logged, hardware=False)
         finally:
             algo.stop()
+
+
+def _train_iteration(algo) -> dict[str, Any]:
+    """`algo.train()`, with a lost device named: RLlib ends the env runner, so only its report says what happened."""
+    from experiments.culture_link import DeviceLost, device_loss_report
+
+    started = time.time()
+    try:
+        return algo.train()
+    except Exception as exc:
+        try:
+            report = device_loss_report(since_wall=started - 1.0)
+        except Exception:
+            report = None
+        if report is not None:
+            raise DeviceLost(report) from exc
+        raise
 
 
 def _search_space(experiment: Experiment) -> dict[str, Any]:
@@ -190,8 +223,8 @@ def _resources(experiment: Experiment):
 def init_ray(resources: dict[str, float] | None = None) -> None:
     """Join the cluster in RAY_ADDRESS (as under `ray job submit`), or start a private local Ray.
 
-    `resources`: custom resources the local node advertises (ignored when joining a cluster,
-    whose nodes declare their own with `ray start --resources`).
+    `resources`: custom resources the local node advertises, e.g. `CultureSettings.node_resources()` (ignored when
+    joining a cluster, whose nodes declare their own with `ray start --resources`).
     """
     import ray
 
@@ -202,6 +235,22 @@ def init_ray(resources: dict[str, float] | None = None) -> None:
         ray.init(address=os.environ["RAY_ADDRESS"])
     else:
         ray.init(address="local", include_dashboard=False, resources=resources or None)
+
+
+def _tell_hardware(experiment: Experiment, reason: str, results) -> None:
+    """The run is over: tell each hardware device `training_complete` (its program stops its recording and exits)."""
+    culture = experiment.culture_settings()
+    if not culture.hardware or experiment.policy == "direct":
+        return
+    totals = {"total_episodes": 0, "total_steps": 0}
+    for r in results:
+        metrics = r.metrics or {}
+        totals["total_episodes"] += int(metrics.get("episodes_logged", 0) or 0)
+        totals["total_steps"] += int(metrics.get("episode_env_steps_lifetime", 0) or 0)
+    from experiments.loop import tell_devices_training_complete
+
+    for line in tell_devices_training_complete(culture, totals | {"reason": reason}):
+        print(line, flush=True)
 
 
 def latest_run_dir(experiment: Experiment) -> Path | None:
@@ -223,7 +272,7 @@ def check_fit(experiment: Experiment) -> None:
 
     if ray.is_initialized() or os.environ.get("RAY_ADDRESS"):
         return  # a cluster: checked against it once connected (`_check_cluster_fit`)
-    problem = fit.shortfall(experiment, fit.local_resources())
+    problem = fit.shortfall(experiment, fit.local_resources(experiment))
     if problem:
         raise DoesNotFit(problem)
     for i, dev in enumerate(experiment.devices):
@@ -246,10 +295,13 @@ def _check_cluster_fit(experiment: Experiment) -> None:
 
 def run(experiment: Experiment, *, sweep: bool, resume: bool = False) -> Path:
     """Train (one trial) or sweep (the tune section), returning the run directory."""
+    import ray
     from ray import tune
 
     check_fit(experiment)
-    init_ray()
+    culture = experiment.culture_settings()
+    started_ray = not ray.is_initialized()
+    init_ray(resources=culture.node_resources())  # this machine owns the devices when no cluster is named
     _check_cluster_fit(experiment)
     trainable = tune.with_resources(train_trial, _resources(experiment))
     root = Path(experiment.output.root_dir).resolve()
@@ -287,12 +339,22 @@ def run(experiment: Experiment, *, sweep: bool, resume: bool = False) -> Path:
                 verbose=0,
             ),
         )
-    results = tuner.fit()
+    try:
+        results = tuner.fit()
+    except BaseException:
+        _tell_hardware(experiment, "error: the run was interrupted", [])
+        raise
     errors = [r for r in results if r.error]
     setup_errors = [r.metrics[SETUP_ERROR] for r in results if r.metrics and SETUP_ERROR in r.metrics]
-    summary = {"run_dir": str(run_dir), "trials": len(results), "errored": len(errors) + len(setup_errors)}
+    lost = [r.metrics[DEVICE_LOST] for r in results if r.metrics and DEVICE_LOST in r.metrics]
+    summary = {"run_dir": str(run_dir), "trials": len(results),
+               "errored": len(errors) + len(setup_errors) + len(lost)}
     if setup_errors:
         summary["failed_before_first_iteration"] = setup_errors
+    if lost:
+        summary["device_lost"] = lost
+    failed = errors or setup_errors or lost
+    _tell_hardware(experiment, "error: a trial failed" if failed else "completed", results)
     try:
         best = results.get_best_result(metric=SCORE, mode="max")
         if best.checkpoint is not None:
@@ -301,9 +363,14 @@ def run(experiment: Experiment, *, sweep: bool, resume: bool = False) -> Path:
     except (RuntimeError, ValueError):
         pass
     (run_dir / "summary.yaml").write_text(yaml.safe_dump(summary, sort_keys=False))
+    if started_ray:
+        ray.shutdown()  # its workers' last log lines arrive now, not after the verdict below
     for r in errors:
         print(f"trial failed: {r.error}", file=sys.stderr)
     print(f"run directory: {run_dir}", flush=True)
+    if lost:
+        raise RuntimeError(f"{len(lost)} of {len(results)} trial(s) stopped because a device was lost (not retried: "
+                           f"see {run_dir}): {lost[-1]}")
     if setup_errors:
         raise RuntimeError(
             f"{len(setup_errors)} of {len(results)} trial(s) failed before their first iteration and were not "

@@ -116,10 +116,8 @@ def init_ray_for(experiment: Experiment) -> bool:
 
     if ray.is_initialized():
         return False
-    hardware = [d for d in experiment.devices if not d.simulated]
     # This machine is where the devices are reached from, so this node owns them.
-    resources = {d.resource: 1.0 for d in hardware} | ({"cl1_slot": float(len(hardware))} if hardware else {})
-    init_ray(resources=resources)
+    init_ray(resources=experiment.culture_settings().node_resources())
     return True
 
 
@@ -189,6 +187,7 @@ def watch(settings: WatchSettings, log: Callable[[str], None] = print) -> Path:
     import ray
 
     from experiments.loop import finish
+    from experiments.run_log import write_step_log
 
     checkpoint = resolve_checkpoint(settings.checkpoint)
     experiment = watch_experiment(checkpoint, settings.overrides, settings.feedback)
@@ -221,6 +220,9 @@ def watch(settings: WatchSettings, log: Callable[[str], None] = print) -> Path:
         with (out / EPISODES_FILE).open("x") as episodes_file:
             for record in play_episodes(algo, settings):
                 records.append(record)
+                steps = record.pop("steps", None)  # output.step_log: arrays go to steps/, as in training
+                if steps is not None:
+                    record["step_log"] = write_step_log(out, record["watch_episode"], steps)
                 episodes_file.write(json.dumps(record, default=float) + "\n")
                 episodes_file.flush()  # readable while the watch goes on
                 log(progress_line(record, settings.episodes))

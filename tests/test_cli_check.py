@@ -88,8 +88,9 @@ def test_help_explains_every_flag():
         assert flag in text
 
 
-def test_a_device_replying_from_another_port_is_refused_and_check_names_the_port(capsys):
-    """Replies are taken from the device's stimulation port only; check says which port they came from."""
+def test_a_device_replying_from_another_port_works_and_check_names_the_port(capsys):
+    """A third-party device answering from a socket of its own works by default (reply_port auto pins the port of
+    its first answer); check names that port, and with reply_port: stim_port it is refused and named."""
     import socket
     import threading
 
@@ -115,13 +116,19 @@ def test_a_device_replying_from_another_port_is_refused_and_check_names_the_port
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     device = cl1_device("third-party", stim.getsockname()[1], spike_port)
+    port = other.getsockname()[1]
     try:
-        assert check.main([QUICKSTART, "--exchanges", "3", "--set", device, "--set", "loop.timeout_s=0.2"]) == 1
+        assert check.main([QUICKSTART, "--exchanges", "3", "--set", device, "--set", "loop.timeout_s=0.2"]) == 0
+        out = capsys.readouterr().out
+        assert f"replies came from 127.0.0.1:{port} (reply_port auto pins it at the first answer; " \
+               f"devices.0.reply_port: {port} requires it from the first reply on)" in out
+        pinned = device.replace("}]", ", reply_port: stim_port}]")
+        assert check.main([QUICKSTART, "--exchanges", "3", "--set", pinned, "--set", "loop.timeout_s=0.2"]) == 1
         err = capsys.readouterr().err
-        assert f"A reply came from 127.0.0.1:{other.getsockname()[1]}" in err
-        assert f"devices.0.reply_port: {other.getsockname()[1]}" in err
-        opened = device.replace("}]", ", reply_port: any}]")
-        assert check.main([QUICKSTART, "--exchanges", "3", "--set", opened, "--set", "loop.timeout_s=0.2"]) == 0
+        assert f"A reply came from 127.0.0.1:{port}" in err
+        assert f"devices.0.reply_port: {port}" in err
+        exact = device.replace("}]", f", reply_port: {port}}}]")
+        assert check.main([QUICKSTART, "--exchanges", "3", "--set", exact, "--set", "loop.timeout_s=0.2"]) == 0
     finally:
         stop.set()
         thread.join()

@@ -1,8 +1,8 @@
 """`spikeloop check EXP.yaml`: the preflight a lab runs before a culture is connected.
 
-In order: the experiment validates; a trial fits this machine's CPUs and GPUs
-(what RLlib will ask Tune for; skipped under RAY_ADDRESS, a warning when only
-cl1 device resources are missing, as those live on cluster nodes); its scenario
+In order: the experiment validates; a trial fits this machine (what RLlib will
+ask Tune for, against the CPUs, GPUs and the device resources spikeloop's own
+local Ray advertises; skipped under RAY_ADDRESS); its scenario
 loads (env built, reset, one step, closed); every device answers a short series of stimulations (latency and
 timeouts printed); the safety envelope and every feedback channel group are
 printed for review. No Ray is needed: cl1 devices are reached with a
@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="spikeloop check",
         description="Preflight an experiment before a culture is connected to it: validate the YAML, check that a "
-        "trial fits this machine (CPUs, GPUs; cl1 device resources only warn), load the "
+        "trial fits this machine (CPUs, GPUs, and the device resources a local Ray advertises), load the "
         "scenario (reset and one step), send each device a short series of stimulations and print its reply "
         "latency (p50/p99/max) and timeouts, and print the safety envelope and every feedback channel group "
         "for review. cl1 devices are contacted at their configured host and ports; sim/random/zero devices "
@@ -68,6 +68,8 @@ class DeviceProbe:
     clamped: int
     foreign_source: str | None = None
     """The last reply refused for its source address (ip:port), if any."""
+    reply_source: str = ""
+    """Where replies were taken from (ip:port once an answer pinned it)."""
 
     @property
     def silent(self) -> bool:
@@ -101,15 +103,15 @@ def check_fit(experiment: Experiment) -> tuple[str, str | None]:
 
     if os.environ.get("RAY_ADDRESS"):
         return "[skip] resources: RAY_ADDRESS is set; spikeloop train checks the cluster's when it connects", None
-    available = fit.local_resources()
+    available = fit.local_resources(experiment)
     need = fit.trial_request(experiment)
     problem = fit.shortfall(experiment, available)
     if problem is None:
         wanted = ", ".join(f"{v:g} {k}" for k, v in need.items() if v > 0)
-        return f"[ok]   resources: a trial needs {wanted}; this machine has {available['CPU']:g} CPU", None
-    if not fit.short_of(need, available) & {"CPU", "GPU"}:
-        # Only device resources: cl1 runs are meant for a cluster whose device nodes advertise them.
-        return f"[warn] resources: {problem}", None
+        devices = experiment.culture_settings().node_resources()
+        owned = (f"; its own Ray will advertise {', '.join(f'{v:g} {k}' for k, v in devices.items())}"
+                 if devices else "")
+        return f"[ok]   resources: a trial needs {wanted}; this machine has {available['CPU']:g} CPU{owned}", None
     return f"[FAIL] resources: {problem}", "resources: " + problem.splitlines()[0]
 
 
@@ -163,7 +165,20 @@ def probe_device(experiment: Experiment, dev: DeviceSettings, exchanges: int) ->
         correlation=stats["correlation"],
         clamped=stats["clamped_commands"],
         foreign_source=stats.get("last_foreign_source"),
+        reply_source=stats.get("reply_source", ""),
     )
+
+
+def reply_source_line(experiment: Experiment, dev: DeviceSettings, probe: DeviceProbe) -> str:
+    """Where the device's replies came from, and how to require that port from the first reply on."""
+    index = experiment.devices.index(dev)
+    port = probe.reply_source.split(" ", 1)[0].rsplit(":", 1)[-1]
+    if dev.reply_port == "auto" and port.isdigit():
+        advice = ("stim_port" if int(port) == dev.stim_port else port)
+        return (f"[info] device {dev.device_id!r}: replies came from {probe.reply_source.split(' ', 1)[0]} "
+                f"(reply_port auto pins it at the first answer; devices.{index}.reply_port: {advice} requires it "
+                "from the first reply on)")
+    return f"[info] device {dev.device_id!r}: replies taken from {probe.reply_source} (reply_port {dev.reply_port})"
 
 
 def feedback_lines(experiment: Experiment) -> list[str]:
@@ -174,11 +189,15 @@ def feedback_lines(experiment: Experiment) -> list[str]:
     lines = [f"feedback {'ON' if fb.enabled else 'OFF (nothing below is sent)'}; surprise scaling "
              f"{'on' if s.enabled else 'off'}; clamp_to_encoder_range={fb.clamp_to_encoder_range} "
              f"({STIM_FREQUENCY_RANGE_HZ[0]:g}-{STIM_FREQUENCY_RANGE_HZ[1]:g} Hz); "
-             f"interrupt before unpredictable: {fb.interrupt_before_negative}"]
+             f"interrupt before unpredictable: {fb.interrupt_before_negative}; step feedback: "
+             f"{'reward sign (use_reward_feedback)' if fb.use_reward_feedback else 'event table'}; at most "
+             f"{fb.max_datagrams_per_step} datagrams between two stimulations (max_datagrams_per_step)"]
     groups = [("step", "step_positive", fb.step_positive), ("step", "step_negative", fb.step_negative),
               ("episode", "episode_positive", fb.episode_positive),
               ("episode", "episode_negative", fb.episode_negative)]
     groups += [("events", name, spec) for name, spec in fb.events.items()]
+    # The event table replaces the step reward feedback when use_reward_feedback is off, and the other way round.
+    unused = "events" if fb.use_reward_feedback else "step"
     for kind, name, spec in groups:
         freq_max = spec.frequency_hz * (s.frequency_scale_range[1] if s.enabled else 1.0)
         if fb.clamp_to_encoder_range:
@@ -191,6 +210,8 @@ def feedback_lines(experiment: Experiment) -> list[str]:
         sent, _ = envelope.check_feedback(worst, "clamp")
         reach = ("nothing (off, or every channel forbidden)" if sent is None else
                  f"{sent.frequency_hz:g} Hz, {sent.amplitude_ua:.2f} uA, {int(sent.pulses)} pulses")
+        if kind == unused:
+            reach += f"; NOT SENT (use_reward_feedback: {str(fb.use_reward_feedback).lower()})"
         lines.append(
             f"  {kind:<8}{name:<18} channels {list(spec.channels)}  {spec.frequency_hz:g} Hz  "
             f"{spec.amplitude_ua:g} uA  {spec.pulses} pulses  unpredictable={spec.unpredictable}  "
@@ -264,6 +285,8 @@ def main(argv: list[str]) -> int:
                   "expect timeouts during training", flush=True)
         if probe.clamped:
             print(f"[warn] {label}: the envelope clamped {probe.clamped} probe command(s)", flush=True)
+        if not dev.simulated:
+            print(reply_source_line(experiment, dev, probe), flush=True)
 
     print(f"safety envelope (review): {envelope.describe()}; policy {experiment.loop.envelope_policy}", flush=True)
     for line in feedback_lines(experiment):
