@@ -1,7 +1,7 @@
 """The README's shell commands, read out of it so that tests run exactly what a user is told to run.
 
 A command is an indented code line of README.md (continued by a trailing
-backslash) that starts with a given prefix; exactly one must match, so a test
+backslash) that, joined, starts with a given prefix; exactly one must match, so a test
 breaks as soon as the README and the test disagree. Tests then fill in the
 README's placeholders (HEAD, <device_id>, paths) and add only what makes them
 local (free ports, temporary directories, short runs) with `with_options`.
@@ -20,12 +20,14 @@ def readme_command(prefix: str) -> str:
     lines = README.read_text(encoding="utf-8").splitlines()
     found = []
     for i, line in enumerate(lines):
-        if line.startswith("    ") and line.strip().startswith(prefix):
-            command = line.strip()
-            j = i
-            while command.endswith("\\"):
-                j += 1
-                command = command[:-1].rstrip() + " " + lines[j].strip()
+        if not line.startswith("    ") or (i and lines[i - 1].rstrip().endswith("\\")):
+            continue  # not code, or the continuation of a command above
+        command = line.strip()
+        j = i
+        while command.endswith("\\"):
+            j += 1
+            command = command[:-1].rstrip() + " " + lines[j].strip()
+        if command.startswith(prefix):
             found.append(command)
     if len(found) != 1:
         raise AssertionError(f"README.md has {len(found)} command lines starting with {prefix!r}, expected one: {found}")
