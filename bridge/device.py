@@ -100,6 +100,17 @@ ACCEPT_FROM = ("host", "spike_port", "any")
 spike port (the bridge sends from it); `any`: from anywhere."""
 
 
+def reply_ticks(tick_frequency_hz: float, artifact_wait_ms: float, collect_window_ms: float) -> int:
+    """Tick-quantised: ticks from the one that takes a stimulation in to the one its reply leaves on."""
+    return max(1, math.ceil((artifact_wait_ms + collect_window_ms) / 1000.0 * tick_frequency_hz - 1e-9))
+
+
+def tick_loop_limit_steps_per_s(tick_frequency_hz: float, artifact_wait_ms: float, collect_window_ms: float) -> float:
+    """The most closed-loop steps per second a tick-quantised device allows a trainer that needs any time at all
+    between a reply and the next stimulation: that stimulation is taken on the tick after the reply's."""
+    return tick_frequency_hz / (reply_ticks(tick_frequency_hz, artifact_wait_ms, collect_window_ms) + 1)
+
+
 class BoundedLog:
     """Warnings about bad datagrams at a bounded rate: the first few of a kind, then one per interval."""
 
@@ -231,8 +242,7 @@ class Device:
         self._reply_sock = self._stim_sock if config.reply_from == "stim_port" else self._bind(0)
         self._constant_stamp_us = now_us()
         self._tick = 0  # tick-quantised: the current tick
-        self._window_ticks = max(1, math.ceil(
-            (config.artifact_wait_ms + config.collect_window_ms) / 1000.0 * config.tick_frequency_hz - 1e-9))
+        self._window_ticks = reply_ticks(config.tick_frequency_hz, config.artifact_wait_ms, config.collect_window_ms)
         # Feedback before stimulation before events: the order a trainer sends them in.
         self._socks = [self._feedback_sock, self._stim_sock, self._event_sock]
         self._handlers = {

@@ -10,13 +10,25 @@ bridge, with feedback on:
 * unpaced: zero windows, as fast as possible: what the software costs per tick;
 * unpaced with the live view on and a viewer reading `/doom.mjpeg` throughout:
   the view must not slow the loop (frames are dropped, never queued).
+
+`--device tick10` measures one more condition instead, and adds it to the same
+file beside the others: the paced loop against a device that behaves like the
+reference trainer's device program, run as its own process the way a lab runs
+it (`spikeloop device --tick-quantised`: a 10 Hz hardware tick, 50 + 50 ms
+windows, its own clock, replies from a socket of its own), reached as a `cl1`
+device. A stimulation is taken on a tick and answered one tick later; the next
+one, sent after the reply, waits for the tick after that, so such a device
+allows at most 10 / 2 = 5 steps/s (`tick_loop_limit_steps_per_s`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -26,6 +38,12 @@ from typing import Any
 from bridge.bench_record import provenance, write_result
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/loop.json")
+DEVICES = ("sim", "tick10")
+"""sim: the simulated culture started per env runner (the paced, unpaced and view conditions); tick10: a
+tick-quantised device program of its own (see the module docstring)."""
+TICK10 = {"tick_frequency_hz": 10.0, "artifact_wait_ms": 50.0, "collect_window_ms": 50.0}
+TICK10_RESULT = "tick10"
+"""Key of the tick10 condition in the result file; a run of the other conditions keeps it (and the other way round)."""
 
 
 def _free_tcp_port() -> int:
@@ -136,6 +154,94 @@ def run(paced_steps: int, unpaced_steps: int, scenario: str, repeats: int = 3) -
     }
 
 
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start_tick_device(ports: dict[str, int], log_path: Path) -> subprocess.Popen:
+    """`spikeloop device` as a third-party hardware loop, in its own process; returns once it serves."""
+    argv = [sys.executable, "-m", "experiments.cli", "device", "--backend", "sim", "--realtime", "--tick-quantised",
+            "--tick-frequency", f"{TICK10['tick_frequency_hz']:g}", "--artifact-wait-ms",
+            f"{TICK10['artifact_wait_ms']:g}", "--collect-window-ms", f"{TICK10['collect_window_ms']:g}",
+            "--own-clock", "--reply-from", "ephemeral", "--training-host", "127.0.0.1",
+            *[arg for name, port in ports.items() for arg in (f"--{name.replace('_', '-')}", str(port))]]
+    log = log_path.open("w")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while "device up" not in log_path.read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the tick device did not start:\n{log_path.read_text()[-2000:]}")
+        time.sleep(0.1)
+    return proc
+
+
+def run_tick10(steps: int, scenario: str, repeats: int = 3) -> dict[str, Any]:
+    """The paced loop against a 10 Hz tick-quantised device program with its own clock; returns its figures."""
+    import tempfile
+
+    import ray
+
+    from bridge.device import tick_loop_limit_steps_per_s
+    from experiments.schema import experiment_from_dict
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ports = {name: _free_udp_port() for name in ("stim_port", "spike_port", "event_port", "feedback_port")}
+    device = {"device_id": "bench-tick10", "backend": "cl1", "host": "127.0.0.1", "bind_host": "127.0.0.1", **ports}
+    # A reply comes 100-200 ms after its stimulation: 1 s leaves a loaded machine room.
+    experiment = experiment_from_dict({"name": "bench-loop-tick10", "devices": [device], "env": {"scenario": scenario},
+                                       "resources": {"num_env_runners": 1}, "loop": {"timeout_s": 1.0}},
+                                      source="bench loop --device tick10")
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = _start_tick_device(ports, Path(tmp) / "device.log")
+        try:
+            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                     resources=experiment.culture_settings().node_resources())
+            try:
+                print(f"tick10: {repeats} x {steps} steps against a 10 Hz tick-quantised device (own clock)...",
+                      file=sys.stderr)
+                measured = _sample_rate(experiment, steps, warmup_steps=20, repeats=repeats)
+            finally:
+                ray.shutdown()
+            proc.wait(timeout=30)  # the benchmark's training_complete ends the device program
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=30)
+        device_log = (Path(tmp) / "device.log").read_text()
+    summary = next((json.loads(line)["spikeloop_device"] for line in reversed(device_log.splitlines())
+                    if line.startswith('{"spikeloop_device"')), {})
+    limit = tick_loop_limit_steps_per_s(**TICK10)
+    return {
+        "steps_per_s": measured["steps_per_s"],
+        "limit_steps_per_s": limit,
+        "fraction_of_limit": measured["steps_per_s"] / limit,
+        "steps_per_s_range": [measured.get("steps_per_s_min", measured["steps_per_s"]),
+                              measured.get("steps_per_s_max", measured["steps_per_s"])],
+        "measured": measured,
+        "device_counters": {k: v for k, v in summary.items() if k != "recording_files"},
+        "target": {"fraction_of_limit": 0.97},
+        "settings": {"scenario": scenario, "device": "spikeloop device --backend sim --realtime --tick-quantised "
+                     "--tick-frequency 10 --artifact-wait-ms 50 --collect-window-ms 50 --own-clock --reply-from "
+                     "ephemeral, its own process, reached as a cl1 device", "env_runners": 1,
+                     "feedback": "on (reference)", "explore": True, "loop.timeout_s": 1.0},
+    }
+
+
+def _merge(path: Path, result: dict[str, Any], keep: str | None) -> dict[str, Any]:
+    """`result`, plus the entry `keep` of the file already at `path` (the other device's figures), if any."""
+    if keep is None or not path.is_file():
+        return result
+    try:
+        previous = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return result
+    if keep == TICK10_RESULT:
+        return result | ({TICK10_RESULT: previous[TICK10_RESULT]} if TICK10_RESULT in previous else {})
+    return {k: v for k, v in previous.items() if k != TICK10_RESULT} | result
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and write its JSON."""
     parser = argparse.ArgumentParser(prog="spikeloop bench loop", description=__doc__,
@@ -145,15 +251,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed paced windows; the median is reported, with the range (default 3)")
     parser.add_argument("--scenario", default="basic", help="VizDoom scenario (default basic)")
+    parser.add_argument("--device", choices=DEVICES, default="sim",
+                        help="sim: the paced, unpaced and live-view conditions (default); tick10: only the paced loop "
+                        "against a 10 Hz tick-quantised device program with its own clock, 50 + 50 ms windows, "
+                        "--paced-steps steps x --repeats, added to the output file beside the others")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help=f"result file (default {DEFAULT_OUTPUT})")
     args = parser.parse_args(argv)
     if args.paced_steps < 10 or args.unpaced_steps < 10:
         parser.error("time at least 10 steps per condition")
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    if args.device == "tick10":
+        tick10 = run_tick10(args.paced_steps, args.scenario, args.repeats) | provenance("loop", argv)
+        write_result(args.output, _merge(args.output, {TICK10_RESULT: tick10}, keep="all"))
+        low, high = tick10["steps_per_s_range"]
+        print(f"tick10 {tick10['steps_per_s']:.2f} steps/s (median of {args.repeats}, range {low:.2f}-{high:.2f}); "
+              f"that device's limit {tick10['limit_steps_per_s']:.1f}: {tick10['fraction_of_limit']:.1%} of it "
+              f"(target 97%); written to {args.output}")
+        return 0
     result = run(args.paced_steps, args.unpaced_steps, args.scenario, args.repeats)
     result |= provenance("loop", argv)
-    write_result(args.output, result)
+    write_result(args.output, _merge(args.output, result, keep=TICK10_RESULT))
     low, high = result["paced_steps_per_s_range"]
     print(f"paced {result['paced_steps_per_s']:.2f} steps/s (median of {args.repeats}, range {low:.2f}-{high:.2f}; "
           f"limit {result['limit_steps_per_s']:.1f}, target 9.5); "
