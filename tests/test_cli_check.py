@@ -120,6 +120,7 @@ def test_a_device_replying_from_another_port_works_and_check_names_the_port(caps
     try:
         assert check.main([QUICKSTART, "--exchanges", "3", "--set", device, "--set", "loop.timeout_s=0.2"]) == 0
         out = capsys.readouterr().out
+        assert "[ok]   resources:" in out and "its own Ray will advertise 1 cl1:third-party, 1 cl1_slot" in out
         assert f"replies came from 127.0.0.1:{port} (reply_port auto pins it at the first answer; " \
                f"devices.0.reply_port: {port} requires it from the first reply on)" in out
         pinned = device.replace("}]", ", reply_port: stim_port}]")

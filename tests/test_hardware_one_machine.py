@@ -1,8 +1,8 @@
 """A cl1 device through the front door on one machine (issue 13): train, watch, tune, device loss.
 
 Everything runs as a lab runs it, with the commands of the README's "A CL1
-beside one machine" read out of the README: the device program is `spikeloop
-device` in its own process, started by the test before the experiment (never
+beside one machine" read out of the README (check, train, watch, tune): the
+device program is `spikeloop device` in its own process, started by the test before the experiment (never
 by it), on ports the test chose; `spikeloop train | watch | tune` are
 subprocesses that start their own local Ray, which must advertise the device
 and its env-runner slot by itself. Runs are short (64-step iterations).
@@ -24,6 +24,7 @@ from tests.readme_commands import readme_argv
 pytestmark = pytest.mark.slow
 
 DEVICE = "spikeloop device --backend sim --realtime"
+CHECK = "spikeloop check experiments/cl1.yaml"
 TRAIN = "spikeloop train experiments/cl1.yaml"
 WATCH = "spikeloop watch runs/cl1-<timestamp>"
 TUNE = "spikeloop tune experiments/cl1.yaml"
@@ -56,6 +57,8 @@ def test_train_then_watch_against_a_device_program_the_experiment_did_not_start(
     root = tmp_path / "runs"
     device = DeviceProgram(device_argv, tmp_path / "device-train.log")
     try:
+        check = run(readme_argv(CHECK) + ports.experiment_sets() + GENEROUS)
+        assert check.returncode == 0, (check.stdout + check.stderr)[-6000:]
         train = run(readme_argv(TRAIN) + ports.experiment_sets() + SHORT + GENEROUS
                     + ["--set", "stop.iterations=1", "--set", f"output.root_dir={root}"])
         output = train.stdout + train.stderr
@@ -67,6 +70,9 @@ def test_train_then_watch_against_a_device_program_the_experiment_did_not_start(
     assert f"run directory: {run_dir}" in train.stdout
     assert "[iter 1]" in output
     assert f"device 'cl1-a' at 127.0.0.1:{ports.event}: training_complete sent" in train.stdout
+    # check found the trial fits (this machine's Ray owns the device) and the device answering from its stim port.
+    assert "[ok]   resources:" in check.stdout and "its own Ray will advertise 1 cl1:cl1-a, 1 cl1_slot" in check.stdout
+    assert f"replies came from 127.0.0.1:{ports.stim}" in check.stdout and "check passed" in check.stdout
     assert trained["exit_reason"] == "training_complete" and trained["event_training_complete"] == 1
     (trial,) = trial_dirs(run_dir)
     played = episodes(trial)
