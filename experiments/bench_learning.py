@@ -45,7 +45,9 @@ TARGET_KILL_RATE = 0.95
 TARGET_RETURN = -425.0
 TARGET_STEPS_RATIO = 1.5
 MIN_ENV_STEPS = 1000
-DEFAULT_ENV_STEPS = 40_000
+DEFAULT_ENV_STEPS = 20_000
+"""Where direct and transparent are at their best: measured to 40,000, both peak at 15,000-25,000 and then drift
+down (docs/benchmarks.md, "Learning"). 25 runs take about 40 minutes on 2 cores."""
 
 Episode = tuple[float, float, bool]
 """(env steps at the end of the episode's iteration, return, killed anything)."""
@@ -521,7 +523,7 @@ def main(argv: list[str] | None = None, *, name: str = "learning", description: 
                         help=f"conditions to run (default: {' '.join(default_conditions)})")
     parser.add_argument("--seeds", type=int, default=5, help="seeds per condition, 0..N-1 (default 5)")
     parser.add_argument("--env-steps", type=int, default=DEFAULT_ENV_STEPS,
-                        help=f"env-step budget per run (default {DEFAULT_ENV_STEPS}: about an hour for 5 seeds on 2 cores)")
+                        help=f"env-step budget per run (default {DEFAULT_ENV_STEPS}: about 40 minutes for 5 seeds on 2 cores)")
     parser.add_argument("--output", type=Path, default=None,
                         help=f"result file (default {default_output}; {default_output.stem}-SCENARIO.json for "
                              f"another scenario)")
