@@ -21,7 +21,7 @@ from torch import nn
 
 from bridge.channels import N_ENCODING, N_SPIKE_GROUPS
 from models.decoder import SpikeDecoder
-from models.distributions import TorchRangedBeta
+from models.distributions import FixedStimulation, TorchRangedBeta
 from models.encoder import StimEncoder, features_and_screen, split_observation_space
 from models.feature_norm import FeatureNormalizer
 from models.model_config import ClosedLoopModelConfig
@@ -53,6 +53,20 @@ def feature_normalizer(observation_space, settings: ClosedLoopModelConfig) -> Fe
                              clip=settings.feature_clip)
 
 
+def build_value_net(observation_space, settings: ClosedLoopModelConfig) -> NormalizedValueNet:
+    """The normalised value net on the observation's features (and its screen's pixels if value_sees_screen)."""
+    features_space, screen_space = split_observation_space(observation_space)
+    screen_size, screen_scale = 0, 1.0
+    if settings.value_sees_screen:
+        if screen_space is None:
+            raise ValueError("model.value_sees_screen needs a screen in the observation: set env.screen: true")
+        screen_size = int(np.prod(screen_space.shape))
+        screen_scale = 1.0 / 255.0 if screen_space.dtype == np.uint8 else 1.0
+    return NormalizedValueNet(int(np.prod(features_space.shape)), settings.value_hiddens,
+                              normalize=settings.value_normalization, momentum=settings.value_norm_momentum,
+                              screen_size=screen_size, screen_scale=screen_scale)
+
+
 class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
     """Encoder, decoder and value net of the closed loop; settings in ClosedLoopModelConfig."""
 
@@ -62,10 +76,11 @@ class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
         s = self.settings
         self.n_actions = int(self.action_space.n)
         self.encoder = StimEncoder(self.observation_space, s)
+        if not s.encoder_trainable:
+            self.encoder.requires_grad_(False)
         self.decoder = SpikeDecoder(N_SPIKE_GROUPS, self.n_actions, s)
         self.feature_norm = feature_normalizer(self.observation_space, s)
-        self.value_net = NormalizedValueNet(self.feature_norm.mean.numel(), s.value_hiddens,
-                                            normalize=s.value_normalization, momentum=s.value_norm_momentum)
+        self.value_net = build_value_net(self.observation_space, s)
         stim_low = [s.stim_frequency_range_hz[0]] * N_ENCODING + [s.stim_amplitude_range_ua[0]] * N_ENCODING
         stim_high = [s.stim_frequency_range_hz[1]] * N_ENCODING + [s.stim_amplitude_range_ua[1]] * N_ENCODING
         # Non-persistent: ranges come from the config, a checkpoint must not override them.
@@ -105,7 +120,7 @@ class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
         features = self.feature_norm(features)
         return {
             STIM_DIST_INPUTS: self.encoder(features, screen),
-            Columns.VF_PREDS: self.value_net(features),
+            Columns.VF_PREDS: self.value_net(features, screen),
         }
 
     # RLlib's TorchRLModule switches to eval mode and back around every acting pass: two walks over all
@@ -126,16 +141,17 @@ class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
         return out
 
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
-        """Value estimates [B] from the scalar observation features (ValueFunctionAPI, used by GAE)."""
-        features, _ = features_and_screen(batch[Columns.OBS])
-        return self.value_net(self.feature_norm(features))
+        """Value estimates [B] from the observation features (and screen) (ValueFunctionAPI, used by GAE)."""
+        features, screen = features_and_screen(batch[Columns.OBS])
+        return self.value_net(self.feature_norm(features), screen)
 
     # ---- pieces the culture connector calls ----
 
-    def encoder_distribution(self, stim_dist_inputs: torch.Tensor) -> TorchRangedBeta:
-        """Distribution over the stimulation [.., 16] in Hz (first 8) and uA (last 8)."""
-        return TorchRangedBeta.from_logits(stim_dist_inputs, low=self.stim_low, high=self.stim_high,
+    def encoder_distribution(self, stim_dist_inputs: torch.Tensor) -> TorchRangedBeta | FixedStimulation:
+        """Distribution over the stimulation [.., 16] in Hz (first 8) and uA (last 8); a fixed one if frozen."""
+        beta = TorchRangedBeta.from_logits(stim_dist_inputs, low=self.stim_low, high=self.stim_high,
                                            parametrization=self.settings.encoder_parametrization)
+        return beta if self.settings.encoder_trainable else FixedStimulation(beta.deterministic_sample())
 
     def decode(self, spikes: torch.Tensor, spike_mean: torch.Tensor | None = None,
                spike_std: torch.Tensor | None = None) -> torch.Tensor:

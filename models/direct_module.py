@@ -24,10 +24,9 @@ from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from torch import nn
 
-from models.closed_loop_module import feature_normalizer
+from models.closed_loop_module import build_value_net, feature_normalizer
 from models.encoder import StimEncoder, features_and_screen
 from models.model_config import ClosedLoopModelConfig
-from models.value import NormalizedValueNet
 
 
 class DirectRLModule(TorchRLModule, ValueFunctionAPI):
@@ -43,13 +42,15 @@ class DirectRLModule(TorchRLModule, ValueFunctionAPI):
         self.encoder.head = nn.Linear(self.encoder.head.in_features, self.n_actions)
         nn.init.normal_(self.encoder.head.weight, std=s.decoder_init_std / np.sqrt(self.encoder.head.in_features))
         nn.init.zeros_(self.encoder.head.bias)
-        self.value_net = NormalizedValueNet(self.feature_norm.mean.numel(), s.value_hiddens,
-                                            normalize=s.value_normalization, momentum=s.value_norm_momentum)
+        if not s.encoder_trainable:  # the frozen-encoder control: a trained head on fixed random features
+            for name, param in self.encoder.named_parameters():
+                param.requires_grad_(name.startswith("head."))
+        self.value_net = build_value_net(self.observation_space, s)
 
     # The learner's parameter groups: the trunk learns at the encoder's rate, the head at the decoder's.
     def encoder_parameters(self) -> list[nn.Parameter]:
         """The trunk (and screen CNN): the encoder's part of the direct policy."""
-        return [p for name, p in self.encoder.named_parameters() if not name.startswith("head.")]
+        return [p for name, p in self.encoder.named_parameters() if not name.startswith("head.") and p.requires_grad]
 
     def decoder_parameters(self) -> list[nn.Parameter]:
         """The action head: the decoder's part of the direct policy."""
@@ -83,9 +84,10 @@ class DirectRLModule(TorchRLModule, ValueFunctionAPI):
         """Action logits and values."""
         features, screen = features_and_screen(batch[Columns.OBS])
         features = self.feature_norm(features)
-        return {Columns.ACTION_DIST_INPUTS: self.encoder(features, screen), Columns.VF_PREDS: self.value_net(features)}
+        return {Columns.ACTION_DIST_INPUTS: self.encoder(features, screen),
+                Columns.VF_PREDS: self.value_net(features, screen)}
 
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
         """Value estimates [B] (ValueFunctionAPI, used by GAE)."""
-        features, _ = features_and_screen(batch[Columns.OBS])
-        return self.value_net(self.feature_norm(features))
+        features, screen = features_and_screen(batch[Columns.OBS])
+        return self.value_net(self.feature_norm(features), screen)

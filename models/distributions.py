@@ -102,3 +102,30 @@ class TorchRangedBeta(TorchDistribution):
     def to_deterministic(self) -> TorchDeterministic:
         """RLlib's deterministic counterpart, centred on the mean."""
         return TorchDeterministic(loc=self.deterministic_sample())
+
+
+class FixedStimulation:
+    """A frozen encoder's stimulation: always the given values, log-probability and entropy 0.
+
+    Not an RLlib Distribution: only the calls the culture connector and the learner make on the encoder's
+    distribution (sample, deterministic_sample, logp, entropy).
+    """
+
+    def __init__(self, stim: torch.Tensor) -> None:
+        self.stim = stim
+
+    def sample(self, *, sample_shape=None) -> torch.Tensor:
+        """The fixed stimulation (exploring or not)."""
+        return self.stim
+
+    def deterministic_sample(self) -> torch.Tensor:
+        """The fixed stimulation."""
+        return self.stim
+
+    def logp(self, value: torch.Tensor, **kwargs) -> torch.Tensor:
+        """0 for every row: the stimulation is not a choice the policy gradient can credit."""
+        return torch.zeros(value.shape[:-1], dtype=self.stim.dtype, device=self.stim.device)
+
+    def entropy(self) -> torch.Tensor:
+        """0 for every row."""
+        return torch.zeros(self.stim.shape[:-1], dtype=self.stim.dtype, device=self.stim.device)

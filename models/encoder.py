@@ -59,7 +59,7 @@ def features_and_screen(obs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
 
 
 class ScreenCNN(nn.Module):
-    """Small conv stack on the game screen -> a fixed-size embedding."""
+    """Conv stack on the game screen -> `out_size` features ("strided" or "pooled": ClosedLoopModelConfig.screen_cnn)."""
 
     def __init__(self, screen_space: gym.spaces.Box, settings: ClosedLoopModelConfig) -> None:
         super().__init__()
@@ -72,6 +72,18 @@ class ScreenCNN(nn.Module):
             channels = shape[-1] if self.channels_last else shape[0]
         # uint8 screens arrive as 0-255; scale to [0, 1] so the conv init sees unit-scale inputs.
         self.scale = 1.0 / 255.0 if screen_space.dtype == np.uint8 else 1.0
+        if settings.screen_cnn == "pooled":
+            # The reference trainer's: padded 3x3 convs keep the size, pools halve it, the last pool averages
+            # over the whole screen, so the output size does not depend on the screen's.
+            c = settings.screen_cnn_channels
+            self.convs = nn.Sequential(
+                nn.Conv2d(channels, c, 3, padding=1), nn.SiLU(), nn.MaxPool2d(2),
+                nn.Conv2d(c, 2 * c, 3, padding=1), nn.SiLU(), nn.MaxPool2d(2),
+                nn.Conv2d(2 * c, 4 * c, 3, padding=1), nn.SiLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+            )
+            self.project: nn.Module = nn.Identity()
+            self.out_size = 4 * c
+            return
         convs: list[nn.Module] = []
         for out_channels, kernel, stride in settings.screen_cnn_filters:
             convs += [nn.Conv2d(channels, out_channels, kernel, stride), nn.SiLU()]
@@ -80,6 +92,7 @@ class ScreenCNN(nn.Module):
         with torch.no_grad():
             flat_size = self.convs(self._to_nchw(torch.zeros(1, *shape))).shape[-1]
         self.project = nn.Sequential(nn.Linear(flat_size, settings.screen_embedding_dim), nn.SiLU())
+        self.out_size = settings.screen_embedding_dim
 
     def _to_nchw(self, screen: torch.Tensor) -> torch.Tensor:
         screen = screen.float() * self.scale
@@ -121,7 +134,7 @@ class StimEncoder(nn.Module):
         in_size = int(np.prod(features_space.shape))
         self.screen_cnn = ScreenCNN(screen_space, settings) if screen_space is not None else None
         if self.screen_cnn is not None:
-            in_size += settings.screen_embedding_dim
+            in_size += self.screen_cnn.out_size
         self.trunk = mlp(in_size, settings.encoder_hiddens)
         trunk_size = settings.encoder_hiddens[-1] if settings.encoder_hiddens else in_size
         self.head = nn.Linear(trunk_size, 2 * N_STIM)

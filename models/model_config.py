@@ -16,6 +16,7 @@ from bridge.channels import STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
 
 AblationMode = Literal["none", "zero", "random"]
 DecoderType = Literal["linear", "mlp"]
+ScreenCNNType = Literal["strided", "pooled"]
 EncoderParametrization = Literal["mode_concentration", "alpha_beta"]
 SpikeMeanMode = Literal["ema", "cumulative", "off"]
 
@@ -44,10 +45,22 @@ class ClosedLoopModelConfig:
     encoder_init_concentration: float = 42.0
     """alpha + beta of every stimulation Beta at init: its noise (Beta std 0.076 of the range at 42 with the mode
     in the middle, 0.10 at 22, 0.24 at 3.39, the bare alpha = beta = softplus(0) + 1). Must be > 2."""
+    encoder_trainable: bool = True
+    """False: the encoder (trunk, screen CNN, heads) is never updated and stimulates deterministically (each
+    Beta's mean) with log-probability 0, the reference trainer's frozen-encoder control: whatever improves
+    is the decoder and the culture. Its input normalisation still follows the features (it feeds the value
+    net too); set feature_normalization false to pin the observation-to-stimulation map exactly."""
+    screen_cnn: ScreenCNNType = "strided"
+    """The CNN on the screen (used only if obs has a "screen", `env: {screen: true}`): "strided" (the
+    screen_cnn_filters stack, projected to screen_embedding_dim) or "pooled" (the reference trainer's: three
+    3x3 convs of C, 2C, 4C channels, C = screen_cnn_channels, max-pooled by 2 after the first two, averaged
+    over the whole screen after the third: 4C features)."""
     screen_cnn_filters: tuple[tuple[int, int, int], ...] = ((16, 8, 4), (32, 4, 2))
-    """(out_channels, kernel, stride) per conv layer of the screen CNN (used only if obs has a "screen")."""
+    """(out_channels, kernel, stride) per conv layer of the "strided" screen CNN."""
     screen_embedding_dim: int = 128
-    """Size of the screen CNN's output that is concatenated to the scalar features."""
+    """Size of the "strided" screen CNN's output that is concatenated to the scalar features."""
+    screen_cnn_channels: int = 64
+    """C of the "pooled" screen CNN (the reference's 64)."""
     screen_layout: Literal["auto", "hwc", "chw"] = "auto"
     """Axis order of the screen; "auto": channels-last if the last axis has <= 4 entries."""
 
@@ -78,6 +91,9 @@ class ClosedLoopModelConfig:
     # Value net: a separate MLP on the scalar observation features.
     value_hiddens: tuple[int, ...] = (128, 128)
     """Hidden layer sizes of the value MLP (SiLU)."""
+    value_sees_screen: bool = False
+    """The value MLP also reads the screen's pixels (scaled to [0, 1], flattened after the features), as the
+    reference trainer's did; needs a screen in the observation (`env: {screen: true}`)."""
     value_normalization: bool = True
     """Train the value net on normalised targets (running mean/std, outputs preserved: models/value.py)."""
     value_norm_momentum: float = 0.1
@@ -131,6 +147,10 @@ class ClosedLoopModelConfig:
             raise ValueError("feature_std_floor and feature_clip must be > 0")
         if not 0.0 < self.value_norm_momentum <= 1.0:
             raise ValueError("value_norm_momentum must lie in (0, 1]")
+        if self.screen_cnn not in ("strided", "pooled"):
+            raise ValueError(f"screen_cnn must be strided or pooled, got {self.screen_cnn!r}")
+        if self.screen_cnn_channels < 1:
+            raise ValueError("screen_cnn_channels must be >= 1")
         if self.ablation_poisson_rate < 0.0:
             raise ValueError("ablation_poisson_rate must be >= 0")
 

@@ -26,11 +26,16 @@ MIN_VALUE_STD = 1e-2
 
 
 class NormalizedValueNet(nn.Module):
-    """MLP on the observation features -> V(s) in reward units, trained in normalised units."""
+    """MLP on the observation features (and the screen's pixels) -> V(s) in reward units, trained in normalised units."""
 
-    def __init__(self, in_size: int, hiddens: Sequence[int], *, normalize: bool, momentum: float) -> None:
+    def __init__(self, in_size: int, hiddens: Sequence[int], *, normalize: bool, momentum: float,
+                 screen_size: int = 0, screen_scale: float = 1.0) -> None:
         super().__init__()
-        self.net = mlp(in_size, hiddens, 1)
+        self.screen_size = screen_size
+        """Pixels of the screen appended to the features (0: the value net does not see the screen)."""
+        self.screen_scale = screen_scale
+        """Factor on the pixels (1 / 255 for uint8 screens: the features' unit scale)."""
+        self.net = mlp(in_size + screen_size, hiddens, 1)
         self.normalize = normalize
         self.momentum = momentum
         # float32 like the weights: RLlib syncs module state to env runners as float32, and the acting
@@ -44,13 +49,16 @@ class NormalizedValueNet(nn.Module):
         """The last layer, the one PopArt rescales."""
         return self.net[-1]
 
-    def normalized(self, features: torch.Tensor) -> torch.Tensor:
+    def normalized(self, features: torch.Tensor, screen: torch.Tensor | None = None) -> torch.Tensor:
         """The network's own output [B]: the value in normalised units."""
-        return self.net(features.float().flatten(1)).squeeze(-1)
+        x = features.float().flatten(1)
+        if self.screen_size:
+            x = torch.cat([x, screen.float().flatten(1) * self.screen_scale], dim=-1)
+        return self.net(x).squeeze(-1)
 
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
+    def forward(self, features: torch.Tensor, screen: torch.Tensor | None = None) -> torch.Tensor:
         """V(s) [B] in reward units."""
-        out = self.normalized(features)
+        out = self.normalized(features, screen)
         if not self.normalize:
             return out
         return out * self.target_std + self.target_mean
