@@ -146,21 +146,15 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
     reason = "completed"
     # Restored from the final checkpoint (driver killed before the trial was marked finished): nothing to train.
     steps_done = int(algo.metrics.peek("num_env_steps_sampled_lifetime", default=0)) if start is not None else 0
-    finished = start is not None and (
-        (stop.iterations is not None and algo.iteration >= stop.iterations)
-        or (stop.env_steps is not None and steps_done >= stop.env_steps)
-    )
+    finished = start is not None and stop_reached(stop, algo.iteration, steps_done, log.episodes_logged)
     try:
         while not finished:
             result = _train_iteration(algo)
             values = log.log_iteration(result, _pull_episode_records(algo))
             print(log.progress_line(result, values), flush=True)
             iteration = algo.iteration
-            done = (
-                (stop.iterations is not None and iteration >= stop.iterations)
-                or (stop.env_steps is not None and result.get("num_env_steps_sampled_lifetime", 0) >= stop.env_steps)
-                or (stop.time_s is not None and time.monotonic() - t0 >= stop.time_s)
-            )
+            done = stop_reached(stop, iteration, int(result.get("num_env_steps_sampled_lifetime", 0) or 0),
+                                log.episodes_logged, elapsed_s=time.monotonic() - t0)
             # Not "done": Tune reserves that key and stops the trial thread (SystemExit inside
             # tune.report) before the cleanup below can tell the culture training completed.
             metrics = {SCORE: values.get("episode/return_mean", float("-inf")), "finished": done,
@@ -189,6 +183,21 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
                    total_episodes=log.episodes_logged, hardware=False)
         finally:
             algo.stop()
+
+
+def stop_reached(stop, iteration: int, env_steps: int, episodes: int, elapsed_s: float | None = None) -> bool:
+    """Whether any stop condition the experiment sets is reached (the ones it leaves unset never apply).
+
+    `episodes` counts the trial's finished episodes across resumes (its episodes.jsonl), like the reference
+    trainer's `--max-episodes`, which also counts the episodes restored with a checkpoint; `elapsed_s` is this
+    driver's training time (None: not checked, as on a restore).
+    """
+    return (
+        (stop.iterations is not None and iteration >= stop.iterations)
+        or (stop.env_steps is not None and env_steps >= stop.env_steps)
+        or (stop.episodes is not None and episodes >= stop.episodes)
+        or (stop.time_s is not None and elapsed_s is not None and elapsed_s >= stop.time_s)
+    )
 
 
 def _train_iteration(algo) -> dict[str, Any]:

@@ -119,12 +119,14 @@ class StopSection(BaseModel):
     model_config = STRICT
     iterations: int | None = Field(None, ge=1)
     env_steps: int | None = Field(None, ge=1)
+    episodes: int | None = Field(None, ge=1, description="finished episodes of the trial, counted across resumes "
+                                 "(the reference trainer's --max-episodes); checked after each iteration")
     time_s: float | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _some_condition(self) -> StopSection:
-        if self.iterations is None and self.env_steps is None and self.time_s is None:
-            raise ValueError("set at least one of iterations, env_steps, time_s")
+        if self.iterations is None and self.env_steps is None and self.episodes is None and self.time_s is None:
+            raise ValueError("set at least one of iterations, env_steps, episodes, time_s")
         return self
 
 

@@ -142,5 +142,5 @@ def test_stop_conditions_are_the_ones_the_file_sets(tmp_path):
     assert load_experiment(no_section).stop.iterations == 10
     empty_section = tmp_path / "empty.yaml"
     empty_section.write_text("stop: {}\n")
-    with pytest.raises(ExperimentError, match="at least one of iterations, env_steps, time_s"):
+    with pytest.raises(ExperimentError, match="at least one of iterations, env_steps, episodes, time_s"):
         load_experiment(empty_section)
