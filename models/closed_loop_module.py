@@ -17,6 +17,7 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical
 from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
+from ray.rllib.utils.annotations import override
 from torch import nn
 
 from bridge.channels import N_ENCODING, N_SPIKE_GROUPS
@@ -41,7 +42,11 @@ SPIKE_STD = "spike_std"
 """Batch column: the scale the centred spikes were divided by when acting [B, N_SPIKE_GROUPS] (ones if off)."""
 
 
-MODE_DEPENDENT_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._NormBase)
+MODE_DEPENDENT_LAYERS = (
+    nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout,
+    nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm,
+    nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d,
+)
 """Layers whose output depends on train/eval mode; the module has none (see forward_exploration)."""
 
 
@@ -70,6 +75,7 @@ def build_value_net(observation_space, settings: ClosedLoopModelConfig) -> Norma
 class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
     """Encoder, decoder and value net of the closed loop; settings in ClosedLoopModelConfig."""
 
+    @override(TorchRLModule)
     def setup(self) -> None:
         """Build the three networks and the spike-mean buffers from model_config."""
         self.settings = ClosedLoopModelConfig.from_dict(self.model_config)
@@ -114,6 +120,7 @@ class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
 
     # ---- forward passes ----
 
+    @override(TorchRLModule)
     def _forward(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
         """Acting pass: encoder Beta inputs and value predictions; no action (the culture decides)."""
         features, screen = features_and_screen(batch[Columns.OBS])
@@ -126,20 +133,24 @@ class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
     # RLlib's TorchRLModule switches to eval mode and back around every acting pass: two walks over all
     # submodules per game tick, on the tick's critical path. This module has no layer that behaves
     # differently in training (no dropout, no normalisation), so acting skips the switch.
+    @override(TorchRLModule)
     def forward_exploration(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
         """Acting pass while exploring (no train/eval switch: nothing here depends on the mode)."""
         return self._forward_exploration(batch, **kwargs)
 
+    @override(TorchRLModule)
     def forward_inference(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
         """Acting pass without exploration (no train/eval switch: nothing here depends on the mode)."""
         return self._forward_inference(batch, **kwargs)
 
+    @override(TorchRLModule)
     def _forward_train(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
         """Training pass: also replays the stored spikes through the decoder with the stored mean."""
         out = self._forward(batch)
         out[Columns.ACTION_DIST_INPUTS] = self.decode(batch[SPIKES], batch[SPIKE_MEAN], batch[SPIKE_STD])
         return out
 
+    @override(ValueFunctionAPI)
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
         """Value estimates [B] from the observation features (and screen) (ValueFunctionAPI, used by GAE)."""
         features, screen = features_and_screen(batch[Columns.OBS])

@@ -22,6 +22,7 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical
 from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
+from ray.rllib.utils.annotations import override
 from torch import nn
 
 from models.closed_loop_module import build_value_net, feature_normalizer
@@ -32,6 +33,7 @@ from models.model_config import ClosedLoopModelConfig
 class DirectRLModule(TorchRLModule, ValueFunctionAPI):
     """Encoder trunk + action head, and a value net; settings in ClosedLoopModelConfig."""
 
+    @override(TorchRLModule)
     def setup(self) -> None:
         """Build the trunk (as the encoder's), the action head and the value net."""
         self.settings = s = ClosedLoopModelConfig.from_dict(self.model_config)
@@ -68,18 +70,22 @@ class DirectRLModule(TorchRLModule, ValueFunctionAPI):
         """Categorical over the game actions."""
         return TorchCategorical.from_logits(action_logits)
 
+    @override(TorchRLModule)
     def get_exploration_action_dist_cls(self) -> type:
         """RLlib samples actions from a Categorical over ACTION_DIST_INPUTS."""
         return TorchCategorical
 
+    @override(TorchRLModule)
     def get_inference_action_dist_cls(self) -> type:
         """Greedy actions come from the same Categorical."""
         return TorchCategorical
 
+    @override(TorchRLModule)
     def get_train_action_dist_cls(self) -> type:
         """The learner's Categorical."""
         return TorchCategorical
 
+    @override(TorchRLModule)
     def _forward(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
         """Action logits and values."""
         features, screen = features_and_screen(batch[Columns.OBS])
@@ -87,6 +93,7 @@ class DirectRLModule(TorchRLModule, ValueFunctionAPI):
         return {Columns.ACTION_DIST_INPUTS: self.encoder(features, screen),
                 Columns.VF_PREDS: self.value_net(features, screen)}
 
+    @override(ValueFunctionAPI)
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
         """Value estimates [B] (ValueFunctionAPI, used by GAE)."""
         features, screen = features_and_screen(batch[Columns.OBS])

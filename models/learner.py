@@ -21,7 +21,7 @@ same loss with the stimulation term left out.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from ray.rllib.algorithms.ppo.ppo import (
@@ -33,13 +33,16 @@ from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.learner.learner import DEFAULT_OPTIMIZER, POLICY_LOSS_KEY, VF_LOSS_KEY
 from ray.rllib.evaluation.postprocessing import Postprocessing
+from ray.rllib.utils.annotations import override
 from ray.rllib.utils.torch_utils import explained_variance
 from ray.rllib.utils.typing import ModuleID
 
 from bridge.channels import SPIKE_GROUP_NAMES
 from models.closed_loop_module import STIM, STIM_DIST_INPUTS, STIM_LOGP, ClosedLoopRLModule
-from models.config import ClosedLoopPPOConfig
 from models.running_stats_connector import UpdateRunningStats
+
+if TYPE_CHECKING:  # models.config imports this module to name its learner class
+    from models.config import ClosedLoopPPOConfig
 
 ENCODER_OPTIMIZER = "encoder"
 DECODER_OPTIMIZER = "decoder"
@@ -69,15 +72,17 @@ def _scaled_lr(lr_or_schedule: Any, factor: float) -> Any:
 class ClosedLoopPPOLearner(PPOTorchLearner):
     """PPO learner for ClosedLoopRLModule (joint stim + action log-probability)."""
 
+    @override(PPOTorchLearner)
     def build(self) -> None:
         """PPO's build, then the spike-mean connector after GAE at the end of the learner pipeline."""
         super().build()
         if self._learner_connector is not None:
             self._learner_connector.append(UpdateRunningStats())
 
+    @override(PPOTorchLearner)
     def configure_optimizers_for_module(self, module_id: ModuleID, config: ClosedLoopPPOConfig = None) -> None:
         """Three Adam optimizers: encoder (lr x encoder_lr_multiplier), decoder (lr x decoder_lr_multiplier), value (lr)."""
-        module: ClosedLoopRLModule = self._module[module_id].unwrapped()
+        module: ClosedLoopRLModule = self.module[module_id].unwrapped()
         # Frozen parameters are left out: TorchLearner.apply_gradients cannot handle a None gradient.
         groups = (
             (ENCODER_OPTIMIZER, module.encoder_parameters(), config.encoder_lr_multiplier),
@@ -94,6 +99,7 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
                     lr_or_lr_schedule=_scaled_lr(config.lr, factor),
                 )
 
+    @override(PPOTorchLearner)
     def postprocess_gradients_for_module(
         self, *, module_id: ModuleID, config: ClosedLoopPPOConfig = None, module_gradients_dict: dict
     ) -> dict:
@@ -106,6 +112,7 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
         self.metrics.log_value((module_id, GRADIENT_NORM_KEY), norm, window=1)
         return module_gradients_dict
 
+    @override(PPOTorchLearner)
     def compute_loss_for_module(
         self,
         *,
@@ -218,6 +225,7 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
         )
         return total_loss
 
+    @override(PPOTorchLearner)
     def after_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:
         """PPO's bookkeeping, fold the batch into the feature statistics, log the running statistics."""
         super().after_gradient_based_update(timesteps=timesteps)
