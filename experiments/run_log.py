@@ -77,6 +77,27 @@ RESULT_TAGS: dict[str, str] = {
 SPIKE_MEAN_PREFIX = "spike_mean_"
 
 
+def metric_tag(name: str) -> str:
+    """The TensorBoard tag a Tune metric names: a tag as is, or the RLlib result path it is read from.
+
+    Raises ValueError for a name that is neither (the trial never reports it, so Tune could not rank by it).
+    """
+    from bridge.channels import SPIKE_GROUP_NAMES
+
+    if name in RESULT_TAGS or name in {f"spikes/mean_{g}" for g in SPIKE_GROUP_NAMES}:
+        return name
+    by_path = {path: tag for tag, path in RESULT_TAGS.items()}
+    if name in by_path:
+        return by_path[name]
+    raise ValueError(f"unknown metric {name!r}: use a TensorBoard tag of the run, e.g. "
+                     f"{', '.join(list(RESULT_TAGS)[:4])}, loop/latency_p50_ms (all: experiments/run_log.py)")
+
+
+def metric_key(tag: str) -> str:
+    """The key under which a trial reports a tag to Tune (Tune nests keys with '/', so they become '_')."""
+    return tag.replace("/", "_")
+
+
 def _lookup(result: dict[str, Any], path: str) -> Any:
     """Follow `a/b/c` through nested dicts; RLlib also keeps keys like "culture/x" flat, so try those too."""
     parts = path.split("/")

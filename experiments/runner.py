@@ -42,7 +42,8 @@ DEVICE_LOST = "device_lost"
 """Result key of a trial that ended because its device stopped answering (reported, not raised or retried)."""
 RESOLVED_FILE = "experiment.yaml"
 CHECKPOINT_REQUEST = "checkpoint.request"
-SCORE = "episode_return_mean"
+SCORE_TAG = "episode/return_mean"
+"""The default `tune.metric`: trials and checkpoints are ranked by it unless the experiment names another."""
 SEARCH_FUNCTIONS = {"grid": "grid_search", "choice": "choice", "uniform": "uniform",
                     "loguniform": "loguniform", "randint": "randint"}
 
@@ -97,6 +98,18 @@ def _trial_dir() -> Path:
     return Path(context.get_trial_dir())  # remote storage (s3:// ...): stage locally, Tune uploads
 
 
+def score_of(tune_config_or_experiment: dict[str, Any] | Experiment) -> tuple[str, str, float]:
+    """The Tune metric key of the experiment's `tune.metric`, its mode, and the worst value it can take."""
+    from experiments.run_log import metric_key
+
+    if isinstance(tune_config_or_experiment, Experiment):
+        section = tune_config_or_experiment.tune.model_dump()
+    else:
+        section = (tune_config_or_experiment.get("experiment") or {}).get("tune") or {}
+    tag, mode = section.get("metric", SCORE_TAG), section.get("mode", "max")
+    return metric_key(tag), mode, float("-inf") if mode == "max" else float("inf")
+
+
 def train_trial(tune_config: dict[str, Any]) -> None:
     """The Tune function trainable: build, (restore,) train, log, checkpoint, finish.
 
@@ -111,16 +124,17 @@ def train_trial(tune_config: dict[str, Any]) -> None:
 
     start = tune.get_checkpoint()
     progress = {"iterations": 0}
+    score, _, worst = score_of(tune_config)
     try:
         _train(tune_config, start, progress)
     except DeviceLost as exc:
         print(f"DeviceLost: {exc}", file=sys.stderr, flush=True)
-        tune.report({DEVICE_LOST: str(exc), SCORE: float("-inf"), "finished": True})
+        tune.report({DEVICE_LOST: str(exc), score: worst, "finished": True})
     except Exception as exc:
         if start is not None or progress["iterations"]:
             raise
         traceback.print_exc()  # the trial's log keeps the whole story
-        tune.report({SETUP_ERROR: f"{type(exc).__name__}: {exc}", SCORE: float("-inf"), "finished": True})
+        tune.report({SETUP_ERROR: f"{type(exc).__name__}: {exc}", score: worst, "finished": True})
 
 
 def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None:
@@ -128,9 +142,10 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
 
     from experiments.live_view.announce import announce
     from experiments.loop import finish, restore
-    from experiments.run_log import RunLog
+    from experiments.run_log import RunLog, metric_key
 
     experiment = _trial_experiment(tune_config)
+    score, _, worst = score_of(experiment)
     trial_dir = _trial_dir()
     (trial_dir / RESOLVED_FILE).write_text(experiment.to_yaml())
     algo = experiment.algorithm_config().build_algo()
@@ -157,8 +172,10 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
                                 log.episodes_logged, elapsed_s=time.monotonic() - t0)
             # Not "done": Tune reserves that key and stops the trial thread (SystemExit inside
             # tune.report) before the cleanup below can tell the culture training completed.
-            metrics = {SCORE: values.get("episode/return_mean", float("-inf")), "finished": done,
-                       "episodes_logged": log.episodes_logged} | {k.replace("/", "_"): v for k, v in values.items()}
+            # The tune.metric key is in every report (its worst value until it has one): Tune ranks checkpoints
+            # and trials by it.
+            metrics = {score: worst, "finished": done,
+                       "episodes_logged": log.episodes_logged} | {metric_key(k): v for k, v in values.items()}
             requested = _request_pending(trial_dir)  # first, so a request is taken even when a save is due anyway
             save = requested or iteration % experiment.checkpoint.every_iterations == 0 or (
                 done and experiment.checkpoint.at_end
@@ -313,6 +330,7 @@ def run(experiment: Experiment, *, sweep: bool, resume: bool = False) -> Path:
     init_ray(resources=culture.node_resources())  # this machine owns the devices when no cluster is named
     _check_cluster_fit(experiment)
     trainable = tune.with_resources(train_trial, _resources(experiment))
+    score, mode, _ = score_of(experiment)
     root = Path(experiment.output.root_dir).resolve()
     if resume:
         run_dir = latest_run_dir(experiment)
@@ -335,14 +353,16 @@ def run(experiment: Experiment, *, sweep: bool, resume: bool = False) -> Path:
             tune_config=tune.TuneConfig(
                 num_samples=t.num_samples if sweep else 1,
                 max_concurrent_trials=t.max_concurrent_trials if sweep else 1,
+                metric=score,
+                mode=mode,
             ),
             run_config=tune.RunConfig(
                 name=run_name,
                 storage_path=str(root),
                 checkpoint_config=tune.CheckpointConfig(
                     num_to_keep=experiment.checkpoint.keep,
-                    checkpoint_score_attribute=SCORE,
-                    checkpoint_score_order="max",
+                    checkpoint_score_attribute=score,
+                    checkpoint_score_order=mode,
                 ),
                 failure_config=tune.FailureConfig(max_failures=t.max_failures),
                 verbose=0,
@@ -365,7 +385,10 @@ def run(experiment: Experiment, *, sweep: bool, resume: bool = False) -> Path:
     failed = errors or setup_errors or lost
     _tell_hardware(experiment, "error: a trial failed" if failed else "completed", results)
     try:
-        best = results.get_best_result(metric=SCORE, mode="max")
+        best = results.get_best_result(metric=score, mode=mode)
+        summary["best"] = {"metric": experiment.tune.metric, "mode": mode,
+                           "value": float(best.metrics[score]) if best.metrics and score in best.metrics else None,
+                           "trial_dir": best.path}
         if best.checkpoint is not None:
             summary["best_checkpoint"] = best.checkpoint.path
         summary["final_checkpoints"] = [r.checkpoint.path for r in results if r.checkpoint is not None]

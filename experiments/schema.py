@@ -147,8 +147,17 @@ class TuneSection(BaseModel):
     num_samples: int = Field(1, ge=1)
     max_concurrent_trials: int | None = Field(None, ge=1)
     max_failures: int = Field(2, ge=0, description="retries of a failed trial from its last checkpoint")
-    metric: str = "env_runners/episode_return_mean"
+    metric: str = Field("episode/return_mean", description="a TensorBoard tag of the trial (episode/return_mean, "
+                        "episode/kills, loop/latency_p50_ms, ...) or the RLlib result path it is read from: picks the "
+                        "best trial and the best checkpoints kept")
     mode: Literal["max", "min"] = "max"
+
+    @model_validator(mode="after")
+    def _known_metric(self) -> TuneSection:
+        from experiments.run_log import metric_tag
+
+        self.metric = metric_tag(self.metric)  # raises ValueError naming the tags there are
+        return self
 
 
 class OutputSection(BaseModel):
