@@ -100,8 +100,9 @@ def _check_map() -> None:
 _check_map()
 
 
-# Feedback reference values from the spec: (channels, frequency_hz, amplitude_ua,
-# pulses, unpredictable). Experiment configs start from these and may override.
+# Feedback reference values from the spec (armor_pickup's row from the reference trainer's event table, whose
+# channels the spec lists): (channels, frequency_hz, amplitude_ua, pulses, unpredictable). Experiment configs
+# start from these and may override.
 FEEDBACK_REFERENCE: Mapping[str, tuple[tuple[int, ...], float, float, int, bool]] = MappingProxyType(
     {
         "step_reward_positive": (POSITIVE_FEEDBACK_ELECTRODES, 20.0, 2.0, 30, False),
@@ -109,6 +110,7 @@ FEEDBACK_REFERENCE: Mapping[str, tuple[tuple[int, ...], float, float, int, bool]
         "episode_reward_positive": (POSITIVE_FEEDBACK_ELECTRODES, 40.0, 2.0, 80, False),
         "episode_reward_negative": (NEGATIVE_FEEDBACK_ELECTRODES, 120.0, 2.0, 160, True),
         "enemy_kill": (EVENT_FEEDBACK_ELECTRODES["enemy_kill"], 20.0, 2.5, 40, True),
+        "armor_pickup": (EVENT_FEEDBACK_ELECTRODES["armor_pickup"], 20.0, 2.0, 35, True),
         "took_damage": (EVENT_FEEDBACK_ELECTRODES["took_damage"], 90.0, 2.2, 50, True),
         "ammo_waste": (EVENT_FEEDBACK_ELECTRODES["ammo_waste"], 60.0, 1.8, 25, True),
     }

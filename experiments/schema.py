@@ -28,16 +28,16 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from bridge.channels import ENCODING_ELECTRODES, N_ELECTRODES
-from bridge.protocol import FeedbackType
 from bridge.safety import SafetyEnvelope, SafetyViolation
 from experiments.culture_link import CultureSettings, DeviceSettings
 from experiments.feedback import (
+    EVENT_SURPRISE_REFERENCE,
+    EventFeedbackSpec,
     FeedbackSettings,
     FeedbackSpec,
-    SurpriseScales,
     SurpriseSettings,
-    SurpriseTracker,
-    build_commands,
+    feedback_rows,
+    row_commands,
 )
 from experiments.live_view.settings import ViewSettings
 from models.model_config import ClosedLoopModelConfig
@@ -45,7 +45,8 @@ from models.model_config import ClosedLoopModelConfig
 # No NaN or infinity anywhere: no setting means either, and YAML's `.inf` is one typo away.
 STRICT = ConfigDict(extra="forbid", arbitrary_types_allowed=True, allow_inf_nan=False)
 # Settings dataclasses validate strictly too: a typo is an error, not a silent default.
-for _cls in (SafetyEnvelope, FeedbackSettings, FeedbackSpec, SurpriseSettings, DeviceSettings, ClosedLoopModelConfig):
+for _cls in (SafetyEnvelope, FeedbackSettings, FeedbackSpec, EventFeedbackSpec, SurpriseSettings, DeviceSettings,
+             ClosedLoopModelConfig):
     _cls.__pydantic_config__ = STRICT
 
 
@@ -235,6 +236,19 @@ class Experiment(BaseModel):
                 raise ValueError("env must be a mapping of DoomEnv settings")
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _event_rows_over_reference(cls, data: Any) -> Any:
+        """An event row the reference table has starts from that row: `{td_sign: absolute}` changes only that."""
+        feedback = data.get("feedback") if isinstance(data, dict) else None
+        events = feedback.get("events") if isinstance(feedback, dict) else None
+        if isinstance(events, dict):
+            data = {**data, "feedback": {**feedback, "events": {
+                name: {**dataclasses.asdict(EventFeedbackSpec.reference(name)), **row}
+                if name in EVENT_SURPRISE_REFERENCE and isinstance(row, dict) else row
+                for name, row in events.items()}}}
+        return data
+
     @model_validator(mode="after")
     def _cross_checks(self) -> Experiment:
         try:
@@ -357,9 +371,16 @@ def _check_feedback(feedback: FeedbackSettings) -> None:
         raise ValueError(f"feedback.max_datagrams_per_step: {feedback.max_datagrams_per_step} cannot carry negative "
                          "feedback, which is an interrupt and its command (2 datagrams); use 2 or more, or "
                          "interrupt_before_negative: false")
+    if not feedback.max_amplitude_ua > 0:
+        raise ValueError(f"feedback.max_amplitude_ua: must be > 0 uA, got {feedback.max_amplitude_ua}")
     s = feedback.surprise
-    if not 0 < s.baseline_ema <= 1:
-        raise ValueError(f"feedback.surprise.baseline_ema: must be in (0, 1], got {s.baseline_ema}")
+    for name in ("step_baseline_beta", "episode_baseline_beta"):
+        if not 0 <= getattr(s, name) < 1:
+            raise ValueError(f"feedback.surprise.{name}: must be in [0, 1) (the old value's weight), "
+                             f"got {getattr(s, name)}")
+    if not s.baseline_floor > 0:
+        raise ValueError(f"feedback.surprise.baseline_floor: must be > 0 (a ratio divides by it), "
+                         f"got {s.baseline_floor}")
     for name in ("ratio_cap", "amplitude_scale_max", "pulse_scale_max"):
         if not getattr(s, name) > 0:
             raise ValueError(f"feedback.surprise.{name}: must be > 0, got {getattr(s, name)}")
@@ -370,6 +391,16 @@ def _check_feedback(feedback: FeedbackSettings) -> None:
     if not 0 < low <= high:
         raise ValueError(f"feedback.surprise.frequency_scale_range: must be [low, high] with 0 < low <= high, "
                          f"got {list(s.frequency_scale_range)}")
+    for name, row in feedback.events.items():
+        where = f"feedback.events.{name}"
+        if not 0 <= row.ema_beta < 1:
+            raise ValueError(f"{where}.ema_beta: must be in [0, 1) (the old value's weight), got {row.ema_beta}")
+        for gain in ("frequency_gain", "amplitude_gain", "pulse_gain"):
+            if getattr(row, gain) < 0:
+                raise ValueError(f"{where}.{gain}: must be >= 0, got {getattr(row, gain)}")
+        for most in ("frequency_scale_max", "amplitude_scale_max", "pulse_scale_max"):
+            if not getattr(row, most) > 0:
+                raise ValueError(f"{where}.{most}: must be > 0, got {getattr(row, most)}")
     for path, spec in _feedback_specs(feedback):
         where = f"feedback.{path}"
         if not spec.channels:
@@ -382,8 +413,9 @@ def _check_feedback(feedback: FeedbackSettings) -> None:
         if spec.pulses < 1:
             raise ValueError(f"{where}.pulses: must be >= 1 (to turn this feedback off, set its amplitude_ua: 0 "
                              f"or feedback.enabled: false), got {spec.pulses}")
-        for name, scale in (("frequency_hz", high), ("amplitude_ua", s.amplitude_scale_max),
-                            ("pulses", s.pulse_scale_max)):
+        most = ((spec.frequency_scale_max, spec.amplitude_scale_max, spec.pulse_scale_max)
+                if isinstance(spec, EventFeedbackSpec) else (high, s.amplitude_scale_max, s.pulse_scale_max))
+        for name, scale in zip(("frequency_hz", "amplitude_ua", "pulses"), most, strict=True):
             if not math.isfinite(getattr(spec, name) * scale):
                 raise ValueError(f"{where}.{name}: {getattr(spec, name)} times its surprise scale is not finite")
 
@@ -409,24 +441,20 @@ def _check_reach(experiment: Experiment) -> None:
     fb = experiment.feedback
     if not fb.enabled:
         return
-    # The commands the run itself would build, at no surprise and at the most surprise either way (the scales are
-    # monotonic in the surprise), through the envelope exactly as the bridge would check them.
-    extremes = [SurpriseScales()]
-    for td_error in (1e12, -1e12):
-        tracker = SurpriseTracker(fb.surprise)
-        tracker.scales(1.0)  # a baseline of 1, so the next error's ratio reaches the cap
-        extremes.append(tracker.scales(td_error))
-    for path, spec in _feedback_specs(fb):
-        for scales in extremes:
-            for command in build_commands(spec, scales, FeedbackType.EVENT, path, fb):
-                try:
-                    env.check_feedback(command, "raise")
-                except SafetyViolation as exc:
-                    raise ValueError(
-                        f"feedback.{path}: with surprise scale x{scales.frequency:.2f} Hz, x{scales.amplitude:.2f} uA, "
-                        f"x{scales.pulses:.2f} pulses it would send {command.frequency_hz:g} Hz, "
-                        f"{command.amplitude_ua:g} uA, {command.pulses:g} pulses: {exc}; loop.envelope_policy is "
-                        f"raise, so the run would stop there: {advice}") from None
+    # The commands the run itself would build, at no surprise and at the most surprise in each direction (the
+    # scales are monotonic in the surprise), through the envelope exactly as the bridge would check them.
+    for row in feedback_rows(fb):
+        if not row.sent:
+            continue
+        for commands in row_commands(fb, row):
+            command = commands[-1]
+            try:
+                env.check_feedback(command, "raise")
+            except SafetyViolation as exc:
+                raise ValueError(
+                    f"feedback.{row.key}: surprise scaling can make it send {command.frequency_hz:g} Hz, "
+                    f"{command.amplitude_ua:g} uA, {command.pulses:g} pulses: {exc}; loop.envelope_policy is "
+                    f"raise, so the run would stop there: {advice}") from None
 
 
 def _check_search_entry(experiment: Experiment, key: str, spec: Any) -> None:
@@ -543,7 +571,7 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def _settings_fields() -> frozenset[str]:
     """Field names of the settings dataclasses, whose own checks start their messages with one."""
-    return frozenset(f.name for cls in (SafetyEnvelope, FeedbackSettings, FeedbackSpec, SurpriseSettings,
+    return frozenset(f.name for cls in (SafetyEnvelope, FeedbackSettings, EventFeedbackSpec, SurpriseSettings,
                                         DeviceSettings, ClosedLoopModelConfig) for f in dataclasses.fields(cls))
 
 

@@ -42,9 +42,37 @@ def test_quickstart_passes_and_prints_latency_and_envelope():
     assert SafetyEnvelope().describe() in out
     assert "envelope MINIMUM only" in out
     for group in ("step_positive", "step_negative", "episode_positive", "episode_negative",
-                  "enemy_kill", "took_damage", "ammo_waste"):
+                  "enemy_kill", "armor_pickup", "took_damage", "ammo_waste"):
         assert re.search(rf"{group}\s+channels \[[\d, ]+\]  [\d.]+ Hz  [\d.]+ uA  \d+ pulses", out), group
     assert "check passed" in out
+
+
+def test_check_prints_every_feedback_row_what_it_sends_and_which_switch_keeps_it_off():
+    from experiments.schema import load_experiment
+
+    reference = ROOT / "experiments" / "reference.yaml"
+    lines = check.feedback_lines(load_experiment(reference))
+    rows = {"step_positive": "reward_positive", "step_negative": "reward_negative",
+            "episode_positive": "episode_positive", "episode_negative": "episode_negative",
+            "enemy_kill": None, "armor_pickup": None, "took_damage": None, "ammo_waste": None}
+    for key, name in rows.items():
+        (i,) = [i for i, line in enumerate(lines) if re.search(rf"^  \w+\s+{key}\s+channels \[", line)]
+        if name is None:  # the event table: off while reward feedback is on
+            assert "NOT SENT (use_reward_feedback: true" in lines[i + 1], lines[i + 1]
+            assert re.search(r"td_sign=\w+ gain/max Hz [\d.]+/x[\d.]+ .* ema_beta=", lines[i])
+        else:
+            assert f"sends '{name}'" in lines[i + 1], lines[i + 1]
+            assert ("interrupt first" in lines[i + 1]) == key.endswith("negative")
+            low, high = re.search(r"Hz  ([\d.]+)(?:-([\d.]+))? uA", lines[i + 1]).groups()
+            assert float(low) == 2.0 and float(high) == 2.5  # base 2 uA; surprise scaling capped at 2.5 uA
+    assert "step beta 0.999, episode beta 0.9" in lines[0] and "amplitude capped at 2.5 uA" in lines[0]
+    switched = check.feedback_lines(load_experiment(reference, ["feedback.use_reward_feedback=false",
+                                                                "feedback.use_episode_feedback=false"]))
+    text = "\n".join(switched)
+    assert text.count("NOT SENT (use_reward_feedback: false") == 2
+    assert text.count("NOT SENT (use_episode_feedback: false)") == 2
+    assert "sends 'enemy_kill': " in text and "sends 'took_damage', interrupt first: " in text
+    assert "sends 'armor_pickup': " in text
 
 
 def test_silent_device_fails_within_its_timeout_naming_device_and_port():

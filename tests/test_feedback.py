@@ -12,16 +12,15 @@ from bridge.safety import SafetyEnvelope
 from experiments.feedback import (
     FeedbackPolicy,
     FeedbackSettings,
+    RunningBaseline,
     SurpriseSettings,
-    SurpriseTracker,
     command_units,
     within_budget,
 )
 
 
 def test_first_surprise_has_ratio_one():
-    tracker = SurpriseTracker(SurpriseSettings())
-    s = tracker.scales(2.0)
+    _, s = FeedbackPolicy(FeedbackSettings(), gamma=0.997).for_step(2.0, {}, 0.0, 0.0, False)
     g = 1 - math.exp(-1.0)
     assert s.ratio == pytest.approx(1.0)
     assert s.frequency == pytest.approx(1 - 0.65 * g)
@@ -30,24 +29,50 @@ def test_first_surprise_has_ratio_one():
 
 
 def test_ratio_is_capped_and_scales_bounded():
-    tracker = SurpriseTracker(SurpriseSettings(baseline_ema=0.01))
-    tracker.scales(0.1)
-    s = tracker.scales(-100.0)  # a huge negative surprise
+    policy = FeedbackPolicy(FeedbackSettings(), gamma=0.997)
+    policy.for_step(-0.1, {}, 0.0, 0.0, False)
+    _, s = policy.for_step(-100.0, {}, 0.0, 0.0, False)  # a huge negative surprise
     g = 1 - math.exp(-2.0)
     assert s.ratio == 2.0
     assert s.frequency == pytest.approx(min(1 + 0.65 * g, 2.0))
     assert s.amplitude <= 1.5 and s.pulses <= 2.0
 
 
-def test_baseline_is_an_ema_of_abs_td():
-    tracker = SurpriseTracker(SurpriseSettings(baseline_ema=0.5))
-    tracker.scales(4.0)
-    tracker.scales(-2.0)
-    assert tracker.baseline == pytest.approx(3.0)
+def test_baseline_is_an_ema_started_at_the_first_magnitude_and_floored():
+    baseline = RunningBaseline(beta=0.5, floor=1e-3)
+    assert baseline.value_or(4.0) == 4.0
+    baseline.update(4.0)
+    baseline.update(2.0)
+    assert baseline.value == pytest.approx(3.0)
+    baseline.update(0.0)
+    baseline.update(0.0)
+    baseline.update(0.0)
+    baseline.update(0.0)
+    assert baseline.value_or(5.0) == pytest.approx(3.0 / 16)
+    assert RunningBaseline(beta=0.5, floor=1e-3).value_or(0.0) == 1e-3
+
+
+def test_step_baseline_moves_with_beta_0999():
+    """The reference's step baseline: read before this step's |TD| joins it, beta 0.999."""
+    policy = FeedbackPolicy(FeedbackSettings(), gamma=0.997)
+    policy.for_step(1.0, {}, 0.0, 0.0, False)
+    policy.for_step(10.0, {}, 0.0, 0.0, False)
+    _, s = policy.for_step(1.0, {}, 0.0, 0.0, False)
+    assert s.ratio == pytest.approx(1.0 / (0.999 * 1.0 + 0.001 * 10.0))
+
+
+def test_reward_against_the_td_error_shifts_the_frequency_less():
+    """A positive reward whose TD error is negative: its size sets the surprise, 1 / (1 + |TD|) weights the shift."""
+    policy = FeedbackPolicy(FeedbackSettings(), gamma=1.0)
+    _, s = policy.for_step(1.0, {}, value_s=4.0, value_next=0.0, terminated=False)  # TD = -3
+    g = 1 - math.exp(-1.0 / 3.0)  # magnitude |r| = 1 against the first baseline |TD| = 3
+    assert s.frequency == pytest.approx(1 - 0.65 * g / 4.0)
+    assert s.amplitude == pytest.approx(1 + 0.35 * g)
 
 
 def test_surprise_off_gives_unit_scales():
-    s = SurpriseTracker(SurpriseSettings(enabled=False)).scales(5.0)
+    policy = FeedbackPolicy(FeedbackSettings(surprise=SurpriseSettings(enabled=False)), gamma=0.997)
+    _, s = policy.for_step(5.0, {}, 0.0, 0.0, False)
     assert (s.frequency, s.amplitude, s.pulses) == (1.0, 1.0, 1.0)
 
 
@@ -78,9 +103,11 @@ def test_td_error_uses_gamma_and_terminal_flag():
 def test_events_follow_the_table_and_unknown_events_are_ignored():
     settings = FeedbackSettings(surprise=SurpriseSettings(enabled=False), use_reward_feedback=False)
     policy = FeedbackPolicy(settings, gamma=0.997)
-    commands, _ = policy.for_step(0.0, {"enemy_kill": 1, "armor_pickup": 1, "ammo_waste": 0}, 0.0, 0.0, False)
-    assert [c.event_name for c in commands] == ["enemy_kill", "enemy_kill"]  # interrupt + event
-    assert commands[1].feedback_type == FeedbackType.EVENT and commands[1].amplitude_ua == 2.5
+    commands, _ = policy.for_step(0.0, {"enemy_kill": 1, "armor_pickup": 1, "ammo_waste": 0, "bogus": 1},
+                                  0.0, 0.0, False)
+    assert [c.event_name for c in commands] == ["enemy_kill", "armor_pickup"]  # positive events: no interrupt
+    assert [c.feedback_type for c in commands] == [FeedbackType.EVENT] * 2
+    assert commands[0].amplitude_ua == 2.5 and commands[1].channels == (39, 40, 43)
 
 
 def test_reward_feedback_or_the_event_table_never_both():
@@ -141,3 +168,16 @@ def test_every_built_command_encodes_and_passes_the_envelope():
             safe, _ = envelope.check_feedback(cmd, "clamp")
             assert safe is not None
             assert len(encode_feedback(safe)) == 120
+
+
+def test_telemetry_counts_each_row_with_its_mean_scales_and_forgets_on_drain():
+    policy = FeedbackPolicy(FeedbackSettings(use_reward_feedback=False), gamma=1.0)
+    policy.for_step(0.0, {"enemy_kill": 1}, 0.0, 2.0, False)
+    policy.for_step(0.0, {"enemy_kill": 1, "took_damage": 1}, 0.0, 2.0, False)  # took_damage: positive TD, nothing
+    policy.for_episode(5.0, 0.0)
+    drained = policy.telemetry.drain()
+    assert drained["enemy_kill"]["count"] == 2 and "took_damage" not in drained
+    assert drained["enemy_kill"]["frequency_scale"] < 1.0 < drained["enemy_kill"]["amplitude_scale"]
+    assert drained["step"]["count"] == 2 and drained["episode_positive"]["count"] == 1
+    assert drained["episode"]["frequency_scale"] == pytest.approx(1.65)
+    assert policy.telemetry.drain() == {}

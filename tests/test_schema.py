@@ -49,6 +49,25 @@ def test_cl1_example_has_the_reference_settings():
     assert e.resources.num_env_runners == 1
 
 
+def test_reference_example_has_the_reference_trainer_settings():
+    """shared/docs/reference-trainer.md, 2.4 and 2.8: the values a lab reproducing the reference expects."""
+    e = load_experiment(ROOT / "experiments" / "reference.yaml")
+    fb, s = e.feedback, e.feedback.surprise
+    assert (fb.use_reward_feedback, fb.use_episode_feedback, fb.episode_feedback_surprise_scaling) == (True,) * 3
+    assert fb.clamp_to_encoder_range and fb.max_amplitude_ua == 2.5 and fb.interrupt_before_negative
+    assert (s.step_baseline_beta, s.episode_baseline_beta, s.ratio_cap) == (0.999, 0.9, 2.0)
+    assert (s.frequency_gain, s.amplitude_gain, s.pulse_gain) == (0.65, 0.35, 0.65)
+    assert list(fb.events) == ["enemy_kill", "armor_pickup", "took_damage", "ammo_waste"]
+    assert fb.events["took_damage"].td_sign == "negative" and fb.events["enemy_kill"].td_sign == "positive"
+    p = e.ppo
+    assert (p.gamma, p.lambda_, p.clip_param, p.vf_loss_coeff, p.grad_clip) == (0.997, 0.95, 0.2, 0.3, 3.0)
+    assert (p.lr, p.encoder_lr_multiplier, p.decoder_entropy_coeff) == (3e-4, 4.0, 0.02)
+    assert (p.train_batch_size_per_learner, p.minibatch_size, p.num_epochs) == (2048, 256, 4)
+    assert e.stop.episodes == 2000 and e.env["reset_delay_s"] == 1.0 and e.env["frame_skip"] == 4
+    assert [(d.stim_port, d.spike_port, d.event_port, d.feedback_port) for d in e.devices] == [
+        (12345, 12346, 12347, 12348)]
+
+
 def test_multi_device_example_has_one_runner_per_device():
     e = load_experiment(ROOT / "experiments" / "multi_device.yaml")
     assert [d.backend for d in e.devices] == ["cl1", "cl1"]
@@ -67,8 +86,11 @@ def test_ablation_example_and_its_switches():
 def test_sweep_example_fits_two_cores():
     e = load_experiment(ROOT / "experiments" / "sweep_feedback.yaml")
     space = e.tune.search_space
-    assert {"feedback.enabled", "feedback.surprise.enabled", "feedback.surprise.frequency_gain"} <= set(space)
-    assert math.prod(len(spec["grid"]) for spec in space.values()) == 8
+    switches = {"feedback.use_reward_feedback", "feedback.use_episode_feedback",
+                "feedback.episode_feedback_surprise_scaling"}
+    assert {key for key, spec in space.items() if "grid" in spec} == switches
+    assert math.prod(len(space[key]["grid"]) for key in switches) == 8
+    assert {"feedback.surprise.frequency_gain", "feedback.surprise.amplitude_gain"} <= set(space)
     assert e.resources.num_env_runners == 0
     assert e.tune.max_concurrent_trials <= 2
 

@@ -4,8 +4,9 @@ In order: the experiment validates; a trial fits this machine (what RLlib will
 ask Tune for, against the CPUs, GPUs and the device resources spikeloop's own
 local Ray advertises; skipped under RAY_ADDRESS); its scenario
 loads (env built, reset, one step, closed); every device answers a short series of stimulations (latency and
-timeouts printed); the safety envelope and every feedback channel group are
-printed for review. No Ray is needed: cl1 devices are reached with a
+timeouts printed); the safety envelope and every feedback row (channels, base
+values, surprise settings, what it sends after the envelope, or which switch
+keeps it off) are printed for review. No Ray is needed: cl1 devices are reached with a
 `BridgeCore` in this process at the configured host and ports; sim, random and
 zero devices are started here on free ports.
 
@@ -23,9 +24,9 @@ from dataclasses import dataclass, replace
 
 from bridge.channels import ENCODING_ELECTRODES, N_ENCODING, STIM_FREQUENCY_RANGE_HZ
 from bridge.core import BridgeConfig, BridgeCore
-from bridge.protocol import FeedbackCommand, FeedbackType
 from experiments.commands.common import add_experiment_arguments, load_or_exit
 from experiments.culture_link import DeviceSettings
+from experiments.feedback import EventFeedbackSpec, feedback_rows, row_commands
 from experiments.schema import Experiment
 
 DEFAULT_EXCHANGES = 20
@@ -181,42 +182,50 @@ def reply_source_line(experiment: Experiment, dev: DeviceSettings, probe: Device
     return f"[info] device {dev.device_id!r}: replies taken from {probe.reply_source} (reply_port {dev.reply_port})"
 
 
+def _span(values: list[float], unit: str) -> str:
+    low, high = min(values), max(values)
+    return f"{low:g} {unit}" if low == high else f"{low:g}-{high:g} {unit}"
+
+
 def feedback_lines(experiment: Experiment) -> list[str]:
-    """Every feedback group: channels, base Hz/uA/pulses and the most surprise scaling can reach past the envelope."""
+    """Every feedback row: channels, base Hz/uA/pulses, its surprise settings, and what it sends past the envelope."""
     fb = experiment.feedback
     s = fb.surprise
     envelope = experiment.safety
-    lines = [f"feedback {'ON' if fb.enabled else 'OFF (nothing below is sent)'}; surprise scaling "
-             f"{'on' if s.enabled else 'off'}; clamp_to_encoder_range={fb.clamp_to_encoder_range} "
-             f"({STIM_FREQUENCY_RANGE_HZ[0]:g}-{STIM_FREQUENCY_RANGE_HZ[1]:g} Hz); "
-             f"interrupt before unpredictable: {fb.interrupt_before_negative}; step feedback: "
-             f"{'reward sign (use_reward_feedback)' if fb.use_reward_feedback else 'event table'}; at most "
-             f"{fb.max_datagrams_per_step} datagrams between two stimulations (max_datagrams_per_step)"]
-    groups = [("step", "step_positive", fb.step_positive), ("step", "step_negative", fb.step_negative),
-              ("episode", "episode_positive", fb.episode_positive),
-              ("episode", "episode_negative", fb.episode_negative)]
-    groups += [("events", name, spec) for name, spec in fb.events.items()]
-    # The event table replaces the step reward feedback when use_reward_feedback is off, and the other way round.
-    unused = "events" if fb.use_reward_feedback else "step"
-    for kind, name, spec in groups:
-        freq_max = spec.frequency_hz * (s.frequency_scale_range[1] if s.enabled else 1.0)
-        if fb.clamp_to_encoder_range:
-            freq_max = min(max(freq_max, STIM_FREQUENCY_RANGE_HZ[0]), STIM_FREQUENCY_RANGE_HZ[1])
-        worst = FeedbackCommand(
-            0, FeedbackType.REWARD, spec.channels, frequency_hz=float(int(freq_max)),
-            amplitude_ua=spec.amplitude_ua * (s.amplitude_scale_max if s.enabled else 1.0),
-            pulses=float(round(spec.pulses * (s.pulse_scale_max if s.enabled else 1.0))), event_name=name,
-        )
-        sent, _ = envelope.check_feedback(worst, "clamp")
-        reach = ("nothing (off, or every channel forbidden)" if sent is None else
-                 f"{sent.frequency_hz:g} Hz, {sent.amplitude_ua:.2f} uA, {int(sent.pulses)} pulses")
-        if kind == unused:
-            reach += f"; NOT SENT (use_reward_feedback: {str(fb.use_reward_feedback).lower()})"
+    lines = [f"feedback {'ON' if fb.enabled else 'OFF (nothing below is sent)'}; step feedback: "
+             f"{'reward sign (use_reward_feedback)' if fb.use_reward_feedback else 'event table'}; episode feedback "
+             f"{'on' if fb.use_episode_feedback else 'off'} (use_episode_feedback), surprise-scaled "
+             f"{'yes' if fb.episode_feedback_surprise_scaling and s.enabled else 'no'} "
+             f"(episode_feedback_surprise_scaling); surprise scaling {'on' if s.enabled else 'off'} (baselines: step "
+             f"beta {s.step_baseline_beta:g}, episode beta {s.episode_baseline_beta:g}); amplitude capped at "
+             f"{fb.max_amplitude_ua:g} uA; clamp_to_encoder_range={fb.clamp_to_encoder_range} "
+             f"({STIM_FREQUENCY_RANGE_HZ[0]:g}-{STIM_FREQUENCY_RANGE_HZ[1]:g} Hz); interrupt before negative "
+             f"feedback: {fb.interrupt_before_negative}; at most {fb.max_datagrams_per_step} datagrams between two "
+             "stimulations (max_datagrams_per_step)"]
+    for row in feedback_rows(fb):
+        spec = row.spec
+        checked = [envelope.check_feedback(commands[-1], "clamp") for commands in row_commands(fb, row)]
+        sent = [command for command, _ in checked if command is not None]
+        clamped = " (the envelope clamps it)" if any(fixes for _, fixes in checked) else ""
+        if not sent:
+            reach = "nothing (off, or every channel forbidden)"
+        else:
+            reach = "  ".join(_span(values, unit) for unit, values in (
+                ("Hz", [c.frequency_hz for c in sent]), ("uA", [round(c.amplitude_ua, 3) for c in sent]),
+                ("pulses", [c.pulses for c in sent]))) + clamped
+        first = {(False,): "", (True,): ", interrupt first"}.get(row.directions, ", interrupt first when negative")
+        surprise = ""
+        if isinstance(spec, EventFeedbackSpec):
+            surprise = (f"  td_sign={spec.td_sign} gain/max Hz {spec.frequency_gain:g}/x{spec.frequency_scale_max:g} "
+                        f"uA {spec.amplitude_gain:g}/x{spec.amplitude_scale_max:g} pulses {spec.pulse_gain:g}/"
+                        f"x{spec.pulse_scale_max:g} ema_beta={spec.ema_beta:g}")
         lines.append(
-            f"  {kind:<8}{name:<18} channels {list(spec.channels)}  {spec.frequency_hz:g} Hz  "
-            f"{spec.amplitude_ua:g} uA  {spec.pulses} pulses  unpredictable={spec.unpredictable}  "
-            f"-> at most {reach}"
+            f"  {row.kind:<8}{row.key.removeprefix('events.'):<18} channels {list(spec.channels)}  "
+            f"{spec.frequency_hz:g} Hz  {spec.amplitude_ua:g} uA  {spec.pulses} pulses  "
+            f"unpredictable={spec.unpredictable}{surprise}"
         )
+        lines.append(f"  {'':<26}-> " + (f"sends {row.name!r}{first}: {reach}" if row.sent else
+                                           f"NOT SENT ({row.why_not})"))
     return lines
 
 
