@@ -41,8 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Preflight an experiment before a culture is connected to it: validate the YAML, check that a "
         "trial fits this machine (CPUs, GPUs, and the device resources a local Ray advertises), load the "
         "scenario (reset and one step), send each device a short series of stimulations and print its reply "
-        "latency (p50/p99/max) and timeouts, and print the safety envelope and every feedback channel group "
-        "for review. cl1 devices are contacted at their configured host and ports; sim/random/zero devices "
+        "latency (p50/p99/max) and timeouts, and print the safety envelope and every feedback row (what it "
+        "sends, or which switch keeps it off) for review. cl1 devices are contacted at their configured host and ports; sim/random/zero devices "
         "are started locally on free ports. The probe stimulates ONLY at the envelope's minimum frequency and "
         "amplitude and sends no feedback or events. Exit status: 0 all good, 1 a check failed, 2 invalid "
         "experiment.",
