@@ -5,7 +5,8 @@ Observation: the feature vector of `envs.features` (Box of 59 values in [-1, 1])
 ("screen", uint8, height x width x 1). Action: `envs.actions` ("joint", 54 actions, or
 "single", 8). Reward: `envs.rewards` shaped terms, the scenario's own reward, or both.
 Every step's info holds "events", "reward_terms" (summing to the reward), "kills", "health",
-"ammo" and "scenario".
+"ammo", "scenario" and "game_reward" (the scenario's own reward this step, whatever the reward mode;
+0 after a reset).
 
 Game variables: the features and rewards need KILLCOUNT, HITCOUNT, HEALTH, the ammo variable,
 ARMOR, POSITION_X/Y, ANGLE and VELOCITY_X/Y. A scenario cfg that does not list them gets them
@@ -348,7 +349,8 @@ class DoomEnv(gym.Env):
             return {"features": features, "screen": self._observation["screen"]}
         return {"features": features, "screen": self._screen_observation(self._screen_buffer)}
 
-    def _info(self, values: tuple[float, ...], terms: dict[str, float], events: dict[str, int]) -> dict[str, Any]:
+    def _info(self, values: tuple[float, ...], terms: dict[str, float], events: dict[str, int],
+              game_reward: float = 0.0) -> dict[str, Any]:
         """The info dict of a step or reset."""
         return {
             "events": events,
@@ -357,6 +359,7 @@ class DoomEnv(gym.Env):
             "health": values[2],
             "ammo": values[3],
             "scenario": self.scenario.name,
+            "game_reward": float(game_reward),
         }
 
     # -- Gymnasium API ----------------------------------------------------------------------
@@ -400,7 +403,7 @@ class DoomEnv(gym.Env):
             self._episode_over = True
             if self.curriculum is not None:
                 self.curriculum.record(self._episode_reward)
-        return self._observation, reward, terminated, truncated, self._info(values, terms, events)
+        return self._observation, reward, terminated, truncated, self._info(values, terms, events, scenario_reward)
 
     def _timed_out(self) -> bool:
         """Whether the finished episode ended by the scenario's time limit (not death or map exit)."""

@@ -38,6 +38,7 @@ from experiments.culture_connector import (
     queue_step_feedback,
 )
 from experiments.culture_link import CultureSettings, close_link, current_link, open_link
+from experiments.episode_counter import EpisodeNumbers
 from experiments.live_view.runner_view import current_view, start_view, view_settings
 from models.closed_loop_module import SPIKES, STIM
 
@@ -89,7 +90,7 @@ def episode_end_payload(episode, episode_index: int) -> dict[str, Any]:
     infos = episode.get_infos()
     last = infos[-1] if len(infos) else {}
     kills = int(last.get("kills", 0))
-    game_reward_sum = float(sum(i.get("scenario_reward", 0.0) for i in infos[1:]))  # the game's own reward
+    game_reward_sum = float(sum(i.get("game_reward", 0.0) for i in infos[1:]))  # the game's own reward
     success, fail = int((rewards > 0).sum()), int((rewards < 0).sum())
     length = len(rewards)
     return {
@@ -109,7 +110,7 @@ class ClosedLoopCallbacks(RLlibCallback):
 
     def __init__(self) -> None:
         super().__init__()
-        self.episodes_done = 0
+        self.episode_numbers = EpisodeNumbers()  # the trial's count, across env runners and resumes
 
     def on_environment_created(self, *, env_runner, metrics_logger=None, env, env_context, **kwargs) -> None:
         """Open the culture link of this env runner (none for the direct policy)."""
@@ -136,8 +137,7 @@ class ClosedLoopCallbacks(RLlibCallback):
 
     def on_episode_end(self, *, episode, env_runner=None, metrics_logger=None, **kwargs) -> None:
         """Episode feedback and the episode_end event, sent now; the episode's summary kept for the driver."""
-        self.episodes_done += 1
-        payload = episode_end_payload(episode, self.episodes_done)
+        payload = episode_end_payload(episode, self.episode_numbers.next(env_runner.config))
         if not _has_culture(env_runner):
             _EPISODE_RECORDS.append({"device_id": None, "env_runner": env_runner.worker_index, **payload,
                                      "wall_time": time.time()})

@@ -136,6 +136,21 @@ def scalars(result: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def last_episode_index(path: Path) -> int:
+    """The highest `episode_index` in an episodes.jsonl (0 if there is none yet): where a resumed trial carries on."""
+    if not path.exists():
+        return 0
+    last = 0
+    with path.open() as f:
+        for line in f:
+            if line.strip():
+                try:
+                    last = max(last, int(json.loads(line).get("episode_index", 0)))
+                except (ValueError, TypeError, AttributeError):
+                    continue
+    return last
+
+
 def write_step_log(directory: Path, episode_index: int, steps: dict[str, Any]) -> str:
     """Save one episode's per-step arrays under `directory`; return the file's path relative to it."""
     import numpy as np
@@ -173,14 +188,18 @@ class RunLog:
         for tag, value in values.items():
             self.writer.add_scalar(tag, value, global_step=step)
         if records:
+            # Each record carries the trial's episode number (its episode_end event's "episode"), counted across
+            # env runners and resumes; a record without one (none from an env runner) is numbered here.
+            records = sorted(records, key=lambda r: r.get("episode", float("inf")))
             with self.episodes_path.open("a") as f:
                 for record in records:
                     self.episodes_logged += 1
-                    line = {"episode_index": self.episodes_logged, "iteration": result.get("training_iteration"),
+                    index = int(record.get("episode") or self.episodes_logged)
+                    line = {"episode_index": index, "iteration": result.get("training_iteration"),
                             "env_steps_lifetime": step} | record
                     steps = line.pop("steps", None)
                     if steps is not None:
-                        line["step_log"] = self._write_steps(self.episodes_logged, steps)
+                        line["step_log"] = self._write_steps(index, steps)
                     f.write(json.dumps(line) + "\n")
             self.draw_curve()
         self.writer.flush()

@@ -138,17 +138,27 @@ def train_trial(tune_config: dict[str, Any]) -> None:
 
 
 def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None:
+    import ray
     from ray import tune
 
     from experiments.live_view.announce import announce
     from experiments.loop import finish, restore
-    from experiments.run_log import RunLog, metric_key
+    from experiments.episode_counter import EPISODE_COUNTER_ATTR, start_counter
+    from experiments.run_log import EPISODES_FILE, RunLog, last_episode_index, metric_key
 
     experiment = _trial_experiment(tune_config)
     score, _, worst = score_of(experiment)
     trial_dir = _trial_dir()
     (trial_dir / RESOLVED_FILE).write_text(experiment.to_yaml())
-    algo = experiment.algorithm_config().build_algo()
+    # Episodes are numbered across the trial's env runners and resumes (episode_end events, episodes.jsonl).
+    counter, counter_name = start_counter(last_episode_index(trial_dir / EPISODES_FILE))
+    config = experiment.algorithm_config()
+    setattr(config, EPISODE_COUNTER_ATTR, counter_name)
+    try:
+        algo = config.build_algo()
+    except BaseException:
+        ray.kill(counter)
+        raise
     if experiment.view.enabled:
         announce(algo, trial_dir)  # live_view.json: the URL each env runner serves, on its own node
     if start is not None:
@@ -200,6 +210,7 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
                    total_episodes=log.episodes_logged, hardware=False)
         finally:
             algo.stop()
+            ray.kill(counter)
 
 
 def stop_reached(stop, iteration: int, env_steps: int, episodes: int, elapsed_s: float | None = None) -> bool:
