@@ -40,6 +40,7 @@ from experiments.culture_connector import (
 from experiments.culture_link import CultureSettings, close_link, current_link, open_link
 from experiments.episode_counter import EpisodeNumbers
 from experiments.live_view.runner_view import current_view, start_view, view_settings
+from experiments.run_log import FEEDBACK_BY_NAME
 from models.closed_loop_module import SPIKES, STIM
 
 log = logging.getLogger(__name__)
@@ -180,10 +181,39 @@ class ClosedLoopCallbacks(RLlibCallback):
         _log_episode_metrics(metrics_logger, payload)
 
 
+    def on_sample_end(self, *, env_runner=None, metrics_logger=None, samples=None, **kwargs) -> None:
+        """What the feedback policy built since the last sample: per feedback name, a count and the mean scales."""
+        if metrics_logger is None or not _has_culture(env_runner):
+            return
+        try:
+            link = current_link()
+        except RuntimeError:
+            return  # the local env runner of a run with remote ones drives no culture
+        log_feedback_telemetry(metrics_logger, link.feedback_policy.telemetry.drain())
+
+
+def log_feedback_telemetry(metrics_logger, telemetry: dict[str, dict[str, float]]) -> None:
+    """Per feedback name (reward_positive, an event, episode_negative, step, episode): count and mean scales.
+
+    Counts add up over the iteration (and over env runners); scales are this sample's means.
+    """
+    for name, stats in telemetry.items():
+        for stat, value in stats.items():
+            key = f"{FEEDBACK_BY_NAME}{name}/{stat}"  # TensorBoard: feedback/<name>/<stat>
+            if stat == "count":
+                metrics_logger.log_value(key, value, reduce="sum", clear_on_reduce=True)
+            else:
+                metrics_logger.log_value(key, value, window=1)
+
+
 def _log_episode_metrics(metrics_logger, payload: dict[str, Any]) -> None:
     if metrics_logger is not None:
         metrics_logger.log_value("episode/kills", payload["kill_count"], window=100)
         metrics_logger.log_value("episode/success_rate", payload["success_rate"], window=100)
+        # The reference trainer's success / fail / neutral action counts: steps with a positive, negative or zero
+        # reward, summed over the episodes that ended in the iteration.
+        for kind, count in payload["episode_actions"].items():
+            metrics_logger.log_value(f"episode/{kind}_actions", count, reduce="sum", clear_on_reduce=True)
 
 
 __all__ = ["ClosedLoopCallbacks", "close_link", "episode_end_payload", "pop_episode_records"]

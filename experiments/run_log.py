@@ -28,15 +28,20 @@ RESULT_TAGS: dict[str, str] = {
     "episode/kills": "env_runners/episode/kills",
     "episode/success_rate": "env_runners/episode/success_rate",
     "episode/env_steps_lifetime": "num_env_steps_sampled_lifetime",
+    "episode/success_actions": "env_runners/episode/success_actions",
+    "episode/fail_actions": "env_runners/episode/fail_actions",
+    "episode/neutral_actions": "env_runners/episode/neutral_actions",
     "ppo/policy_loss": "learners/*/policy_loss",
     "ppo/vf_loss": "learners/*/vf_loss",
     "ppo/kl": "learners/*/mean_kl_loss",
     "ppo/clip_fraction": "learners/*/clip_fraction",
     "ppo/explained_variance": "learners/*/vf_explained_var",
+    "ppo/advantage_std": "learners/*/advantage_std",
     "encoder/entropy": "learners/*/encoder_entropy",
     "encoder/lr": "learners/*/encoder_learning_rate",  # RLlib logs "<optimizer>_learning_rate"
     "decoder/entropy": "learners/*/decoder_entropy",
     "decoder/weight_norm": "learners/*/decoder_weight_norm",
+    "decoder/bias_norm": "learners/*/decoder_bias_norm",
     "decoder/l2_loss": "learners/*/decoder_l2_loss",
     "decoder/lr": "learners/*/decoder_learning_rate",
     "value/lr": "learners/*/default_optimizer_learning_rate",  # the value net keeps RLlib's default optimizer
@@ -133,6 +138,26 @@ def scalars(result: dict[str, Any]) -> dict[str, float]:
     for key, value in learner.items():
         if key.startswith(SPIKE_MEAN_PREFIX) and _is_number(value):
             out[f"spikes/mean_{key[len(SPIKE_MEAN_PREFIX):]}"] = float(value)
+    # Per feedback name (reward_positive, each event, episode_negative, step, episode): count and mean scales.
+    for path, value in _flatten(result.get("env_runners") or {}).items():
+        if path.startswith(FEEDBACK_BY_NAME) and _is_number(value) and math.isfinite(float(value)):
+            out["feedback/" + path[len(FEEDBACK_BY_NAME):]] = float(value)
+    return out
+
+
+FEEDBACK_BY_NAME = "culture/feedback_by_name/"
+"""Env-runner metrics prefix of the per-name feedback telemetry (experiments.loop_callbacks)."""
+
+
+def _flatten(node: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as one level of '/'-joined paths (RLlib keeps some metric keys flat, some nested)."""
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out |= _flatten(value, path + "/")
+        else:
+            out[path] = value
     return out
 
 

@@ -141,9 +141,9 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
     import ray
     from ray import tune
 
+    from experiments.episode_counter import EPISODE_COUNTER_ATTR, start_counter
     from experiments.live_view.announce import announce
     from experiments.loop import finish, restore
-    from experiments.episode_counter import EPISODE_COUNTER_ATTR, start_counter
     from experiments.run_log import EPISODES_FILE, RunLog, last_episode_index, metric_key
 
     experiment = _trial_experiment(tune_config)
@@ -335,6 +335,8 @@ def run(experiment: Experiment, *, sweep: bool, resume: bool = False) -> Path:
     import ray
     from ray import tune
 
+    from experiments.tune_logging import NoTuneTensorBoard
+
     check_fit(experiment)
     culture = experiment.culture_settings()
     started_ray = not ray.is_initialized()
@@ -376,6 +378,7 @@ def run(experiment: Experiment, *, sweep: bool, resume: bool = False) -> Path:
                     checkpoint_score_order=mode,
                 ),
                 failure_config=tune.FailureConfig(max_failures=t.max_failures),
+                callbacks=[NoTuneTensorBoard()],  # the trial writes its own tags; no ray/tune/* copies
                 verbose=0,
             ),
         )

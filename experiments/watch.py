@@ -12,7 +12,14 @@ itself; on a cluster, run watch on (or submit it to) the device's node.
 Every episode sends its feedback and `episode_end` event as in training; the
 end sends `training_complete`. Results go to a new run directory
 `<root>/watch-<name>-<timestamp>/` (`watch.yaml`, `experiment.yaml`,
-`episodes.jsonl`); nothing that exists is overwritten.
+`episodes.jsonl`, TensorBoard event files with one point per episode);
+nothing that exists is overwritten.
+
+Deterministic by default (the encoder's most likely stimulation, the decoder's
+most likely action) with the spike mean frozen: what the policy learned, without
+sampling noise, and a checkpoint left exactly as trained. The reference
+trainer's watch samples and keeps updating its spike-centering mean; `explore`
+and `update_spike_mean` do that.
 """
 
 from __future__ import annotations
@@ -44,6 +51,8 @@ class WatchSettings:
     episodes: int = 5
     feedback: bool = True
     explore: bool = False
+    update_spike_mean: bool = False
+    """Fold each episode's spikes into the decoder's running spike mean and std (the module's own rule)."""
     overrides: list[str] = field(default_factory=list)
     output_root: Path | None = None
     """Where the watch directory is created (default: the experiment's output.root_dir)."""
@@ -151,6 +160,33 @@ def weight_changes(before: dict[str, np.ndarray], after: dict[str, np.ndarray]) 
     return sorted(n for n in names if n not in before or n not in after or not np.array_equal(before[n], after[n]))
 
 
+SPIKE_STATISTICS = ("spike_mean", "spike_mean_count", "spike_sq_mean")
+"""The acting module's running spike statistics (buffers), which `update_spike_mean` lets change."""
+
+
+def is_spike_statistic(name: str) -> bool:
+    """Whether a `module_weights` name is one of the env runner's running spike statistics."""
+    return name.startswith("env_runner/") and name.rsplit("/", 1)[-1] in SPIKE_STATISTICS
+
+
+def fold_spikes(runner, episodes) -> int:
+    """Fold the episodes' decoder-side spikes into the acting module's running spike mean; returns the steps."""
+    import torch
+
+    from models.closed_loop_module import SPIKES
+
+    module = runner.module
+    if not hasattr(module, "update_spike_mean"):
+        return 0  # the direct control: no spikes
+    rows = [np.asarray(e.get_extra_model_outputs(SPIKES), dtype=np.float32) for e in episodes if len(e)]
+    rows = [r.reshape(len(r), -1) for r in rows if r.size]
+    if not rows:
+        return 0
+    spikes = np.concatenate(rows)
+    module.update_spike_mean(torch.as_tensor(spikes))
+    return len(spikes)
+
+
 def _pop_records(algo) -> list[dict[str, Any]]:
     from experiments.loop_callbacks import pop_episode_records
 
@@ -166,9 +202,49 @@ def play_episodes(algo, settings: WatchSettings) -> Iterator[dict[str, Any]]:
         # RLlib reseeds the env on every num_episodes call, which would replay the first
         # episode's start each time; seed only the first, as training does.
         runner._needs_initial_reset = False
+        if settings.update_spike_mean:
+            fold_spikes(runner, episodes)
         new = _pop_records(algo)
         record = new[-1] if new else {"episode_length": sum(len(e) for e in episodes)}
         yield record | {"watch_episode": i, "wall_s": round(time.monotonic() - t0, 3)}
+
+
+def _peek(node: Any) -> Any:
+    """An env runner's `get_metrics()` (RLlib's Stats objects, for the driver to merge) as plain values."""
+    if isinstance(node, dict):
+        return {key: _peek(value) for key, value in node.items()}
+    peek = getattr(node, "peek", None)
+    if callable(peek):
+        try:
+            return peek()
+        except Exception:
+            return None
+    return node
+
+
+def episode_scalars(record: dict[str, Any], runner_metrics: dict[str, Any]) -> dict[str, float]:
+    """TensorBoard scalars of one watched episode: its own summary, and the loop's and feedback's tags as in
+    training (what the env runner logged since the last episode)."""
+    from experiments.run_log import scalars
+
+    out = {tag: value for tag, value in scalars({"env_runners": _peek(runner_metrics)}).items()
+           if tag.startswith(("feedback/", "loop/"))}
+    actions = record.get("episode_actions") or {}
+    own = {
+        "episode/return": record.get("episode_reward"),
+        "episode/length": record.get("episode_length"),
+        "episode/kills": record.get("kill_count"),
+        "episode/game_reward": record.get("game_reward_sum"),
+        "episode/success_rate": record.get("success_rate"),
+        "episode/success_actions": actions.get("success"),
+        "episode/fail_actions": actions.get("fail"),
+        "episode/neutral_actions": actions.get("neutral"),
+        "feedback/episode_commands": record.get("episode_feedback_commands"),
+        "feedback/episode_surprise_td_error": record.get("episode_surprise_td_error"),
+        "loop/timeouts_in_episode": record.get("timeouts_in_episode"),
+    }
+    out |= {tag: float(v) for tag, v in own.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return out
 
 
 def progress_line(record: dict[str, Any], total: int) -> str:
@@ -185,6 +261,7 @@ def progress_line(record: dict[str, Any], total: int) -> str:
 def watch(settings: WatchSettings, log: Callable[[str], None] = print) -> Path:
     """Run the watch described by `settings`; returns its new directory."""
     import ray
+    from torch.utils.tensorboard import SummaryWriter
 
     from experiments.loop import finish
     from experiments.run_log import write_step_log
@@ -200,6 +277,7 @@ def watch(settings: WatchSettings, log: Callable[[str], None] = print) -> Path:
         "experiment": experiment.name,
         "episodes": settings.episodes,
         "explore": settings.explore,
+        "update_spike_mean": settings.update_spike_mean,
         "feedback": experiment.feedback.enabled,
         "overrides": list(settings.overrides),
         "devices": [d.device_id for d in experiment.devices],
@@ -208,12 +286,14 @@ def watch(settings: WatchSettings, log: Callable[[str], None] = print) -> Path:
     }
     (out / WATCH_FILE).write_text(yaml.safe_dump(description, sort_keys=False))
     log(f"watching {checkpoint}\n  -> {out}\n  {settings.episodes} episode(s), explore={settings.explore}, "
+        f"update_spike_mean={settings.update_spike_mean}, "
         f"feedback {'on' if experiment.feedback.enabled else 'off'}, no training")
 
     started_ray = init_ray_for(experiment)
     algo = None
     records: list[dict[str, Any]] = []
     reason = "watch complete"
+    writer = SummaryWriter(log_dir=str(out), flush_secs=10)
     try:
         algo = build_watch_algo(experiment, checkpoint)
         before = module_weights(algo)
@@ -225,8 +305,14 @@ def watch(settings: WatchSettings, log: Callable[[str], None] = print) -> Path:
                     record["step_log"] = write_step_log(out, record["watch_episode"], steps)
                 episodes_file.write(json.dumps(record, default=float) + "\n")
                 episodes_file.flush()  # readable while the watch goes on
+                for tag, value in episode_scalars(record, algo.env_runner.get_metrics()).items():
+                    writer.add_scalar(tag, value, global_step=record["watch_episode"])
+                writer.flush()
                 log(progress_line(record, settings.episodes))
         changed = weight_changes(before, module_weights(algo))
+        if settings.update_spike_mean:
+            description["spike_statistics_changed"] = [n for n in changed if is_spike_statistic(n)]
+            changed = [n for n in changed if not is_spike_statistic(n)]
         description |= {"weights_compared": len(before), "weights_changed": changed}
         log(f"weights: {len(before)} tensors compared before/after (env runner and learner module): "
             + ("unchanged" if not changed else f"CHANGED: {', '.join(changed)}"))
@@ -236,6 +322,7 @@ def watch(settings: WatchSettings, log: Callable[[str], None] = print) -> Path:
         reason = f"watch error: {type(exc).__name__}"
         raise
     finally:
+        writer.close()
         if algo is not None:
             try:
                 steps = sum(int(r.get("episode_length", 0)) for r in records)

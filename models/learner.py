@@ -53,6 +53,9 @@ ENCODER_ENTROPY_KEY = "encoder_entropy"
 DECODER_ENTROPY_KEY = "decoder_entropy"
 CLIP_FRACTION_KEY = "clip_fraction"
 DECODER_WEIGHT_NORM_KEY = "decoder_weight_norm"
+DECODER_BIAS_NORM_KEY = "decoder_bias_norm"
+"""L2 norm of the decoder's biases (0 with the default zero-bias readout), beside its weight norm."""
+ADVANTAGE_STD_KEY = "advantage_std"
 DECODER_L2_LOSS_KEY = "decoder_l2_loss"
 SPIKE_MEAN_KEY_PREFIX = "spike_mean_"
 GRADIENT_NORM_KEY = "gradients_global_norm"
@@ -206,6 +209,14 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
         valid_targets_and_values = (batch[Postprocessing.VALUE_TARGETS], values.detach())
         if mask is not None:
             valid_targets_and_values = tuple(x[mask] for x in valid_targets_and_values)
+        with torch.no_grad():
+            # The advantages PPO uses are standardised per batch (std 1); the reference logs the spread before
+            # that: value target - V(s) over this minibatch.
+            raw_advantages = batch[Postprocessing.VALUE_TARGETS] - values.detach()
+            advantage_std = masked_mean((raw_advantages - masked_mean(raw_advantages)) ** 2).sqrt()
+            decoder = getattr(module, "decoder", None)
+            biases = [] if decoder is None else [p for n, p in decoder.named_parameters() if n.endswith("bias")]
+            decoder_bias_norm = torch.sqrt(sum((p.detach() ** 2).sum() for p in biases)) if biases else torch.zeros(())
         self.metrics.log_dict(
             {
                 POLICY_LOSS_KEY: -masked_mean(surrogate),
@@ -217,6 +228,8 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
                 LEARNER_RESULTS_KL_KEY: mean_kl,
                 CLIP_FRACTION_KEY: clip_fraction,
                 DECODER_WEIGHT_NORM_KEY: decoder_l2.detach().sqrt(),
+                DECODER_BIAS_NORM_KEY: decoder_bias_norm,
+                ADVANTAGE_STD_KEY: advantage_std,
                 DECODER_L2_LOSS_KEY: config.decoder_weight_l2_coeff * decoder_l2.detach(),
             }
             | part_metrics,

@@ -35,7 +35,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--explore", action="store_true",
         help="sample stimulation and actions from the policy's distributions instead of taking their "
-        "deterministic values (default: deterministic)",
+        "deterministic values, as the reference trainer's watch does (default: deterministic, the policy as "
+        "learned without sampling noise)",
+    )
+    parser.add_argument(
+        "--update-spike-mean", action="store_true",
+        help="keep updating the decoder's running spike mean and std from the spikes of each watched episode, as "
+        "the reference trainer's watch does (default: frozen at the checkpoint's, so a watch leaves the policy "
+        "exactly as trained and two watches of one checkpoint compare)",
     )
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -60,7 +67,7 @@ def main(argv: list[str]) -> int:
 
     settings = WatchSettings(
         checkpoint=Path(args.checkpoint), episodes=args.episodes, feedback=args.feedback, explore=args.explore,
-        overrides=list(args.overrides), output_root=args.output,
+        update_spike_mean=args.update_spike_mean, overrides=list(args.overrides), output_root=args.output,
     )
     try:
         watch(settings, log=lambda line: print(line, flush=True))
