@@ -50,6 +50,8 @@ ENEMY_NAMES: dict[str, tuple[str, ...]] = {
     "simpler_basic": ("Cacodemon",),
     "rocket_basic": ("Cacodemon",),
     "deadly_corridor": ("Zombieman", "ShotgunGuy", "ChaingunGuy"),
+    # spikeloop's deadly corridor curriculum: vizdoom's map at skill 1..5 (envs/scenarios/deadly_corridor_N.cfg)
+    **{f"deadly_corridor_{n}": ("Zombieman", "ShotgunGuy", "ChaingunGuy") for n in range(1, 6)},
     "defend_the_center": ("Demon", "MarineChainsawVzd"),
     "defend_the_line": ("Demon", "DoomImp"),
     "health_gathering": (),
