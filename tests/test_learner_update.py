@@ -190,3 +190,23 @@ def test_checkpoint_round_trip_keeps_spike_mean(learner, tmp_path) -> None:
     for name in ("target_mean", "target_std", "target_count"):  # the value scale travels with the weights
         torch.testing.assert_close(getattr(restored_module.value_net, name), getattr(module.value_net, name))
     assert restored.get_optimizer(MID, ENCODER_OPTIMIZER).param_groups[0]["lr"] == pytest.approx(ENCODER_LR)
+
+
+def test_gradient_clip_is_one_global_norm_over_encoder_decoder_and_value(learner) -> None:
+    """The reference's clip: all of the module's gradients scaled together to norm 3, proportions kept."""
+    module: ClosedLoopRLModule = learner.module[MID].unwrapped()
+    grads, before = {}, {}
+    # Very different magnitudes per part: a clip per optimizer would scale each part on its own.
+    for params, value in ((module.encoder_parameters(), 10.0), (module.decoder_parameters(), 0.1),
+                          (module.value_parameters(), 100.0)):
+        for param in params:
+            key = learner.get_param_ref(param)
+            grads[key] = torch.full_like(param, value)
+            before[key] = grads[key].clone()
+    config = learner.config.get_config_for_module(MID)
+    assert config.grad_clip == 3.0
+    clipped = learner.postprocess_gradients_for_module(module_id=MID, config=config, module_gradients_dict=grads)
+    total = torch.sqrt(sum(g.pow(2).sum() for g in clipped.values()))
+    assert float(total) == pytest.approx(3.0, rel=1e-4)
+    factors = [float((clipped[key] / before[key]).mean()) for key in before]
+    assert max(factors) == pytest.approx(min(factors), rel=1e-5), "every part scaled by the same factor"
