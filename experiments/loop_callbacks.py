@@ -11,7 +11,8 @@
   episode return - V(s_0)) and the `episode_end` event with the payload devices
   expect, at once.
 Loop metrics (latency, timeouts, feedback counts, surprise, duty) are logged
-under the `culture/` prefix. With the live view on (`view.enabled`), they also
+under the `culture/` prefix; `on_sample_end` adds what the feedback policy
+built since the last sample, per feedback name (count, mean scales). With the live view on (`view.enabled`), they also
 start this env runner's view and publish each tick to it (`experiments.live_view`).
 Every finished episode's summary is kept in this process until the driver
 collects it (`pop_episode_records`). With the `direct` policy (no culture) there
@@ -179,7 +180,6 @@ class ClosedLoopCallbacks(RLlibCallback):
             metrics_logger.log_value("culture/device_duty", link.duty(), window=1)
             metrics_logger.log_value("culture/episode_surprise_td_error", scales.td_error, window=100)
         _log_episode_metrics(metrics_logger, payload)
-
 
     def on_sample_end(self, *, env_runner=None, metrics_logger=None, samples=None, **kwargs) -> None:
         """What the feedback policy built since the last sample: per feedback name, a count and the mean scales."""
