@@ -7,7 +7,8 @@ module's batched output for this tick:
    and post it to the bridge, which sends it while the next steps run;
 2. sample `stim_t` from the encoder's Beta distributions (or take their mode)
    and send it; while the culture answers (~100 ms on a device), do what needs
-   no spikes: its log-probability, metrics, the `stim`, `spike_mean` and `spike_std` columns;
+   no spikes: its log-probability, metrics, the `stim`, `spike_mean` and `spike_std` columns
+   (with same-frame rounds, one stimulation and its reply per round, in turn);
 3. take the reply that answers *this* stimulation, apply the decoder-input
    ablation, centre and scale with the module's spike mean and std, and sample `action_t`;
 4. write the action, the joint log-probability and the other columns the
@@ -44,6 +45,9 @@ RAW_SPIKES = "raw_spikes"
 STIM_TIMESTAMP = "stim_timestamp_us"
 """Extra column: the wire timestamp of this tick's stimulation."""
 
+
+STIM_SIZE = 2 * N_ENCODING
+"""Values in one stimulation datagram: N_ENCODING frequencies, then N_ENCODING amplitudes."""
 
 _NO_EXCHANGE = SpikeReply(np.zeros(N_SPIKE_GROUPS, dtype=np.float32), "timeout", 0.0, 0, None, 0)
 """Stands in for the reply of a step the env discards (an autoreset step): no stimulation was sent."""
@@ -104,8 +108,9 @@ class CultureExchange(ConnectorV2):
         # the action it is given ("next_step" autoreset): that call must not stimulate the culture.
         values = batch[Columns.VF_PREDS]
         acting = [episode.is_reset for episode in episodes] if episodes else [True] * len(values)
+        n_rounds = getattr(rl_module, "n_rounds", 1)  # same-frame rounds: stimulations per step
         if not any(acting):
-            return _autoreset_columns(batch, len(acting))
+            return _autoreset_columns(batch, len(acting), n_rounds)
         # Feedback for the previous step needs V(s_{t+1}): this forward pass just computed it. It leaves
         # at once, so the bridge sends it while the stimulation is sampled, still ahead of it.
         queued = [(queue_step_feedback(link, episodes[row], float(values[row])), episodes[row])
@@ -129,22 +134,25 @@ class CultureExchange(ConnectorV2):
             return encoder.logp(stim), spike_mean, spike_std
 
         stim_logp = spike_mean = spike_std = None
-        replies = []
+        replies: list[list[SpikeReply]] = []  # per row, one reply per round
         try:
             for row, live in enumerate(acting):
                 if not live:
-                    replies.append(_NO_EXCHANGE)
+                    replies.append([_NO_EXCHANGE] * n_rounds)
                     continue
-                link.send_stim(stim_np[row].astype(np.float32, copy=False))
-                if stim_logp is None:
-                    stim_logp, spike_mean, spike_std = while_culture_answers()
-                replies.append(link.receive_spikes())
+                answers = []
+                for r in range(n_rounds):
+                    link.send_stim(stim_np[row, r * STIM_SIZE:(r + 1) * STIM_SIZE].astype(np.float32, copy=False))
+                    if stim_logp is None:
+                        stim_logp, spike_mean, spike_std = while_culture_answers()
+                    answers.append(link.receive_spikes())
+                replies.append(answers)
         except BaseException:
             # Close the link before the error leaves (DeviceLost, a bridge failure): it releases the
             # device, so the failing env runner never keeps its culture claimed.
             close_link()
             raise
-        raw = np.stack([r.counts for r in replies])
+        raw = np.stack([np.concatenate([r.counts for r in answers]) for answers in replies])
         spikes = rl_module.ablate(torch.from_numpy(raw), generator=self._generator)
         action, action_logp = rl_module.act(rl_module.decode(spikes, spike_mean, spike_std),
                                            explore=bool(explore))
@@ -154,20 +162,21 @@ class CultureExchange(ConnectorV2):
         batch[STIM_LOGP] = stim_logp
         batch[SPIKES] = spikes.numpy()
         batch[RAW_SPIKES] = raw
-        batch[EXCHANGE_OK] = np.array([1.0 if r.ok else 0.0 for r in replies], dtype=np.float32)
+        batch[EXCHANGE_OK] = np.array([1.0 if all(r.ok for r in answers) else 0.0 for answers in replies],
+                                      dtype=np.float32)
         # uint64: microsecond wire timestamps (RLlib's TensorToNumpy would narrow a torch int64 to int32).
-        batch[STIM_TIMESTAMP] = np.array([r.stim_timestamp_us for r in replies], dtype=np.uint64)
+        batch[STIM_TIMESTAMP] = np.array([answers[0].stim_timestamp_us for answers in replies], dtype=np.uint64)
         return batch
 
 
-def _autoreset_columns(batch: dict[str, Any], rows: int) -> dict[str, Any]:
+def _autoreset_columns(batch: dict[str, Any], rows: int, n_rounds: int) -> dict[str, Any]:
     """The columns for a tick on which every env only resets: RLlib discards them, nothing was sent."""
     batch[Columns.ACTIONS] = torch.zeros(rows, dtype=torch.long)
     batch[Columns.ACTION_LOGP] = torch.zeros(rows)
     batch[STIM_LOGP] = torch.zeros(rows)
-    batch[STIM] = np.zeros((rows, 2 * N_ENCODING), dtype=np.float32)
+    batch[STIM] = np.zeros((rows, STIM_SIZE * n_rounds), dtype=np.float32)
     for column in (SPIKES, SPIKE_MEAN, SPIKE_STD, RAW_SPIKES):
-        batch[column] = np.zeros((rows, N_SPIKE_GROUPS), dtype=np.float32)
+        batch[column] = np.zeros((rows, N_SPIKE_GROUPS * n_rounds), dtype=np.float32)
     batch[EXCHANGE_OK] = np.zeros(rows, dtype=np.float32)
     batch[STIM_TIMESTAMP] = np.zeros(rows, dtype=np.uint64)
     del batch[STIM_DIST_INPUTS]

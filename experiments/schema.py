@@ -260,6 +260,9 @@ class Experiment(BaseModel):
             raise ValueError(f"env.{where}: {what} (got {first.get('input')!r})") from None
         _check_env(self.env)
         self.model = dataclasses.replace(self.model, ablation=self.ablation)
+        if self.policy == "direct" and self.model.same_frame_rounds != 1:
+            raise ValueError("model.same_frame_rounds: the direct policy stimulates nothing, so it has no rounds; "
+                             "use 1 (the default) with policy: direct")
         if self.policy == "direct" and self.ablation != "none":
             raise ValueError("ablation: the direct policy has no culture whose spikes could be ablated; "
                              "use ablation: none with policy: direct")

@@ -29,17 +29,18 @@ from models.model_config import ClosedLoopModelConfig
 from models.value import NormalizedValueNet
 
 STIM_DIST_INPUTS = "stim_dist_inputs"
-"""Forward output: raw encoder head [B, 4 * N_ENCODING] (16 mode raws, then 16 concentration raws; or alphas, betas)."""
+"""Forward output: raw encoder head [B, 4 * N_ENCODING * R] (16 R mode raws, then 16 R concentration raws; or alphas,
+betas), R = same_frame_rounds (1 by default)."""
 STIM = "stim"
-"""Batch column: the sampled stimulation [B, 2 * N_ENCODING], Hz then uA, unclamped."""
+"""Batch column: the sampled stimulation [B, 2 * N_ENCODING * R], per round Hz then uA, unclamped."""
 STIM_LOGP = "stim_logp"
 """Batch column: log p(stim | obs) when acting, the encoder's part of ACTION_LOGP (the joint one)."""
 SPIKES = "spikes"
-"""Batch column: the decoder input actually used [B, N_SPIKE_GROUPS] (after ablation, before centring)."""
+"""Batch column: the decoder input actually used [B, N_SPIKE_GROUPS * R] (after ablation, before centring)."""
 SPIKE_MEAN = "spike_mean"
-"""Batch column: the centring mean used when acting [B, N_SPIKE_GROUPS]."""
+"""Batch column: the centring mean used when acting [B, N_SPIKE_GROUPS * R]."""
 SPIKE_STD = "spike_std"
-"""Batch column: the scale the centred spikes were divided by when acting [B, N_SPIKE_GROUPS] (ones if off)."""
+"""Batch column: the scale the centred spikes were divided by when acting [B, N_SPIKE_GROUPS * R] (ones if off)."""
 
 
 MODE_DEPENDENT_LAYERS = (
@@ -84,18 +85,23 @@ class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
         self.encoder = StimEncoder(self.observation_space, s)
         if not s.encoder_trainable:
             self.encoder.requires_grad_(False)
-        self.decoder = SpikeDecoder(N_SPIKE_GROUPS, self.n_actions, s)
+        self.n_rounds = s.same_frame_rounds
+        self.n_decoder_inputs = N_SPIKE_GROUPS * self.n_rounds
+        """One spike reply per same-frame round, side by side (round-major)."""
+        self.decoder = SpikeDecoder(self.n_decoder_inputs, self.n_actions, s)
         self.feature_norm = feature_normalizer(self.observation_space, s)
         self.value_net = build_value_net(self.observation_space, s)
-        stim_low = [s.stim_frequency_range_hz[0]] * N_ENCODING + [s.stim_amplitude_range_ua[0]] * N_ENCODING
-        stim_high = [s.stim_frequency_range_hz[1]] * N_ENCODING + [s.stim_amplitude_range_ua[1]] * N_ENCODING
+        # One stimulation per round, each N_ENCODING frequencies then N_ENCODING amplitudes.
+        (f_low, f_high), (a_low, a_high) = s.stim_frequency_range_hz, s.stim_amplitude_range_ua
+        stim_low = ([f_low] * N_ENCODING + [a_low] * N_ENCODING) * self.n_rounds
+        stim_high = ([f_high] * N_ENCODING + [a_high] * N_ENCODING) * self.n_rounds
         # Non-persistent: ranges come from the config, a checkpoint must not override them.
         self.register_buffer("stim_low", torch.tensor(stim_low), persistent=False)
         self.register_buffer("stim_high", torch.tensor(stim_high), persistent=False)
         # Persistent buffers: in state_dict, hence in checkpoints and in the weights synced to env runners.
-        self.register_buffer("spike_mean", torch.zeros(N_SPIKE_GROUPS))
+        self.register_buffer("spike_mean", torch.zeros(self.n_decoder_inputs))
         self.register_buffer("spike_mean_count", torch.zeros((), dtype=torch.float64))
-        self.register_buffer("spike_sq_mean", torch.zeros(N_SPIKE_GROUPS))
+        self.register_buffer("spike_sq_mean", torch.zeros(self.n_decoder_inputs))
         mode_dependent = [type(m).__name__ for m in self.modules() if isinstance(m, MODE_DEPENDENT_LAYERS)]
         if mode_dependent:  # acting skips RLlib's train/eval switch (see forward_exploration)
             raise TypeError(f"layers that act differently in training are not supported here: {mode_dependent}")
@@ -176,7 +182,7 @@ class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
 
     @torch.no_grad()
     def spike_std(self) -> torch.Tensor:
-        """The per-group scale the centred spikes are divided by [N_SPIKE_GROUPS]: running std, floored (ones if off)."""
+        """The scale the centred spikes are divided by [n_decoder_inputs]: running std, floored (ones if off)."""
         s = self.settings
         if not s.spike_scaling:
             return torch.ones_like(self.spike_mean)
@@ -212,9 +218,10 @@ class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
 
     @torch.no_grad()
     def update_spike_mean(self, spikes: torch.Tensor) -> None:
-        """Fold a batch of used spike vectors [N, N_SPIKE_GROUPS] into the running mean and second moment."""
+        """Fold a batch of used spike vectors [N, n_decoder_inputs] into the running mean and second moment."""
         mode = self.settings.spike_mean_mode
-        spikes = torch.as_tensor(spikes, dtype=torch.float64, device=self.spike_mean.device).reshape(-1, N_SPIKE_GROUPS)
+        spikes = torch.as_tensor(spikes, dtype=torch.float64, device=self.spike_mean.device)
+        spikes = spikes.reshape(-1, self.n_decoder_inputs)
         n = spikes.shape[0]
         if mode == "off" or n == 0:
             return

@@ -38,6 +38,8 @@ class DirectRLModule(TorchRLModule, ValueFunctionAPI):
         """Build the trunk (as the encoder's), the action head and the value net."""
         self.settings = s = ClosedLoopModelConfig.from_dict(self.model_config)
         self.n_actions = int(self.action_space.n)
+        if s.same_frame_rounds != 1:
+            raise ValueError("model.same_frame_rounds: the direct policy stimulates nothing; use 1 with policy: direct")
         self.feature_norm = feature_normalizer(self.observation_space, s)
         # The closed loop's encoder, whose stimulation head is replaced by an action head.
         self.encoder = StimEncoder(self.observation_space, s)

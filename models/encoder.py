@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from bridge.channels import N_ENCODING
 from models.distributions import BETA_CONCENTRATION_OFFSET
@@ -58,6 +59,24 @@ def features_and_screen(obs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
     return obs, None
 
 
+_SOBEL_X = torch.tensor([[-1.0, 0.0, 1.0], [-2.0, 0.0, 2.0], [-1.0, 0.0, 1.0]])
+
+
+def screen_view(screen: torch.Tensor, view: str) -> torch.Tensor:
+    """A screen batch [B, C, H, W] in [0, 1] as one same-frame round sees it: raw, edge or contrast (in [0, 1])."""
+    if view == "raw":
+        return screen
+    if view == "edge":  # Sobel gradient magnitude per channel, as the reference trainer's
+        channels = screen.shape[1]
+        kx = _SOBEL_X.to(screen).expand(channels, 1, 3, 3)
+        gx = F.conv2d(screen, kx, padding=1, groups=channels)
+        gy = F.conv2d(screen, kx.transpose(-1, -2), padding=1, groups=channels)
+        return torch.sqrt(gx.pow(2) + gy.pow(2) + 1e-8).clamp(0.0, 1.0)
+    if view == "contrast":  # brightness pushed away from the frame's mean
+        return (torch.tanh(3.0 * (screen - screen.mean(dim=(-2, -1), keepdim=True))) + 1.0) / 2.0
+    raise ValueError(f"unknown screen view {view!r}")
+
+
 class ScreenCNN(nn.Module):
     """Conv stack on the game screen -> `out_size` features ("strided" or "pooled": ClosedLoopModelConfig.screen_cnn)."""
 
@@ -100,9 +119,9 @@ class ScreenCNN(nn.Module):
             return screen.unsqueeze(1)
         return screen.permute(0, 3, 1, 2) if self.channels_last else screen
 
-    def forward(self, screen: torch.Tensor) -> torch.Tensor:
-        """Embedding [B, screen_embedding_dim] of a batch of screens."""
-        return self.project(self.convs(self._to_nchw(screen)))
+    def forward(self, screen: torch.Tensor, view: str = "raw") -> torch.Tensor:
+        """Features [B, out_size] of a batch of screens, seen through `view` (screen_view)."""
+        return self.project(self.convs(screen_view(self._to_nchw(screen), view)))
 
 
 def _inverse_softplus(x: float) -> float:
@@ -113,12 +132,13 @@ def _inverse_softplus(x: float) -> float:
 def _init_head(head: nn.Linear, settings: ClosedLoopModelConfig) -> None:
     """Beta head init: observation-dependent modes (or alphas and betas), alpha + beta = encoder_init_concentration."""
     concentration = settings.encoder_init_concentration
+    n_stim = head.out_features // 2  # the modes (or alphas) of every round come first
     if settings.encoder_parametrization == "mode_concentration":
         # Modes 0.5 + what the observation says; the same concentration for every observation at first.
-        nn.init.normal_(head.weight[:N_STIM], std=settings.encoder_head_init_std)
-        nn.init.zeros_(head.bias[:N_STIM])
-        nn.init.zeros_(head.weight[N_STIM:])
-        nn.init.constant_(head.bias[N_STIM:], _inverse_softplus(concentration - 2.0 * BETA_CONCENTRATION_OFFSET))
+        nn.init.normal_(head.weight[:n_stim], std=settings.encoder_head_init_std)
+        nn.init.zeros_(head.bias[:n_stim])
+        nn.init.zeros_(head.weight[n_stim:])
+        nn.init.constant_(head.bias[n_stim:], _inverse_softplus(concentration - 2.0 * BETA_CONCENTRATION_OFFSET))
     else:
         # alpha = beta = softplus(bias) + 1 = concentration / 2 for a zero input.
         nn.init.normal_(head.weight, std=settings.encoder_head_init_std)
@@ -126,7 +146,8 @@ def _init_head(head: nn.Linear, settings: ClosedLoopModelConfig) -> None:
 
 
 class StimEncoder(nn.Module):
-    """Features (+ screen) -> raw Beta head outputs [B, 2 * N_STIM] (modes first, then concentrations)."""
+    """Features (+ screen) -> raw Beta head outputs [B, 2 * N_STIM * rounds] (every mode first, then every
+    concentration; round-major within each half)."""
 
     def __init__(self, observation_space: gym.Space, settings: ClosedLoopModelConfig) -> None:
         super().__init__()
@@ -137,12 +158,24 @@ class StimEncoder(nn.Module):
             in_size += self.screen_cnn.out_size
         self.trunk = mlp(in_size, settings.encoder_hiddens)
         trunk_size = settings.encoder_hiddens[-1] if settings.encoder_hiddens else in_size
-        self.head = nn.Linear(trunk_size, 2 * N_STIM)
+        self.rounds = settings.same_frame_rounds
+        # One wide head is a head per round on the shared trunk; rounds past the list of views see the screen raw.
+        self.head = nn.Linear(trunk_size, 2 * N_STIM * self.rounds)
         _init_head(self.head, settings)
+        views = settings.same_frame_views
+        self.views = tuple(views[r] if r < len(views) else "raw" for r in range(self.rounds))
 
     def forward(self, features: torch.Tensor, screen: torch.Tensor | None = None) -> torch.Tensor:
         """Raw Beta parameters for a batch of observations."""
         x = features.float().flatten(1)
-        if self.screen_cnn is not None:
-            x = torch.cat([x, self.screen_cnn(screen)], dim=-1)
-        return self.head(self.trunk(x))
+        if self.screen_cnn is None:
+            return self.head(self.trunk(x))
+        if self.rounds == 1 or set(self.views) == {"raw"}:
+            return self.head(self.trunk(torch.cat([x, self.screen_cnn(screen)], dim=-1)))
+        # Each round sees the screen through its own view: its block of the head's outputs comes from that view.
+        by_view = {view: self.head(self.trunk(torch.cat([x, self.screen_cnn(screen, view)], dim=-1)))
+                   for view in dict.fromkeys(self.views)}
+        n_modes = N_STIM * self.rounds
+        blocks = [by_view[view][:, half * n_modes + r * N_STIM:half * n_modes + (r + 1) * N_STIM]
+                  for half in (0, 1) for r, view in enumerate(self.views)]
+        return torch.cat(blocks, dim=-1)

@@ -254,5 +254,9 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
                 self.metrics.log_value((module_id, VALUE_TARGET_MEAN_KEY), value_net.target_mean.item(), window=1)
             if not isinstance(module, ClosedLoopRLModule):
                 continue
-            for name, value in zip(SPIKE_GROUP_NAMES, module.spike_mean.tolist(), strict=True):
-                self.metrics.log_value((module_id, SPIKE_MEAN_KEY_PREFIX + name), value, window=1)
+            # Same-frame rounds after the first are logged with their round number (spike_mean_attack_r2, ...).
+            for i, value in enumerate(module.spike_mean.tolist()):
+                round_index, group = divmod(i, len(SPIKE_GROUP_NAMES))
+                suffix = f"_r{round_index + 1}" if round_index else ""
+                self.metrics.log_value((module_id, SPIKE_MEAN_KEY_PREFIX + SPIKE_GROUP_NAMES[group] + suffix), value,
+                                       window=1)

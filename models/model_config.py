@@ -17,6 +17,10 @@ from bridge.channels import STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
 AblationMode = Literal["none", "zero", "random"]
 DecoderType = Literal["linear", "mlp"]
 ScreenCNNType = Literal["strided", "pooled"]
+ScreenView = Literal["raw", "edge", "contrast"]
+SCREEN_VIEWS: tuple[str, ...] = ("raw", "edge", "contrast")
+MAX_SAME_FRAME_ROUNDS = 8
+"""A step takes one culture exchange per round: 8 rounds at 10 Hz are already under 1.3 steps/s."""
 EncoderParametrization = Literal["mode_concentration", "alpha_beta"]
 SpikeMeanMode = Literal["ema", "cumulative", "off"]
 
@@ -50,6 +54,15 @@ class ClosedLoopModelConfig:
     Beta's mean) with log-probability 0, the reference trainer's frozen-encoder control: whatever improves
     is the decoder and the culture. Its input normalisation still follows the features (it feeds the value
     net too); set feature_normalization false to pin the observation-to-stimulation map exactly."""
+    same_frame_rounds: int = 1
+    """Stimulations per game frame (the reference trainer's same-frame encoding; experimental). With R > 1 each
+    frame is encoded R times by the shared trunk with a head of its own per round (with a screen, round r sees
+    the screen through same_frame_views[r]), each of the R stimulations gets its own spike reply from the
+    culture, and the decoder reads the R replies side by side (8 R inputs, round-major). A step then takes R
+    exchanges: R times the device time per step."""
+    same_frame_views: tuple[ScreenView, ...] = SCREEN_VIEWS
+    """How round r sees the screen: "raw", "edge" (Sobel magnitude) or "contrast" (tanh around the frame's mean);
+    rounds beyond the list see it raw. Used only with same_frame_rounds > 1 and a screen."""
     screen_cnn: ScreenCNNType = "strided"
     """The CNN on the screen (used only if obs has a "screen", `env: {screen: true}`): "strided" (the
     screen_cnn_filters stack, projected to screen_embedding_dim) or "pooled" (the reference trainer's: three
@@ -147,6 +160,11 @@ class ClosedLoopModelConfig:
             raise ValueError("feature_std_floor and feature_clip must be > 0")
         if not 0.0 < self.value_norm_momentum <= 1.0:
             raise ValueError("value_norm_momentum must lie in (0, 1]")
+        if not 1 <= self.same_frame_rounds <= MAX_SAME_FRAME_ROUNDS:
+            raise ValueError(f"same_frame_rounds must be 1-{MAX_SAME_FRAME_ROUNDS}, got {self.same_frame_rounds}")
+        unknown_views = [v for v in self.same_frame_views if v not in SCREEN_VIEWS]
+        if unknown_views:
+            raise ValueError(f"same_frame_views: {unknown_views} unknown; each must be one of {list(SCREEN_VIEWS)}")
         if self.screen_cnn not in ("strided", "pooled"):
             raise ValueError(f"screen_cnn must be strided or pooled, got {self.screen_cnn!r}")
         if self.screen_cnn_channels < 1:
@@ -172,6 +190,7 @@ class ClosedLoopModelConfig:
             "encoder_hiddens",
             "decoder_hiddens",
             "value_hiddens",
+            "same_frame_views",
         ):
             if key in kwargs:
                 kwargs[key] = tuple(kwargs[key])

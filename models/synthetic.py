@@ -62,10 +62,11 @@ class ToyClosedLoopEnv(gym.Env):
 
 
 def fake_culture(stim_hz_ua: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Poisson spike counts whose rates grow with the stimulated frequency x amplitude."""
-    drive = stim_hz_ua[..., :N_ENCODING] * stim_hz_ua[..., N_ENCODING:] / 40.0  # ~0.1-2.5 per electrode
+    """Poisson spike counts whose rates grow with the stimulated frequency x amplitude (a reply per round)."""
+    rounds = stim_hz_ua.reshape(*stim_hz_ua.shape[:-1], -1, 2 * N_ENCODING)
+    drive = rounds[..., :N_ENCODING] * rounds[..., N_ENCODING:] / 40.0  # ~0.1-2.5 per electrode
     rates = drive.mean(-1, keepdim=True).expand(*drive.shape[:-1], N_SPIKE_GROUPS)
-    return torch.poisson(rates.contiguous(), generator=generator)
+    return torch.poisson(rates.contiguous(), generator=generator).flatten(-2)
 
 
 @torch.no_grad()

@@ -1,8 +1,10 @@
-"""The reference trainer's encoder options: a frozen encoder, the pooled screen CNN, a value net that sees the screen.
+"""The reference trainer's encoder options: a frozen encoder, the pooled screen CNN, a value net that sees the
+screen, and same-frame encoding (several stimulations per frame, their replies side by side).
 
-Module-level checks use real modules and a real learner on the toy env; the last test
-trains through `spikeloop train` (a subprocess, the simulated culture) with all three
-on and reads the two checkpoints back: the encoder did not move, the decoder did.
+Module-level checks use real modules and a real learner on the toy env; the `spikeloop
+train` tests (a subprocess, the simulated culture) read what a run left behind: the
+checkpoints (a frozen encoder did not move, the decoder did) and the step log (one
+stimulation and one reply per round).
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ import pytest
 import torch
 from ray.rllib.core.columns import Columns
 
+from experiments.analysis import read_steps
+from experiments.schema import experiment_from_dict
 from models.closed_loop_module import STIM_DIST_INPUTS, ClosedLoopRLModule
 from models.config import ClosedLoopPPOConfig
 from models.direct_module import DirectRLModule
+from models.encoder import screen_view
 from models.learner import ENCODER_OPTIMIZER
 from models.synthetic import ToyClosedLoopEnv, synthetic_episodes
 from tests.spikeloop_cli import run_spikeloop
@@ -135,3 +140,74 @@ def test_train_with_frozen_encoder_pooled_cnn_and_screen_value_net(tmp_path: Pat
     for key in encoder_keys:
         np.testing.assert_array_equal(first[key], second[key], err_msg=f"frozen encoder moved: {key}")
     assert not np.array_equal(first["decoder.weight"], second["decoder.weight"]), "the decoder must still learn"
+
+
+def test_same_frame_rounds_widen_stimulation_and_decoder_input() -> None:
+    mod = module(same_frame_rounds=3, screen_cnn="pooled", screen_cnn_channels=4)
+    obs = observations(5, seed=4)
+    inputs = mod.forward_exploration({Columns.OBS: obs})[STIM_DIST_INPUTS]
+    assert inputs.shape == (5, 2 * 16 * 3)
+    dist = mod.encoder_distribution(inputs)
+    stim = dist.sample()
+    assert stim.shape == (5, 48)
+    # Every round is a whole stimulation: 8 frequencies in 4-40 Hz, then 8 amplitudes in 1-2.5 uA.
+    for r in range(3):
+        assert torch.all((stim[:, 16 * r:16 * r + 8] >= 4.0) & (stim[:, 16 * r:16 * r + 8] <= 40.0))
+        assert torch.all((stim[:, 16 * r + 8:16 * r + 16] >= 1.0) & (stim[:, 16 * r + 8:16 * r + 16] <= 2.5))
+    assert mod.decoder.weight.shape == (5, 24) and mod.spike_mean.shape == (24,)
+    logits = mod.decode(torch.ones(5, 24))
+    assert logits.shape == (5, 5)
+
+
+def test_each_round_sees_the_screen_through_its_own_view() -> None:
+    screen = torch.from_numpy(np.random.default_rng(5).uniform(0, 1, (2, 1, 60, 80)).astype(np.float32))
+    for view in ("edge", "contrast"):
+        seen = screen_view(screen, view)
+        assert seen.shape == screen.shape and float(seen.min()) >= 0.0 and float(seen.max()) <= 1.0
+        assert not torch.allclose(seen, screen), view
+    obs = observations(3, seed=6)
+    views = module(same_frame_rounds=3, same_frame_views=("raw", "edge", "contrast"), screen_cnn="pooled",
+                   screen_cnn_channels=4)
+    raw = module(same_frame_rounds=3, same_frame_views=("raw", "raw", "raw"), screen_cnn="pooled",
+                 screen_cnn_channels=4)
+    a, b = (m.forward_exploration({Columns.OBS: obs})[STIM_DIST_INPUTS] for m in (views, raw))
+    modes_a, modes_b = a[:, :48].reshape(3, 3, 16), b[:, :48].reshape(3, 3, 16)
+    torch.testing.assert_close(modes_a[:, 0], modes_b[:, 0])  # the same weights, both raw in round 1
+    assert not torch.allclose(modes_a[:, 1], modes_b[:, 1]) and not torch.allclose(modes_a[:, 2], modes_b[:, 2])
+
+
+def test_same_frame_rounds_train_through_the_learner() -> None:
+    config = (ClosedLoopPPOConfig().environment(ToyClosedLoopEnv)
+              .rl_module(model_config={"same_frame_rounds": 2}).training(lr=1e-3))
+    learner = config.build_learner(env=ToyClosedLoopEnv())
+    mod: ClosedLoopRLModule = learner.module[MID].unwrapped()
+    episodes = synthetic_episodes(mod, ToyClosedLoopEnv(), n_steps=128, seed=7)
+    results = learner.update(episodes=episodes, num_epochs=2, minibatch_size=64, shuffle_batch_per_epoch=True,
+                             timesteps={})
+    assert math.isfinite(float(results[MID]["total_loss"].peek()))
+    assert {"spike_mean_attack", "spike_mean_attack_r2"} <= set(results[MID])
+    assert mod.spike_mean_count.item() == 128
+
+
+def test_same_frame_rounds_are_refused_for_the_direct_policy() -> None:
+    with pytest.raises(ValueError, match="same_frame_rounds"):
+        experiment_from_dict({"policy": "direct", "model": {"same_frame_rounds": 2}}, [], source="test")
+
+
+@pytest.mark.slow
+def test_train_with_same_frame_rounds_sends_a_stimulation_per_round(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    proc = run_spikeloop([
+        "train", "experiments/quickstart.yaml", "--set", f"output.root_dir={root}", "--set", "output.step_log=true",
+        "--set", "stop.iterations=2", "--set", "ppo.train_batch_size_per_learner=128", "--set", "ppo.minibatch_size=64",
+        "--set", "model.same_frame_rounds=2",
+    ], timeout=400)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    trial = next(p for p in next(root.iterdir()).iterdir() if p.is_dir() and p.name.startswith("train_trial"))
+    steps = read_steps(trial)
+    assert steps["stim"].shape[1] == 32 and steps["raw_spikes"].shape[1] == 16 and steps["spikes"].shape[1] == 16
+    # Two exchanges per step: the rounds' stimulations differ, and so do the culture's replies.
+    assert not np.allclose(steps["stim"][:, :16], steps["stim"][:, 16:])
+    assert not np.array_equal(steps["raw_spikes"][:, :8], steps["raw_spikes"][:, 8:])
+    checkpoint = sorted(trial.glob("checkpoint_*"))[-1]
+    assert _module_state(checkpoint)["decoder.weight"].shape == (54, 16)

@@ -63,12 +63,13 @@ def tick_state(publisher: Publisher, frames_encoded: int, clients: int, tick: Ti
     return base | {
         "seq": tick.seq,
         "age_s": round(time.time() - tick.wall_time, 3),
+        # With same-frame rounds the view shows the first round's stimulation and reply.
         "stim": {"electrodes": list(ENCODING_ELECTRODES),
                  "frequency_hz": _floats(tick.stim[:N_ENCODING], 2),
-                 "amplitude_ua": _floats(tick.stim[N_ENCODING:], 3)},
+                 "amplitude_ua": _floats(tick.stim[N_ENCODING:2 * N_ENCODING], 3)},
         "spikes": {"groups": list(SPIKE_GROUP_NAMES),
-                   "counts": _floats(tick.raw_spikes, 2),
-                   "decoder_input": _floats(tick.decoder_spikes, 2)},
+                   "counts": _floats(tick.raw_spikes[:len(SPIKE_GROUP_NAMES)], 2),
+                   "decoder_input": _floats(tick.decoder_spikes[:len(SPIKE_GROUP_NAMES)], 2)},
         "action": {"index": tick.action, "name": publisher.action_name(tick.action)},
         "reward": {"step": round(tick.reward, 4), "episode_return": round(tick.episode_return, 3),
                    "episode": tick.episode, "episode_step": tick.episode_step},
