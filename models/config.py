@@ -6,7 +6,7 @@ decoder entropy 0.02, encoder entropy 0 (the reference's -0.10 was never applied
 
 Changed from it, because with them nothing learned within 20k steps of `basic` (measurements
 in docs/architecture.md, "The learner"): 512 env steps per update in minibatches of 128
-(reference 2048 / 256), learning rates 1e-3 for the encoder and 1e-2 for the decoder and the
+(reference 2048 / 256), learning rates 3e-3 for the encoder and 1e-2 for the decoder and the
 (normalised) value net (reference 1.2e-3 / 3e-4 / 3e-4), and the encoder's and decoder's
 ratios clipped each on its own ("factored"; reference: one joint ratio). Every one of them is
 a setting: the reference values can be set back per experiment.
@@ -21,6 +21,12 @@ from ray.rllib.algorithms.algorithm_config import NotProvided
 from ray.rllib.algorithms.ppo import PPOConfig
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+from models import rllib_notices
+
+# Every process that builds or unpickles this config (driver, trial, env runners, learners) imports this
+# module first: the one place that reaches them all.
+rllib_notices.install()
 
 
 class ClosedLoopPPOConfig(PPOConfig):

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from models.rllib_notices import NOTICES
 from tests.spikeloop_cli import run_spikeloop
 
 TAG_GROUPS = ("episode/", "ppo/", "encoder/", "decoder/", "spikes/", "feedback/", "loop/")
@@ -51,6 +52,9 @@ def test_train_quickstart_leaves_a_complete_run_directory(tmp_path: Path) -> Non
     assert proc.returncode == 0, output[-6000:]
     # The final report must not kill the trial thread (Tune's reserved "done" key did: SystemExit).
     assert "_report_training_result" not in output, output[-6000:]
+    # Ray's and RLlib's notices a user cannot act on stay out of the terminal, from every process.
+    for _, notice in NOTICES:
+        assert notice not in output, notice
 
     run_dir = _only(sorted(root.glob("quickstart-*")), "run directory")
     assert f"run directory: {run_dir}" in proc.stdout
