@@ -201,7 +201,7 @@ def log_feedback_telemetry(metrics_logger, telemetry: dict[str, dict[str, float]
         for stat, value in stats.items():
             key = f"{FEEDBACK_BY_NAME}{name}/{stat}"  # TensorBoard: feedback/<name>/<stat>
             if stat == "count":
-                metrics_logger.log_value(key, value, reduce="sum", clear_on_reduce=True)
+                metrics_logger.log_value(key, value, reduce="sum")  # "sum" restarts each iteration
             else:
                 metrics_logger.log_value(key, value, window=1)
 
@@ -213,7 +213,7 @@ def _log_episode_metrics(metrics_logger, payload: dict[str, Any]) -> None:
         # The reference trainer's success / fail / neutral action counts: steps with a positive, negative or zero
         # reward, summed over the episodes that ended in the iteration.
         for kind, count in payload["episode_actions"].items():
-            metrics_logger.log_value(f"episode/{kind}_actions", count, reduce="sum", clear_on_reduce=True)
+            metrics_logger.log_value(f"episode/{kind}_actions", count, reduce="sum")  # "sum" restarts each iteration
 
 
 __all__ = ["ClosedLoopCallbacks", "close_link", "episode_end_payload", "pop_episode_records"]

@@ -55,6 +55,7 @@ def test_train_quickstart_leaves_a_complete_run_directory(tmp_path: Path) -> Non
     # Ray's and RLlib's notices a user cannot act on stay out of the terminal, from every process.
     for _, notice in NOTICES:
         assert notice not in output, notice
+    assert "deprecated" not in output, [line for line in output.splitlines() if "deprecated" in line][:3]
 
     run_dir = _only(sorted(root.glob("quickstart-*")), "run directory")
     assert f"run directory: {run_dir}" in proc.stdout
