@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 from bridge.channels import ENCODING_ELECTRODES, N_ELECTRODES
 from bridge.safety import SafetyEnvelope, SafetyViolation
@@ -73,7 +73,8 @@ class PPOSection(BaseModel):
     """PPO and closed-loop learner settings; None keeps the ClosedLoopPPOConfig default."""
 
     model_config = STRICT
-    lr: float | None = Field(None, gt=0, lt=1)
+    lr: float | list[tuple[int, float]] | None = Field(
+        None, description="a rate, or a schedule [[env_steps, rate], ...] from 0, rates interpolated linearly")
     gamma: float | None = Field(None, gt=0, le=1)
     lambda_: float | None = Field(None, ge=0, le=1)
     clip_param: float | None = Field(None, gt=0, le=1)
@@ -90,6 +91,19 @@ class PPOSection(BaseModel):
     decoder_weight_l2_coeff: float | None = Field(None, ge=0)
     ratio_clipping: Literal["joint", "factored"] | None = None
 
+    @field_validator("lr")
+    @classmethod
+    def _rate_or_schedule(cls, lr: float | list[tuple[int, float]] | None) -> float | list[tuple[int, float]] | None:
+        rates = [lr] if isinstance(lr, float) else [rate for _, rate in lr or []]
+        if any(not 0 < rate < 1 for rate in rates):
+            raise ValueError(f"every learning rate must lie in (0, 1), got {rates}")
+        if isinstance(lr, list):
+            steps = [step for step, _ in lr]
+            if not lr or steps[0] != 0 or any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
+                raise ValueError("a schedule is [[0, rate], [env_steps, rate], ...] with env_steps rising from 0, "
+                                 f"got {lr}")
+        return lr
+
     @model_validator(mode="after")
     def _minibatch_fits(self) -> PPOSection:
         if self.minibatch_size and self.train_batch_size_per_learner and self.minibatch_size > self.train_batch_size_per_learner:
@@ -98,7 +112,10 @@ class PPOSection(BaseModel):
 
     def training_kwargs(self) -> dict[str, Any]:
         """The keys that were set, as `config.training(...)` keyword arguments."""
-        return {k: v for k, v in self.model_dump().items() if v is not None}
+        kwargs = {k: v for k, v in self.model_dump().items() if v is not None}
+        if isinstance(kwargs.get("lr"), list):  # RLlib's schedule format: [[timestep, value], ...]
+            kwargs["lr"] = [[int(step), float(rate)] for step, rate in kwargs["lr"]]
+        return kwargs
 
 
 class ResourcesSection(BaseModel):

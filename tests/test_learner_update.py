@@ -210,3 +210,18 @@ def test_gradient_clip_is_one_global_norm_over_encoder_decoder_and_value(learner
     assert float(total) == pytest.approx(3.0, rel=1e-4)
     factors = [float((clipped[key] / before[key]).mean()) for key in before]
     assert max(factors) == pytest.approx(min(factors), rel=1e-5), "every part scaled by the same factor"
+
+
+def test_learning_rate_schedule_reaches_every_optimizer_scaled() -> None:
+    """ppo.lr as [[env_steps, rate], ...]: each optimizer follows it, times its multiplier."""
+    from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+    learner = build(lr=[[0, 1e-2], [1000, 1e-3]])
+    module: ClosedLoopRLModule = learner.module[MID].unwrapped()
+    episodes = synthetic_episodes(module, ToyClosedLoopEnv(), n_steps=64, seed=4)
+    multiplier = ClosedLoopPPOConfig().encoder_lr_multiplier
+    for steps, rate in ((0, 1e-2), (500, 5.5e-3), (1000, 1e-3)):
+        results = learner.update(episodes=episodes, num_epochs=1, minibatch_size=64, shuffle_batch_per_epoch=False,
+                                 timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: steps})
+        assert peek(results, MID, "default_optimizer_learning_rate") == pytest.approx(rate), steps
+        assert peek(results, MID, "encoder_learning_rate") == pytest.approx(rate * multiplier), steps

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.schema import ExperimentError, load_experiment
+from experiments.schema import ExperimentError, experiment_from_dict, load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "experiments").glob("*.yaml"))
@@ -166,3 +166,11 @@ def test_stop_conditions_are_the_ones_the_file_sets(tmp_path):
     empty_section.write_text("stop: {}\n")
     with pytest.raises(ExperimentError, match="at least one of iterations, env_steps, episodes, time_s"):
         load_experiment(empty_section)
+
+
+def test_ppo_lr_takes_a_rate_or_a_schedule_from_zero():
+    e = experiment_from_dict({"ppo": {"lr": [[0, 0.01], [20000, 0.001]]}}, [], source="test")
+    assert e.algorithm_config().lr == [[0, 0.01], [20000, 0.001]]
+    for bad in ([[5, 0.01]], [[0, 0.01], [0, 0.001]], [[0, 2.0]], 0.0, []):
+        with pytest.raises(ValueError, match="ppo.lr"):
+            experiment_from_dict({"ppo": {"lr": bad}}, [], source="test")
