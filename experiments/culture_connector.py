@@ -32,11 +32,12 @@ import torch
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core.columns import Columns
 
-from bridge.channels import N_ENCODING, N_SPIKE_GROUPS
+from bridge.channels import N_SPIKE_GROUPS
 from bridge.core import SpikeReply
 from experiments.culture_link import CultureLink, close_link, current_link
 from experiments.feedback import SurpriseScales
 from models.closed_loop_module import SPIKE_MEAN, SPIKE_STD, SPIKES, STIM, STIM_DIST_INPUTS, STIM_LOGP
+from models.encoder import N_STIM
 
 EXCHANGE_OK = "exchange_ok"
 """Extra column: 1.0 when the culture answered this tick's stimulation, 0.0 on a timeout."""
@@ -45,9 +46,6 @@ RAW_SPIKES = "raw_spikes"
 STIM_TIMESTAMP = "stim_timestamp_us"
 """Extra column: the wire timestamp of this tick's stimulation."""
 
-
-STIM_SIZE = 2 * N_ENCODING
-"""Values in one stimulation datagram: N_ENCODING frequencies, then N_ENCODING amplitudes."""
 
 _NO_EXCHANGE = SpikeReply(np.zeros(N_SPIKE_GROUPS, dtype=np.float32), "timeout", 0.0, 0, None, 0)
 """Stands in for the reply of a step the env discards (an autoreset step): no stimulation was sent."""
@@ -142,7 +140,7 @@ class CultureExchange(ConnectorV2):
                     continue
                 answers = []
                 for r in range(n_rounds):
-                    link.send_stim(stim_np[row, r * STIM_SIZE:(r + 1) * STIM_SIZE].astype(np.float32, copy=False))
+                    link.send_stim(stim_np[row, r * N_STIM:(r + 1) * N_STIM].astype(np.float32, copy=False))
                     if stim_logp is None:
                         stim_logp, spike_mean, spike_std = while_culture_answers()
                     answers.append(link.receive_spikes())
@@ -174,7 +172,7 @@ def _autoreset_columns(batch: dict[str, Any], rows: int, n_rounds: int) -> dict[
     batch[Columns.ACTIONS] = torch.zeros(rows, dtype=torch.long)
     batch[Columns.ACTION_LOGP] = torch.zeros(rows)
     batch[STIM_LOGP] = torch.zeros(rows)
-    batch[STIM] = np.zeros((rows, STIM_SIZE * n_rounds), dtype=np.float32)
+    batch[STIM] = np.zeros((rows, N_STIM * n_rounds), dtype=np.float32)
     for column in (SPIKES, SPIKE_MEAN, SPIKE_STD, RAW_SPIKES):
         batch[column] = np.zeros((rows, N_SPIKE_GROUPS * n_rounds), dtype=np.float32)
     batch[EXCHANGE_OK] = np.zeros(rows, dtype=np.float32)

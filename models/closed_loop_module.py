@@ -165,7 +165,8 @@ class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
     # ---- pieces the culture connector calls ----
 
     def encoder_distribution(self, stim_dist_inputs: torch.Tensor) -> TorchRangedBeta | FixedStimulation:
-        """Distribution over the stimulation [.., 16] in Hz (first 8) and uA (last 8); a fixed one if frozen."""
+        """Distribution over the stimulation [.., 16 R]: per round 8 frequencies (Hz), then 8 amplitudes (uA); a fixed
+        one if the encoder is frozen."""
         beta = TorchRangedBeta.from_logits(stim_dist_inputs, low=self.stim_low, high=self.stim_high,
                                            parametrization=self.settings.encoder_parametrization)
         return beta if self.settings.encoder_trainable else FixedStimulation(beta.deterministic_sample())

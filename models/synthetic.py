@@ -25,6 +25,7 @@ from models.closed_loop_module import (
     STIM_LOGP,
     ClosedLoopRLModule,
 )
+from models.encoder import N_STIM
 
 Culture = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 """stim [B, 16] (Hz, uA) -> spike counts [B, N_SPIKE_GROUPS]."""
@@ -63,7 +64,7 @@ class ToyClosedLoopEnv(gym.Env):
 
 def fake_culture(stim_hz_ua: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """Poisson spike counts whose rates grow with the stimulated frequency x amplitude (a reply per round)."""
-    rounds = stim_hz_ua.reshape(*stim_hz_ua.shape[:-1], -1, 2 * N_ENCODING)
+    rounds = stim_hz_ua.reshape(*stim_hz_ua.shape[:-1], -1, N_STIM)
     drive = rounds[..., :N_ENCODING] * rounds[..., N_ENCODING:] / 40.0  # ~0.1-2.5 per electrode
     rates = drive.mean(-1, keepdim=True).expand(*drive.shape[:-1], N_SPIKE_GROUPS)
     return torch.poisson(rates.contiguous(), generator=generator).flatten(-2)
