@@ -38,7 +38,7 @@ from bridge.channels import (
     STIM_FREQUENCY_RANGE_HZ,
     TICK_FREQUENCY_HZ,
 )
-from bridge.culture import Culture
+from bridge.simulated_culture import SimulatedCulture
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/culture.json")
 BINS_MS = ((0, 5), (5, 10), (10, 20), (20, 30), (30, 50), (50, 75), (75, 100), (100, 150))
@@ -48,7 +48,7 @@ PULSE_AMPLITUDE_UA = 2.0
 
 def response_after_one_pulse(seed: int, pulses: int) -> dict[str, list[float]]:
     """Mean counts per group in each of BINS_MS after one pulse on every encoding electrode."""
-    culture = Culture(seed=seed)
+    culture = SimulatedCulture(seed=seed)
     groups = group_matrix()
     total = np.zeros((BINS_MS[-1][1], len(SPIKE_GROUP_NAMES)))
     for _ in range(pulses):

@@ -20,9 +20,9 @@ import numpy as np
 
 from bridge.bench_record import provenance, write_result
 from bridge.channels import N_ENCODING
-from bridge.culture import Culture
 from bridge.device import Device, DeviceConfig
 from bridge.protocol import StimCommand, decode_spikes, encode_stim
+from bridge.simulated_culture import SimulatedCulture
 
 
 def measure_reply_latency_ms(exchanges: int, artifact_wait_ms: float, collect_window_ms: float) -> np.ndarray:
@@ -56,7 +56,7 @@ def measure_reply_latency_ms(exchanges: int, artifact_wait_ms: float, collect_wi
 
 def measure_culture_realtime_factor(culture_s: float) -> float:
     """Culture seconds per wall second, default culture, as fast as possible."""
-    culture = Culture(seed=0)
+    culture = SimulatedCulture(seed=0)
     culture.advance(100)  # compile outside the timing
     t0 = time.perf_counter()
     culture.advance(culture_s * 1000.0)

@@ -70,8 +70,8 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 BASE_EXPERIMENT: dict[str, Any] = {"env": {"scenario": SCENARIO}, "resources": {"num_env_runners": 1}}
-"""What every condition starts from: the default learner, model and device settings (models/config.py,
-models/model_config.py, the sim device's reference timing), so the benchmark measures what a user gets.
+"""What every condition starts from: the default learner, model and device settings (models/ppo_config.py,
+models/module_config.py, the sim device's reference timing), so the benchmark measures what a user gets.
 An optional "sim_device" key is merged into the sim device entry."""
 
 
@@ -121,7 +121,7 @@ def _progress(condition: str, seed: int, episodes: list[Episode], steps: int, t0
 
 def train_run(condition: str, seed: int, budget: int, scenario: str) -> tuple[list[Episode], dict[str, Any]]:
     """Train one condition and seed until `budget` env steps; its episodes and run facts."""
-    from experiments.loop import finish
+    from experiments.closed_loop.ppo import finish
     from experiments.runner import _pull_episode_records
     from experiments.schema import experiment_from_dict
 

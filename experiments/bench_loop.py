@@ -82,7 +82,7 @@ def _sample_rate(experiment, steps: int, warmup_steps: int, repeats: int = 1) ->
     """Steps/s over `repeats` timed windows of `steps` steps on one env runner; the median is the result."""
     import statistics
 
-    from experiments.loop import finish
+    from experiments.closed_loop.ppo import finish
 
     algo = experiment.algorithm_config().build_algo()
     stop, frames = threading.Event(), [0]

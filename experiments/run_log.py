@@ -146,7 +146,7 @@ def scalars(result: dict[str, Any]) -> dict[str, float]:
 
 
 FEEDBACK_BY_NAME = "culture/feedback_by_name/"
-"""Env-runner metrics prefix of the per-name feedback telemetry (experiments.loop_callbacks)."""
+"""Env-runner metrics prefix of the per-name feedback telemetry (experiments.closed_loop.callbacks)."""
 
 
 def _flatten(node: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -72,7 +72,7 @@ def _request_pending(trial_dir: Path) -> bool:
 
 
 def _pull_episode_records(algo) -> list[dict[str, Any]]:
-    from experiments.loop_callbacks import pop_episode_records
+    from experiments.closed_loop.callbacks import pop_episode_records
 
     batches = algo.env_runner_group.foreach_env_runner(lambda _runner: pop_episode_records(), local_env_runner=True)
     return [record for batch in batches for record in batch]
@@ -120,7 +120,7 @@ def train_trial(tune_config: dict[str, Any]) -> None:
     """
     from ray import tune
 
-    from experiments.culture_link import DeviceLost
+    from experiments.closed_loop.link import DeviceLost
 
     start = tune.get_checkpoint()
     progress = {"iterations": 0}
@@ -141,9 +141,9 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
     import ray
     from ray import tune
 
-    from experiments.episode_counter import EPISODE_COUNTER_ATTR, start_counter
+    from experiments.closed_loop.episode_numbers import EPISODE_COUNTER_ATTR, start_counter
+    from experiments.closed_loop.ppo import finish, restore
     from experiments.live_view.announce import announce
-    from experiments.loop import finish, restore
     from experiments.run_log import EPISODES_FILE, RunLog, last_episode_index, metric_key
 
     experiment = _trial_experiment(tune_config)
@@ -230,7 +230,7 @@ def stop_reached(stop, iteration: int, env_steps: int, episodes: int, elapsed_s:
 
 def _train_iteration(algo) -> dict[str, Any]:
     """`algo.train()`, with a lost device named: RLlib ends the env runner, so only its report says what happened."""
-    from experiments.culture_link import DeviceLost, device_loss_report
+    from experiments.closed_loop.link import DeviceLost, device_loss_report
 
     started = time.time()
     try:
@@ -284,7 +284,7 @@ def _tell_hardware(experiment: Experiment, reason: str, results) -> None:
         metrics = r.metrics or {}
         totals["total_episodes"] += int(metrics.get("episodes_logged", 0) or 0)
         totals["total_steps"] += int(metrics.get("episode_env_steps_lifetime", 0) or 0)
-    from experiments.loop import tell_devices_training_complete
+    from experiments.closed_loop.ppo import tell_devices_training_complete
 
     for line in tell_devices_training_complete(culture, totals | {"reason": reason}):
         print(line, flush=True)

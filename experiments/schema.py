@@ -29,8 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from bridge.channels import ENCODING_ELECTRODES, N_ELECTRODES
 from bridge.safety import SafetyEnvelope, SafetyViolation
-from experiments.culture_link import CultureSettings, DeviceSettings
-from experiments.feedback import (
+from experiments.closed_loop.feedback import (
     EVENT_SURPRISE_REFERENCE,
     EventFeedbackSpec,
     FeedbackSettings,
@@ -39,8 +38,9 @@ from experiments.feedback import (
     feedback_rows,
     row_commands,
 )
+from experiments.closed_loop.link import CultureSettings, DeviceSettings
 from experiments.live_view.settings import ViewSettings
-from models.model_config import ClosedLoopModelConfig
+from models.module_config import ClosedLoopModelConfig
 
 # No NaN or infinity anywhere: no setting means either, and YAML's `.inf` is one typo away.
 STRICT = ConfigDict(extra="forbid", arbitrary_types_allowed=True, allow_inf_nan=False)
@@ -335,7 +335,7 @@ class Experiment(BaseModel):
 
     def algorithm_config(self):
         """The ClosedLoopPPOConfig this experiment trains with."""
-        from experiments.loop import closed_loop_config
+        from experiments.closed_loop.ppo import closed_loop_config
 
         return closed_loop_config(
             culture=self.culture_settings(),

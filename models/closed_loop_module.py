@@ -25,7 +25,7 @@ from models.decoder import SpikeDecoder
 from models.distributions import FixedStimulation, TorchRangedBeta
 from models.encoder import StimEncoder, features_and_screen, split_observation_space
 from models.feature_norm import FeatureNormalizer
-from models.model_config import ClosedLoopModelConfig
+from models.module_config import ClosedLoopModelConfig
 from models.value import NormalizedValueNet
 
 STIM_DIST_INPUTS = "stim_dist_inputs"

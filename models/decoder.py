@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from models.model_config import ClosedLoopModelConfig
+from models.module_config import ClosedLoopModelConfig
 
 
 def _inverse_softplus(x: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,7 @@ from torch import nn
 
 from models.closed_loop_module import build_value_net, feature_normalizer
 from models.encoder import StimEncoder, features_and_screen
-from models.model_config import ClosedLoopModelConfig
+from models.module_config import ClosedLoopModelConfig
 
 
 class DirectRLModule(TorchRLModule, ValueFunctionAPI):

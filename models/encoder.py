@@ -14,7 +14,7 @@ from torch.nn import functional as F
 
 from bridge.channels import N_ENCODING
 from models.distributions import BETA_CONCENTRATION_OFFSET
-from models.model_config import ClosedLoopModelConfig
+from models.module_config import ClosedLoopModelConfig
 
 N_STIM = 2 * N_ENCODING
 """Stimulation vector size: N_ENCODING frequencies (Hz), then N_ENCODING amplitudes (uA)."""

@@ -41,8 +41,8 @@ from bridge.channels import SPIKE_GROUP_NAMES
 from models.closed_loop_module import STIM, STIM_DIST_INPUTS, STIM_LOGP, ClosedLoopRLModule
 from models.running_stats_connector import UpdateRunningStats
 
-if TYPE_CHECKING:  # models.config imports this module to name its learner class
-    from models.config import ClosedLoopPPOConfig
+if TYPE_CHECKING:  # models.ppo_config imports this module to name its learner class
+    from models.ppo_config import ClosedLoopPPOConfig
 
 ENCODER_OPTIMIZER = "encoder"
 DECODER_OPTIMIZER = "decoder"

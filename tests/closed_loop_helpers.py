@@ -1,7 +1,7 @@
 """Shared pieces of the closed-loop acceptance tests (invariant, cluster, training).
 
 Nothing here is a mock: the helpers start real loopback devices (real UDP),
-build algorithms through `experiments.loop.closed_loop_config` and run code on
+build algorithms through `experiments.closed_loop.ppo.closed_loop_config` and run code on
 the real RLlib env runners. Functions that run on an env runner are pickled by
 value (this module is registered with cloudpickle), so the Ray workers need not
 import `tests`.
@@ -19,8 +19,8 @@ import tree
 from ray.rllib.core.columns import Columns
 
 from bridge.loopback_device import LoopbackDevice
-from experiments.culture_connector import EXCHANGE_OK, RAW_SPIKES, STIM_TIMESTAMP
-from experiments.culture_link import DeviceSettings
+from experiments.closed_loop.connector import EXCHANGE_OK, RAW_SPIKES, STIM_TIMESTAMP
+from experiments.closed_loop.link import DeviceSettings
 from models.closed_loop_module import SPIKE_MEAN, SPIKE_STD, SPIKES, STIM, STIM_DIST_INPUTS
 from tests.conftest import free_udp_port
 

@@ -35,7 +35,7 @@ def free_tcp_port(host: str = "127.0.0.1") -> int:
 @contextlib.contextmanager
 def training_with_view(**view: Any) -> Iterator[Any]:
     """Build the tiny run with `view` settings, train on a thread while the caller watches, then stop."""
-    from experiments.loop import finish
+    from experiments.closed_loop.ppo import finish
 
     experiment = experiment_from_dict(TINY_RUN | {"view": {"enabled": True} | view})
     algo = experiment.algorithm_config().build_algo()

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from bridge.actor import device_resource, find_bridge
-from experiments.culture_connector import EXCHANGE_OK, RAW_SPIKES
-from experiments.culture_link import CultureSettings
-from experiments.loop import DEVICE_SLOT_RESOURCE, closed_loop_config, finish
+from experiments.closed_loop.connector import EXCHANGE_OK, RAW_SPIKES
+from experiments.closed_loop.link import CultureSettings
+from experiments.closed_loop.ppo import DEVICE_SLOT_RESOURCE, closed_loop_config, finish
 from models.closed_loop_module import SPIKES, STIM
 from tests.closed_loop_helpers import SMALL_MODEL, cl1_device, sample_and_replay, start_loopback
 
@@ -44,7 +44,7 @@ def cluster():
 def _runner_report(runner) -> dict:
     import ray
 
-    from experiments.culture_link import current_link
+    from experiments.closed_loop.link import current_link
 
     steps = sample_and_replay(runner, 40, True)
     return {"node_id": ray.get_runtime_context().get_node_id(), "device_id": current_link().device.device_id,

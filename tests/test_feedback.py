@@ -9,7 +9,7 @@ import pytest
 from bridge.channels import NEGATIVE_FEEDBACK_ELECTRODES, POSITIVE_FEEDBACK_ELECTRODES
 from bridge.protocol import FeedbackType, encode_feedback
 from bridge.safety import SafetyEnvelope
-from experiments.feedback import (
+from experiments.closed_loop.feedback import (
     FeedbackPolicy,
     FeedbackSettings,
     RunningBaseline,

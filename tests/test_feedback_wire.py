@@ -19,7 +19,7 @@ from bridge.core import BridgeConfig, BridgeCore
 from bridge.loopback_device import LoopbackDevice
 from bridge.protocol import FeedbackCommand, FeedbackType, decode_feedback
 from envs.rewards import EVENTS
-from experiments.feedback import EventFeedbackSpec, FeedbackPolicy, FeedbackSettings, within_budget
+from experiments.closed_loop.feedback import EventFeedbackSpec, FeedbackPolicy, FeedbackSettings, within_budget
 from experiments.schema import experiment_from_dict
 
 INTERRUPT, EVENT, REWARD = FeedbackType.INTERRUPT, FeedbackType.EVENT, FeedbackType.REWARD

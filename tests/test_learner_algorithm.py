@@ -12,7 +12,7 @@ import ray  # noqa: E402
 from ray.rllib.core.columns import Columns  # noqa: E402
 
 from models.closed_loop_module import SPIKE_MEAN, SPIKES, STIM  # noqa: E402
-from models.config import ClosedLoopPPOConfig  # noqa: E402
+from models.ppo_config import ClosedLoopPPOConfig  # noqa: E402
 from models.synthetic import SyntheticCultureConnector, ToyClosedLoopEnv  # noqa: E402
 
 MID = "default_policy"

@@ -15,8 +15,8 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
 from models.closed_loop_module import STIM, STIM_DIST_INPUTS, STIM_LOGP, ClosedLoopRLModule
-from models.config import ClosedLoopPPOConfig
 from models.learner import ClosedLoopPPOLearner
+from models.ppo_config import ClosedLoopPPOConfig
 from models.synthetic import ToyClosedLoopEnv, closed_loop_step, fake_culture
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

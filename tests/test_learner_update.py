@@ -15,8 +15,8 @@ from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
 from bridge.channels import SPIKE_GROUP_NAMES
 from models.closed_loop_module import SPIKES, ClosedLoopRLModule
-from models.config import ClosedLoopPPOConfig
 from models.learner import DECODER_OPTIMIZER, ENCODER_OPTIMIZER, ClosedLoopPPOLearner, _scaled_lr
+from models.ppo_config import ClosedLoopPPOConfig
 from models.synthetic import ToyClosedLoopEnv, closed_loop_step, fake_culture, synthetic_episodes
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

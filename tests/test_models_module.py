@@ -10,7 +10,7 @@ from ray.rllib.core.columns import Columns
 
 from bridge.channels import N_ENCODING, N_SPIKE_GROUPS, STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
 from models.closed_loop_module import SPIKE_MEAN, SPIKE_STD, SPIKES, STIM_DIST_INPUTS, ClosedLoopRLModule
-from models.model_config import ClosedLoopModelConfig
+from models.module_config import ClosedLoopModelConfig
 
 BOX_OBS = gym.spaces.Box(-1.0, 1.0, (59,), np.float32)
 DICT_OBS = gym.spaces.Dict(

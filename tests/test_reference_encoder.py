@@ -22,10 +22,10 @@ from ray.rllib.core.columns import Columns
 from experiments.analysis import read_steps
 from experiments.schema import experiment_from_dict
 from models.closed_loop_module import STIM_DIST_INPUTS, ClosedLoopRLModule
-from models.config import ClosedLoopPPOConfig
 from models.direct_module import DirectRLModule
 from models.encoder import screen_view
 from models.learner import ENCODER_OPTIMIZER
+from models.ppo_config import ClosedLoopPPOConfig
 from models.synthetic import ToyClosedLoopEnv, synthetic_episodes
 from tests.spikeloop_cli import run_spikeloop
 

@@ -23,7 +23,7 @@ from bridge.protocol import decode_event
 from experiments.commands import checkpoint as checkpoint_command
 from experiments.commands import watch as watch_command
 from experiments.runner import CHECKPOINT_REQUEST
-from experiments.watch import resolve_checkpoint, weight_changes
+from experiments.watch_checkpoint import resolve_checkpoint, weight_changes
 from tests.conftest import free_udp_port
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -53,7 +53,7 @@ class ClBackend(Backend):
         import cl  # noqa: F401  (fail early, with the real ImportError, when cl is absent)
 
         self.sim_culture_seed = sim_culture_seed
-        """Under cl-sdk only: feed the simulator `bridge.culture` (this seed) instead of its random data."""
+        """Under cl-sdk only: feed the simulator `bridge.simulated_culture` (this seed) instead of its random data."""
 
         self._cl = cl
         self._stack = contextlib.ExitStack()

@@ -1,8 +1,8 @@
-"""The simulated culture as a cl-sdk data source: `cl` code runs unchanged on `bridge.culture`.
+"""The simulated culture as a cl-sdk data source: `cl` code runs unchanged on `bridge.simulated_culture`.
 
 cl-sdk (the Cortical Labs simulator, Python 3.12) lets a package replace its
 random data with a `cl.sim.SimulatorDataSource`. This one answers the SDK's
-`read(from_timestamp, frame_count)` by advancing a seeded `Culture` and
+`read(from_timestamp, frame_count)` by advancing a seeded `SimulatedCulture` and
 returning its spikes (flat frames: the culture models spikes, not voltages),
 and turns every committed stim pulse (`on_stim`) into a pulse on that
 electrode. Register it before `cl.open()`:
@@ -18,7 +18,7 @@ import numpy as np
 from cl.sim import DataSourceBatch, DataSourceSpike, DataSourceStim, SimulatorDataSource, SimulatorDataSourceMetadata
 
 from bridge.channels import N_ELECTRODES
-from bridge.culture import DT_MS, Culture, CultureConfig
+from bridge.simulated_culture import DT_MS, SimulatedCulture, SimulatedCultureConfig
 
 FACTORY = "bridge.backends.cl_culture_source:make_source"
 FRAMES_PER_SECOND = 25_000
@@ -32,7 +32,7 @@ class CultureDataSource(SimulatorDataSource):
     def __init__(self, seed: int = 0, n_neurons: int = 1000) -> None:
         self._seed = seed
         self._n_neurons = n_neurons
-        self._culture: Culture | None = None
+        self._culture: SimulatedCulture | None = None
         self._pending = np.zeros((0, N_ELECTRODES), dtype=np.int32)
         self._pending_first_step = 0
 
@@ -44,7 +44,7 @@ class CultureDataSource(SimulatorDataSource):
 
     def open(self) -> None:
         """Build the culture in the simulator subprocess (compiles the kernel once)."""
-        self._culture = Culture(CultureConfig(n_neurons=self._n_neurons), seed=self._seed)
+        self._culture = SimulatedCulture(SimulatedCultureConfig(n_neurons=self._n_neurons), seed=self._seed)
 
     def on_stim(self, stim: DataSourceStim) -> None:
         """One pulse on the stim's electrode at its time, amplitude = its largest phase current."""

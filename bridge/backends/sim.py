@@ -1,4 +1,4 @@
-"""The `sim` backend: the simulated culture (`bridge.culture`) behind the device.
+"""The `sim` backend: the simulated culture (`bridge.simulated_culture`) behind the device.
 
 Real time: culture time is pinned to the monotonic clock; the device calls
 `advance_to` as wall time passes and the culture catches up in chunks.
@@ -18,8 +18,8 @@ import numpy as np
 
 from bridge.backends.base import Backend, burst_pulses, group_matrix
 from bridge.channels import ENCODING_ELECTRODES, FORBIDDEN_ELECTRODES, N_ELECTRODES
-from bridge.culture import DT_MS, Culture, CultureConfig
 from bridge.protocol import FeedbackCommand, FeedbackType
+from bridge.simulated_culture import DT_MS, SimulatedCulture, SimulatedCultureConfig
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +33,10 @@ class SimBackend(Backend):
     name = "sim"
 
     def __init__(self, tick_frequency_hz: float, seed: int, realtime: bool,
-                 culture_config: CultureConfig | None = None) -> None:
+                 culture_config: SimulatedCultureConfig | None = None) -> None:
         super().__init__(tick_frequency_hz)
         self.paced = realtime
-        self.culture = Culture(culture_config, seed=seed)
+        self.culture = SimulatedCulture(culture_config, seed=seed)
         self._history = np.zeros((HISTORY_STEPS, N_ELECTRODES), dtype=np.int32)
         self._groups = group_matrix()
         self._t0 = time.monotonic()

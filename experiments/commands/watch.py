@@ -1,4 +1,4 @@
-"""`spikeloop watch CHECKPOINT`: play episodes with a trained policy, no training (see `experiments.watch`)."""
+"""`spikeloop watch CHECKPOINT`: play episodes with a trained policy, no training (see `experiments.watch_checkpoint`)."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def main(argv: list[str]) -> int:
     if args.episodes < 1:
         print("spikeloop watch: --episodes must be >= 1", file=sys.stderr)
         return 2
-    from experiments.watch import WatchSettings, watch
+    from experiments.watch_checkpoint import WatchSettings, watch
 
     settings = WatchSettings(
         checkpoint=Path(args.checkpoint), episodes=args.episodes, feedback=args.feedback, explore=args.explore,

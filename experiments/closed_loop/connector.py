@@ -34,8 +34,8 @@ from ray.rllib.core.columns import Columns
 
 from bridge.channels import N_SPIKE_GROUPS
 from bridge.core import SpikeReply
-from experiments.culture_link import CultureLink, close_link, current_link
-from experiments.feedback import SurpriseScales
+from experiments.closed_loop.feedback import SurpriseScales
+from experiments.closed_loop.link import CultureLink, close_link, current_link
 from models.closed_loop_module import SPIKE_MEAN, SPIKE_STD, SPIKES, STIM, STIM_DIST_INPUTS, STIM_LOGP
 from models.encoder import N_STIM
 

@@ -31,15 +31,15 @@ import tree
 from ray.rllib.callbacks.callbacks import RLlibCallback
 from ray.rllib.core.columns import Columns
 
-from experiments.culture_connector import (
+from experiments.closed_loop.connector import (
     EXCHANGE_OK,
     RAW_SPIKES,
     STIM_TIMESTAMP,
     log_step_feedback,
     queue_step_feedback,
 )
-from experiments.culture_link import CultureSettings, close_link, current_link, open_link
-from experiments.episode_counter import EpisodeNumbers
+from experiments.closed_loop.episode_numbers import EpisodeNumbers
+from experiments.closed_loop.link import CultureSettings, close_link, current_link, open_link
 from experiments.live_view.runner_view import current_view, start_view, view_settings
 from experiments.run_log import FEEDBACK_BY_NAME
 from models.closed_loop_module import SPIKES, STIM
@@ -118,7 +118,7 @@ class ClosedLoopCallbacks(RLlibCallback):
         """Open the culture link of this env runner (none for the direct policy)."""
         if not hasattr(env_runner.config, CULTURE_SETTINGS_ATTR):
             raise ValueError(
-                "the algorithm config has no culture_settings: build it with experiments.loop.closed_loop_config"
+                "the algorithm config has no culture_settings: build it with experiments.closed_loop.ppo.closed_loop_config"
             )
         settings: CultureSettings | None = getattr(env_runner.config, CULTURE_SETTINGS_ATTR)
         if settings is None:

@@ -6,19 +6,19 @@ import numpy as np
 import pytest
 
 from bridge.channels import ENCODING_ELECTRODES, POSITIVE_FEEDBACK_ELECTRODES, SPIKE_GROUPS
-from bridge.culture import Culture, CultureConfig
+from bridge.simulated_culture import SimulatedCulture, SimulatedCultureConfig
 
 RECORDED = sorted(e for es in SPIKE_GROUPS.values() for e in es)
 
 
 @pytest.fixture(scope="module")
-def culture() -> Culture:
-    c = Culture(seed=1)
+def culture() -> SimulatedCulture:
+    c = SimulatedCulture(seed=1)
     c.advance(500)  # settle out of the initial conditions
     return c
 
 
-def test_spontaneous_activity_is_culture_like(culture: Culture) -> None:
+def test_spontaneous_activity_is_culture_like(culture: SimulatedCulture) -> None:
     counts = culture.advance(5000)
     rate_hz_per_electrode = counts[:, RECORDED].sum(axis=0) / 5.0
     # A few Hz per electrode, no seizure-like synchrony.
@@ -27,7 +27,7 @@ def test_spontaneous_activity_is_culture_like(culture: Culture) -> None:
 
 
 def test_same_seed_same_spikes_other_seed_other_spikes() -> None:
-    a, b, c = Culture(seed=7), Culture(seed=7), Culture(seed=8)
+    a, b, c = SimulatedCulture(seed=7), SimulatedCulture(seed=7), SimulatedCulture(seed=8)
     for x in (a, b, c):
         x.stimulate(ENCODING_ELECTRODES[0], 2.5, 4, 40.0)
     ra, rb, rc = a.advance(300), b.advance(300), c.advance(300)
@@ -35,7 +35,7 @@ def test_same_seed_same_spikes_other_seed_other_spikes() -> None:
     assert not np.array_equal(ra, rc)
 
 
-def _evoked(c: Culture, electrode: int, amplitude_ua: float, pulses: int, frequency_hz: float, reps: int = 20) -> float:
+def _evoked(c: SimulatedCulture, electrode: int, amplitude_ua: float, pulses: int, frequency_hz: float, reps: int = 20) -> float:
     total = 0
     for _ in range(reps):
         c.stimulate(electrode, amplitude_ua, pulses, frequency_hz)
@@ -45,7 +45,7 @@ def _evoked(c: Culture, electrode: int, amplitude_ua: float, pulses: int, freque
 
 
 def test_evoked_response_grows_with_amplitude_and_frequency() -> None:
-    c = Culture(CultureConfig(plasticity=False), seed=3)
+    c = SimulatedCulture(SimulatedCultureConfig(plasticity=False), seed=3)
     el = ENCODING_ELECTRODES[3]
     weak, strong = _evoked(c, el, 1.0, 4, 40.0), _evoked(c, el, 2.5, 4, 40.0)
     few, many = _evoked(c, el, 2.5, 1, 10.0), _evoked(c, el, 2.5, 4, 40.0)
@@ -54,7 +54,7 @@ def test_evoked_response_grows_with_amplitude_and_frequency() -> None:
 
 
 def test_interrupt_cancels_remaining_pulses() -> None:
-    a, b = Culture(CultureConfig(plasticity=False), seed=4), Culture(CultureConfig(plasticity=False), seed=4)
+    a, b = SimulatedCulture(SimulatedCultureConfig(plasticity=False), seed=4), SimulatedCulture(SimulatedCultureConfig(plasticity=False), seed=4)
     for x in (a, b):
         x.stimulate(ENCODING_ELECTRODES[2], 2.5, 20, 40.0)
         x.advance(30)
@@ -74,7 +74,7 @@ def test_feedback_protocol_changes_probe_response_and_nothing_else_does() -> Non
     """
     probe_electrode = POSITIVE_FEEDBACK_ELECTRODES[1]
 
-    def probe_block(c: Culture) -> float:
+    def probe_block(c: SimulatedCulture) -> float:
         c.plasticity_enabled = False  # measuring must not train
         total = 0
         for _ in range(40):
@@ -84,7 +84,7 @@ def test_feedback_protocol_changes_probe_response_and_nothing_else_does() -> Non
         c.plasticity_enabled = True
         return total / 40
 
-    trained, control = Culture(seed=5), Culture(seed=5)
+    trained, control = SimulatedCulture(seed=5), SimulatedCulture(seed=5)
     before = [probe_block(trained), probe_block(control)]
     for _ in range(20):
         for el in POSITIVE_FEEDBACK_ELECTRODES:

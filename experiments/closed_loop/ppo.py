@@ -16,12 +16,12 @@ from typing import Any
 import ray
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-from experiments.culture_connector import make_culture_connector
-from experiments.culture_link import CultureSettings, close_link, current_link
+from experiments.closed_loop.callbacks import CULTURE_SETTINGS_ATTR, ClosedLoopCallbacks
+from experiments.closed_loop.connector import make_culture_connector
+from experiments.closed_loop.link import CultureSettings, close_link, current_link
 from experiments.live_view.settings import VIEW_SETTINGS_ATTR, ViewSettings
-from experiments.loop_callbacks import CULTURE_SETTINGS_ATTR, ClosedLoopCallbacks
-from models.config import ClosedLoopPPOConfig
 from models.direct_module import DirectRLModule
+from models.ppo_config import ClosedLoopPPOConfig
 
 log = logging.getLogger(__name__)
 

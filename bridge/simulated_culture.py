@@ -41,7 +41,7 @@ MAX_DELAY_MS = 8
 
 
 @dataclass(frozen=True)
-class CultureConfig:
+class SimulatedCultureConfig:
     """Knobs of the simulated culture (defaults give a few Hz per electrode)."""
 
     n_neurons: int = 1000
@@ -156,11 +156,11 @@ def electrode_positions() -> np.ndarray:
     return np.stack([idx % GRID_SIDE + 0.5, idx // GRID_SIDE + 0.5], axis=1)
 
 
-class Culture:
+class SimulatedCulture:
     """A seeded spiking network you can stimulate and advance millisecond by millisecond."""
 
-    def __init__(self, config: CultureConfig | None = None, seed: int = 0) -> None:
-        self.config = cfg = config or CultureConfig()
+    def __init__(self, config: SimulatedCultureConfig | None = None, seed: int = 0) -> None:
+        self.config = cfg = config or SimulatedCultureConfig()
         rng = np.random.default_rng(seed)
         n = cfg.n_neurons
         self.positions = rng.uniform(0.0, GRID_SIDE, size=(n, 2))

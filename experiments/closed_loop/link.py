@@ -44,7 +44,7 @@ from bridge.client import BridgeClient
 from bridge.core import BridgeConfig, SpikeReply
 from bridge.protocol import FeedbackCommand
 from bridge.safety import Policy, SafetyEnvelope
-from experiments.feedback import FeedbackPolicy, FeedbackSettings, within_budget
+from experiments.closed_loop.feedback import FeedbackPolicy, FeedbackSettings, within_budget
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +193,7 @@ class CultureSettings:
 
     def node_resources(self) -> dict[str, float]:
         """What one machine that owns every hardware device advertises: each device and one env-runner slot each."""
-        from experiments.loop import DEVICE_SLOT_RESOURCE
+        from experiments.closed_loop.ppo import DEVICE_SLOT_RESOURCE
 
         hardware = self.hardware
         return {d.resource: 1.0 for d in hardware} | ({DEVICE_SLOT_RESOURCE: float(len(hardware))} if hardware else {})
@@ -204,7 +204,7 @@ class CultureSettings:
         With several devices every env runner asks the same (RLlib gives them one request), so only the slot;
         with one, a share of its resource keeps the env runner off other device nodes.
         """
-        from experiments.loop import DEVICE_SLOT_RESOURCE
+        from experiments.closed_loop.ppo import DEVICE_SLOT_RESOURCE
 
         hardware = self.hardware
         if not hardware:
