@@ -38,7 +38,7 @@ from experiments.closed_loop.feedback import (
     feedback_rows,
     row_commands,
 )
-from experiments.closed_loop.link import CultureSettings, DeviceSettings
+from experiments.closed_loop.settings import CultureSettings, DeviceSettings
 from experiments.live_view.settings import ViewSettings
 from models.module_config import ClosedLoopModelConfig
 

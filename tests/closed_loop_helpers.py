@@ -20,7 +20,7 @@ from ray.rllib.core.columns import Columns
 
 from bridge.loopback_device import LoopbackDevice
 from experiments.closed_loop.connector import EXCHANGE_OK, RAW_SPIKES, STIM_TIMESTAMP
-from experiments.closed_loop.link import DeviceSettings
+from experiments.closed_loop.settings import DeviceSettings
 from models.closed_loop_module import SPIKE_MEAN, SPIKE_STD, SPIKES, STIM, STIM_DIST_INPUTS
 from tests.conftest import free_udp_port
 

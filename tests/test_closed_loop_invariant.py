@@ -22,8 +22,9 @@ from ray.rllib.core.columns import Columns
 from bridge.actor import find_bridge
 from bridge.protocol import decode_event, decode_stim
 from experiments.closed_loop.connector import EXCHANGE_OK, RAW_SPIKES, STIM_TIMESTAMP
-from experiments.closed_loop.link import CultureSettings, DeviceLost
-from experiments.closed_loop.ppo import DEVICE_SLOT_RESOURCE, closed_loop_config, finish
+from experiments.closed_loop.link import DeviceLost
+from experiments.closed_loop.ppo import closed_loop_config, finish
+from experiments.closed_loop.settings import DEVICE_SLOT_RESOURCE, CultureSettings
 from models.closed_loop_module import SPIKE_MEAN, SPIKES, STIM
 from tests.closed_loop_helpers import SMALL_MODEL, cl1_device, sample_and_replay, start_loopback
 

@@ -39,7 +39,8 @@ from experiments.closed_loop.connector import (
     queue_step_feedback,
 )
 from experiments.closed_loop.episode_numbers import EpisodeNumbers
-from experiments.closed_loop.link import CultureSettings, close_link, current_link, open_link
+from experiments.closed_loop.link import close_link, current_link, open_link
+from experiments.closed_loop.settings import CultureSettings
 from experiments.live_view.runner_view import current_view, start_view, view_settings
 from experiments.run_log import FEEDBACK_BY_NAME
 from models.closed_loop_module import SPIKES, STIM

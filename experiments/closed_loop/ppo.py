@@ -18,15 +18,14 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
 from experiments.closed_loop.callbacks import CULTURE_SETTINGS_ATTR, ClosedLoopCallbacks
 from experiments.closed_loop.connector import make_culture_connector
-from experiments.closed_loop.link import CultureSettings, close_link, current_link
+from experiments.closed_loop.link import close_link, current_link
+from experiments.closed_loop.settings import CultureSettings
 from experiments.live_view.settings import VIEW_SETTINGS_ATTR, ViewSettings
 from models.direct_module import DirectRLModule
 from models.ppo_config import ClosedLoopPPOConfig
 
 log = logging.getLogger(__name__)
 
-DEVICE_SLOT_RESOURCE = "cl1_slot"
-"""Every node that owns CL1 devices advertises one of these per device; each env runner takes one."""
 
 
 POLICIES = ("closed_loop", "direct")

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from bridge.channels import ENCODING_ELECTRODES, N_ENCODING, STIM_FREQUENCY_RANGE_HZ
 from bridge.core import BridgeConfig, BridgeCore
 from experiments.closed_loop.feedback import EventFeedbackSpec, feedback_rows, row_commands
-from experiments.closed_loop.link import DeviceSettings
+from experiments.closed_loop.settings import DeviceSettings
 from experiments.commands.common import add_experiment_arguments, load_or_exit
 from experiments.schema import Experiment
 

@@ -1,0 +1,206 @@
+"""Which cultures an experiment drives and how they are reached: `DeviceSettings` and `CultureSettings`.
+
+Frozen dataclasses, checked when built: the experiment schema (`experiments.schema`)
+builds them from the YAML, `closed_loop_config` puts them on the algorithm config,
+and each env runner's `CultureLink` reads them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from bridge.actor import DEVICE_RESOURCE_SHARE, device_resource
+from bridge.channels import (
+    ARTIFACT_WAIT_MS,
+    COLLECT_WINDOW_MS,
+    EVENT_PORT,
+    FEEDBACK_PORT,
+    SPIKE_PORT,
+    STIM_PORT,
+    TICK_FREQUENCY_HZ,
+)
+from bridge.core import BridgeConfig
+from bridge.safety import Policy, SafetyEnvelope
+from experiments.closed_loop.feedback import FeedbackSettings
+
+SIMULATED_BACKENDS = ("sim", "random", "zero", "transparent")
+DEVICE_SLOT_RESOURCE = "cl1_slot"
+"""Every node that owns CL1 devices advertises one of these per device; each env runner takes one."""
+
+
+@dataclass(frozen=True)
+class DeviceSettings:
+    """One culture: a real CL1 reached over the network, or a simulated one started for you."""
+
+    device_id: str = "sim"
+    backend: Literal["cl1", "sim", "random", "zero", "transparent"] = "sim"
+    """`cl1`: a device program already running at `host` (real hardware or cl-sdk); others are started here.
+    `transparent` is the perfect-channel control (bridge/backends/transparent.py)."""
+    host: str = "127.0.0.1"
+    stim_port: int = STIM_PORT
+    spike_port: int = SPIKE_PORT
+    event_port: int = EVENT_PORT
+    feedback_port: int = FEEDBACK_PORT
+    bind_host: str = "127.0.0.1"
+    reply_port: int | Literal["auto", "stim_port", "any"] = "auto"
+    """Source port of the device host that replies must come from: "auto" (the port of the first reply that answers
+    a stimulation, pinned from then on: a third-party program may reply from any socket of its own), "stim_port"
+    (pinned from the start: where `spikeloop device` replies from), a port number, or "any" (any process on the
+    device host could then answer for it). `spikeloop check` names the port replies came from."""
+    node_resource: str | None = None
+    """Custom resource of the node that owns the device (default for cl1: `cl1:<device_id>`)."""
+    # Simulated devices only (defaults: the reference device timing, run as fast as possible):
+    seed: int = 0
+    realtime: bool = False
+    tick_frequency_hz: float = TICK_FREQUENCY_HZ
+    artifact_wait_ms: float = ARTIFACT_WAIT_MS
+    collect_window_ms: float = COLLECT_WINDOW_MS
+    random_spike_rate_hz: float = 5.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.device_id, str) or not self.device_id.strip() or any(c.isspace() for c in self.device_id):
+            raise ValueError(f"device_id={self.device_id!r}: must be a non-empty name without spaces (it names the "
+                             "bridge actor and the node resource)")
+        for name in ("host", "bind_host"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
+                raise ValueError(f"{name} is empty: give a host name or IP address (e.g. 127.0.0.1)")
+        for name in ("stim_port", "event_port", "feedback_port", "spike_port"):
+            port, low = getattr(self, name), 0 if name == "spike_port" else 1
+            if isinstance(port, bool) or not isinstance(port, int) or not low <= port <= 65535:
+                raise ValueError(f"{name}={port!r}: a UDP port is {low}-65535"
+                                 + (" (0: any free port)" if low == 0 else ""))
+        reply = self.reply_port
+        if reply not in ("auto", "stim_port", "any") and (isinstance(reply, bool) or not isinstance(reply, int)
+                                                          or not 1 <= reply <= 65535):
+            raise ValueError(f"reply_port={reply!r}: use auto, stim_port, any or a UDP port 1-65535")
+        if self.node_resource is not None and not self.node_resource.strip():
+            raise ValueError("node_resource is empty: leave it out for the default cl1:<device_id>")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed={self.seed!r}: must be a whole number >= 0")
+        if not (math.isfinite(self.tick_frequency_hz) and self.tick_frequency_hz > 0):
+            raise ValueError(f"tick_frequency_hz={self.tick_frequency_hz!r}: must be a finite number > 0")
+        for name in ("artifact_wait_ms", "collect_window_ms", "random_spike_rate_hz"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name}={value!r}: must be a finite number >= 0")
+
+    @property
+    def simulated(self) -> bool:
+        """True when spikeloop starts this device itself."""
+        return self.backend in SIMULATED_BACKENDS
+
+    @property
+    def resource(self) -> str:
+        """The custom resource that marks the node owning this device."""
+        return self.node_resource or device_resource(self.device_id)
+
+    def describe(self) -> str:
+        """Where the device is: backend, host and its three ports (for messages)."""
+        return (f"{self.backend} at {self.host}: stimulation port {self.stim_port}, feedback port "
+                f"{self.feedback_port}, event port {self.event_port}")
+
+    def device_config(self, spike_port: int, envelope: SafetyEnvelope | None = None):
+        """The device program's settings for this simulated device (its own ports: any free ones).
+
+        The device gets the experiment's envelope as its own, and takes commands only from the bridge's socket.
+        """
+        from bridge.device import DeviceConfig
+
+        return DeviceConfig(
+            envelope=envelope or SafetyEnvelope(),
+            accept_from="spike_port",
+            training_host=self.bind_host,
+            bind_host=self.bind_host,
+            stim_port=0,
+            feedback_port=0,
+            event_port=0,
+            spike_port=spike_port,
+            backend=self.backend,
+            seed=self.seed,
+            realtime=self.realtime,
+            tick_frequency_hz=self.tick_frequency_hz,
+            artifact_wait_ms=self.artifact_wait_ms,
+            collect_window_ms=self.collect_window_ms,
+            random_spike_rate_hz=self.random_spike_rate_hz,
+        )
+
+
+@dataclass(frozen=True)
+class CultureSettings:
+    """Everything an env runner needs to reach its culture."""
+
+    devices: tuple[DeviceSettings, ...] = (DeviceSettings(),)
+    envelope: SafetyEnvelope = field(default_factory=SafetyEnvelope)
+    envelope_policy: Policy = "clamp"
+    timeout_s: float = 0.5
+    timeout_policy: Literal["zeros", "raise"] = "zeros"
+    max_consecutive_timeouts: int = 20
+    on_device_loss: Literal["continue", "stop"] = "stop"
+    feedback: FeedbackSettings = field(default_factory=FeedbackSettings)
+    fast_path: bool = True
+    reply_spin_ms: float = 1.0
+    step_log: bool = False
+    """Keep each exchange's latency so episodes can carry a per-step log (`output.step_log`)."""
+
+    def simulated_device_for(self, runner_index: int) -> DeviceSettings:
+        """The simulated culture of env runner `runner_index`: the template with its own id and seed."""
+        base = self.devices[0]
+        return replace(base, device_id=f"{base.device_id}-{runner_index}", seed=base.seed + runner_index)
+
+    def devices_on_node(self, node_resources: dict[str, float]) -> list[DeviceSettings]:
+        """The hardware devices whose node resource the given node advertises."""
+        return [d for d in self.devices if d.resource in node_resources]
+
+    @property
+    def hardware(self) -> tuple[DeviceSettings, ...]:
+        """The cl1 devices (those not started by spikeloop)."""
+        return tuple(d for d in self.devices if not d.simulated)
+
+    def node_resources(self) -> dict[str, float]:
+        """What one machine that owns every hardware device advertises: each device and one env-runner slot each."""
+        hardware = self.hardware
+        return {d.resource: 1.0 for d in hardware} | ({DEVICE_SLOT_RESOURCE: float(len(hardware))} if hardware else {})
+
+    def runner_resources(self) -> dict[str, float]:
+        """Custom resources each env runner asks for: a device slot, plus the device itself when there is one.
+
+        With several devices every env runner asks the same (RLlib gives them one request), so only the slot;
+        with one, a share of its resource keeps the env runner off other device nodes.
+        """
+        hardware = self.hardware
+        if not hardware:
+            return {}
+        return {DEVICE_SLOT_RESOURCE: 1.0} | ({hardware[0].resource: DEVICE_RESOURCE_SHARE} if len(hardware) == 1 else {})
+
+    def bridge_config(self, dev: DeviceSettings) -> BridgeConfig:
+        """The bridge settings for one of this experiment's devices."""
+        return BridgeConfig(
+            device_id=dev.device_id,
+            device_host=dev.host,
+            stim_port=dev.stim_port,
+            event_port=dev.event_port,
+            feedback_port=dev.feedback_port,
+            spike_port=dev.spike_port,
+            bind_host=dev.bind_host,
+            # A simulated device is spikeloop's own: it replies from its stimulation port.
+            device_reply_port=("stim_port" if dev.simulated else None if dev.reply_port == "any" else dev.reply_port),
+            timeout_s=self.timeout_s,
+            timeout_policy=self.timeout_policy,
+            envelope=self.envelope,
+            envelope_policy=self.envelope_policy,
+            reply_spin_ms=self.reply_spin_ms,
+        )
+
+    def __post_init__(self) -> None:
+        if not self.devices:
+            raise ValueError("devices is empty: list at least one device")
+        if any(d.simulated for d in self.devices) and len(self.devices) > 1:
+            raise ValueError(
+                "devices: a simulated device is a template (one culture is started per env runner); "
+                "list exactly one sim/random/zero/transparent device, or only cl1 devices"
+            )
+        ids = [d.device_id for d in self.devices]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"devices: device ids must be unique, got {ids}")
