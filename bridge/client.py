@@ -2,8 +2,9 @@
 
 Exchanges are the hot path, once per game tick. A caller on the bridge's node
 (every env runner: they are placed there) sends them over the bridge's local
-Unix socket (`bridge.local_channel`), which costs tens of microseconds where a
-Ray actor call costs milliseconds; a caller elsewhere uses actor calls. The
+Unix socket (`bridge.local_channel`): one message each way, where a Ray actor
+call goes through Ray's scheduling and serialisation (measured: docs/benchmarks.md,
+bridge); a caller elsewhere uses actor calls. The
 other calls (feedback, events, stats) take the same socket when it is open and
 no exchange is in flight. If the actor dies during an exchange, the client
 waits for Ray to restart it, reconnects and repeats the exchange: the repeat is

@@ -127,8 +127,8 @@ class BridgeConfig:
     reply_spin_ms: float = 1.0
     """Poll for the reply without sleeping from this long before it is expected until as long after.
 
-    A thread woken from sleep by a datagram starts 0.1-0.3 ms late on small VMs, every tick; polling
-    costs at most 2 x this much CPU per exchange. 0 always sleeps."""
+    A thread woken from sleep by a datagram starts late on small VMs, every tick (measured:
+    docs/benchmarks.md, loop); polling costs at most 2 x this much CPU per exchange. 0 always sleeps."""
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:

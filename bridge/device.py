@@ -83,7 +83,7 @@ from bridge.safety import SafetyEnvelope, SafetyViolation
 log = logging.getLogger("spikeloop.device")
 
 SPIN_MARGIN_S = 0.0015
-"""Sleep until this long before a reply is due, then spin: OS sleeps overshoot by up to ~1 ms."""
+"""Sleep until this long before a reply is due, then spin: OS sleeps overshoot (measured: docs/benchmarks.md, device)."""
 IDLE_POLL_S = 0.02
 """Longest block in select, so stop() and a real-time culture's catch-up stay timely."""
 MAX_DATAGRAMS_PER_WAKE = 256

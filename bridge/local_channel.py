@@ -2,10 +2,11 @@
 
 An exchange is the one call made every game tick, and the tick's budget is
 tight: at the reference 50 + 50 ms windows the device allows 10 ticks/s, and
-everything the software adds comes out of that. A Ray actor call costs 2-4 ms
-on the 2-core reference machine once the caller has blocked for 100 ms, and a
-Ray compiled graph still about 2.5 ms while it keeps a core busy polling. A
-connected Unix socket costs tens of microseconds and sleeps while it waits.
+everything the software adds comes out of that. A Ray actor call goes through
+Ray's scheduling and serialisation, worst right after the caller has blocked for
+the device window, and a Ray compiled graph keeps a core busy polling. A
+connected Unix socket is one message each way and sleeps while it waits
+(measured: docs/benchmarks.md, bridge and loop).
 
 Env runners are placed on their device's node (see DESIGN.md), so the socket
 is always reachable for them; a caller on another node falls back to actor
@@ -20,7 +21,7 @@ node) cannot remove it; the next server on the machine removes every such
 directory of this user whose process is gone or whose socket no longer answers.
 Stimulation and reply travel as packed numbers (`struct`): after the ~100 ms
 device window every process starts with cold caches, and unpickling objects
-then costs a tenth of a millisecond a message. Feedback commands, when there
+then shows in the tick (measured: docs/benchmarks.md, loop). Feedback commands, when there
 are any, and errors are pickled: the same trust as Ray's own object transfer.
 A sequenced-packet socket keeps message boundaries and reports the peer's
 death at once (end of file), which is how the client learns the actor died.
@@ -105,8 +106,8 @@ class LocalChannelServer:
     """Serves exchanges and a few named methods to connected callers, one thread each.
 
     `exchange(frequencies, amplitudes, feedback) -> SpikeReply` is the tick; `methods` are the
-    other calls a caller makes every episode (feedback, events, statistics), which would cost
-    milliseconds each as Ray actor calls.
+    other calls a caller makes every episode (feedback, events, statistics), which would each cost
+    a Ray actor call otherwise (measured: docs/benchmarks.md, bridge and loop).
     """
 
     def __init__(self, exchange: Callable[..., SpikeReply], methods: dict[str, Callable[..., Any]]) -> None:

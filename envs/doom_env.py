@@ -44,7 +44,8 @@ GAME_RESOLUTION = vizdoom.ScreenResolution.RES_320X240
 GAME_RESOLUTION_HEIGHT, GAME_RESOLUTION_WIDTH = 240, 320
 HEADLESS_RESOLUTION = vizdoom.ScreenResolution.RES_160X120
 """When no one looks at the frame (no screen observation, no live view): the game is the same, and
-rendering a quarter of the pixels saves ~0.4 ms per step, on the closed loop's critical path."""
+rendering a quarter of the pixels saves time on every step, on the closed loop's critical path
+(measured: docs/benchmarks.md, loop)."""
 # ITU-R BT.601 luma weights, as float32 so the matrix product stays float32.
 RGB_TO_GRAY = np.array([0.299, 0.587, 0.114], dtype=np.float32)
 NO_EVENTS = dict.fromkeys(EVENTS, 0)

@@ -46,8 +46,8 @@ TARGET_RETURN = -425.0
 TARGET_STEPS_RATIO = 1.5
 MIN_ENV_STEPS = 1000
 DEFAULT_ENV_STEPS = 20_000
-"""Where direct and transparent are at their best: measured to 40,000, both peak at 15,000-25,000 and then drift
-down (docs/benchmarks.md, "Learning"). 25 runs take about 40 minutes on 2 cores."""
+"""Where direct and transparent are at their best: longer runs drift down (measured:
+docs/benchmarks.md, learning, "Longer runs drift"; run times there too)."""
 
 Episode = tuple[float, float, bool]
 """(env steps at the end of the episode's iteration, return, killed anything)."""
