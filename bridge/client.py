@@ -37,26 +37,16 @@ class BridgeClient:
         self.restarts_seen = 0
         self._channel: LocalChannelClient | None = None
         self._channel_refused = False  # the bridge runs on another node: actor calls only
-        self._held_feedback: list[FeedbackCommand] = []  # posted but not yet sent: leaves with the next exchange
+        self._held_feedback: list[FeedbackCommand] = []  # actor-call path: leaves with the next exchange or events
         self._in_flight: tuple[tuple, Any] | None = None  # (arguments, ObjectRef | None for the socket | error)
 
-    def exchange(
-        self,
-        frequencies_hz: Sequence[float],
-        amplitudes_ua: Sequence[float],
-        feedback: Sequence[FeedbackCommand] = (),
-    ) -> SpikeReply:
-        """Send `feedback` (if any), stimulate once, and return the culture's answer."""
-        self.send_exchange(frequencies_hz, amplitudes_ua, feedback)
+    def exchange(self, frequencies_hz: Sequence[float], amplitudes_ua: Sequence[float]) -> SpikeReply:
+        """Stimulate once and return the culture's answer (feedback held back leaves first)."""
+        self.send_exchange(frequencies_hz, amplitudes_ua)
         return self.receive_reply()
 
-    def send_exchange(
-        self,
-        frequencies_hz: Sequence[float],
-        amplitudes_ua: Sequence[float],
-        feedback: Sequence[FeedbackCommand] = (),
-    ) -> None:
-        """Start an exchange: feedback and stimulation leave now, `receive_reply` returns the answer.
+    def send_exchange(self, frequencies_hz: Sequence[float], amplitudes_ua: Sequence[float]) -> None:
+        """Start an exchange: the stimulation (after any feedback held back) leaves now; `receive_reply` answers.
 
         The caller may work while the culture answers (a tick's device window is
         ~100 ms). An exchange still in flight is answered and dropped first, so a
@@ -65,7 +55,7 @@ class BridgeClient:
         if self._in_flight is not None:
             log.warning("an exchange was started before the previous reply was taken; dropping that reply")
             self.receive_reply()
-        args = (frequencies_hz, amplitudes_ua, (*self._held_feedback, *feedback))
+        args = (frequencies_hz, amplitudes_ua, tuple(self._held_feedback))
         self._held_feedback.clear()
         try:
             self._in_flight = (args, self._send(args))
@@ -88,14 +78,16 @@ class BridgeClient:
             self.restarts_seen += 1
             return self._receive(self._send(args))
 
-    def post_feedback(self, feedback: Sequence[FeedbackCommand]) -> None:
-        """Send feedback ahead of the next exchange, without waiting for it.
+    def send_feedback(self, feedback: Sequence[FeedbackCommand]) -> None:
+        """Send feedback commands ahead of the next stimulation, without waiting: the one way feedback leaves.
 
-        Over the local socket the bridge handles it while the caller prepares the
-        stimulation, so the tick's critical path is shorter; an error it causes is
-        raised by the next exchange. Otherwise it travels with the next exchange.
-        Either way it reaches the device before that exchange's stimulation. If the
-        actor dies in between, posted feedback may be lost: never sent twice.
+        Over the local socket they leave now and the bridge handles them while the
+        caller prepares the stimulation; an error they cause is raised by the next
+        call. Over actor calls (a bridge on another node) they are held back and
+        leave with the next exchange or `send_events`: an actor call of their own
+        would cost the tick milliseconds. Either way they reach the device before
+        the next stimulation. If the actor dies in between, feedback may be lost:
+        never sent twice.
         """
         if not feedback:
             return
@@ -108,17 +100,10 @@ class BridgeClient:
             self._drop_channel()  # the next exchange waits for the restart and reconnects
             self._held_feedback.extend(feedback)
 
-    def feedback(self, command: FeedbackCommand) -> bool:
-        """Send feedback through the bridge's safety envelope."""
-        return self._call("feedback", command)
-
-    def event(self, event_type: str, data: dict[str, Any] | None = None) -> None:
-        """Send an event to the device."""
-        self._call("event", event_type, data or {})
-
-    def send_all(self, feedback: Sequence[FeedbackCommand], events: Sequence[tuple[str, dict]] = ()) -> int:
-        """Send feedback commands, then events, in one call."""
-        return self._call("send_all", tuple(feedback), tuple(events))
+    def send_events(self, events: Sequence[tuple[str, dict[str, Any]]]) -> None:
+        """Send events (type, data) to the device now, after any feedback still held back."""
+        held, self._held_feedback = tuple(self._held_feedback), []
+        self._call("send_all", held, tuple(events))
 
     def stats(self) -> dict[str, Any]:
         """The bridge's loop statistics."""

@@ -11,9 +11,9 @@ import pytest  # noqa: E402
 import ray  # noqa: E402
 from ray.rllib.core.columns import Columns  # noqa: E402
 
-from models.closed_loop_module import SPIKE_MEAN, SPIKES, STIM  # noqa: E402
+from models.columns import SPIKE_MEAN, SPIKES, STIM  # noqa: E402
 from models.ppo_config import ClosedLoopPPOConfig  # noqa: E402
-from models.synthetic import SyntheticCultureConnector, ToyClosedLoopEnv  # noqa: E402
+from tests.support.toy_loop import ToyClosedLoopEnv, ToyCultureConnector  # noqa: E402
 
 MID = "default_policy"
 
@@ -33,7 +33,7 @@ def test_one_training_iteration(ray_session) -> None:
         ClosedLoopPPOConfig()
         .environment(ToyClosedLoopEnv)
         .env_runners(num_env_runners=0)
-        .closed_loop(culture_connector=lambda env, spaces: SyntheticCultureConnector(seed=0))
+        .closed_loop(culture_connector=lambda env, spaces: ToyCultureConnector(seed=0))
         .training(train_batch_size_per_learner=128, minibatch_size=64, num_epochs=2)
     )
     algo = config.build_algo()

@@ -14,10 +14,11 @@ import torch
 from ray.rllib.core.columns import Columns
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
-from models.closed_loop_module import STIM, STIM_DIST_INPUTS, STIM_LOGP, ClosedLoopRLModule
+from models.closed_loop_module import ClosedLoopRLModule
+from models.columns import STIM, STIM_DIST_INPUTS, STIM_LOGP
 from models.learner import ClosedLoopPPOLearner
 from models.ppo_config import ClosedLoopPPOConfig
-from models.synthetic import ToyClosedLoopEnv, closed_loop_step, fake_culture
+from tests.support.toy_loop import ToyClosedLoopEnv, closed_loop_step
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
@@ -44,7 +45,7 @@ def batch(learner: ClosedLoopPPOLearner) -> dict:
     module.spike_mean.fill_(0.7)  # a non-zero act-time mean, so centring is exercised
     g = torch.Generator().manual_seed(0)
     obs = torch.rand(128, 59, generator=g) * 2 - 1
-    columns = closed_loop_step(module, {Columns.OBS: obs}, fake_culture, g)
+    columns = closed_loop_step(module, {Columns.OBS: obs}, g)
     # Pretend the policy moved since acting, so that ratios differ from 1.
     columns[Columns.ACTION_LOGP] = columns[Columns.ACTION_LOGP] + 0.3 * torch.randn(128, generator=g)
     return {
@@ -183,7 +184,7 @@ def test_ratio_is_one_on_fresh_samples_even_after_buffer_moves(learner) -> None:
     module = learner.module[MID].unwrapped()
     g = torch.Generator().manual_seed(3)
     obs = torch.rand(64, 59, generator=g) * 2 - 1
-    columns = closed_loop_step(module, {Columns.OBS: obs}, fake_culture, g)
+    columns = closed_loop_step(module, {Columns.OBS: obs}, g)
     module.spike_mean.add_(5.0)
     try:
         fwd = module.forward_train({Columns.OBS: obs, **columns})

@@ -14,10 +14,11 @@ from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
 from bridge.channels import SPIKE_GROUP_NAMES
-from models.closed_loop_module import SPIKES, ClosedLoopRLModule
+from models.closed_loop_module import ClosedLoopRLModule
+from models.columns import SPIKES
 from models.learner import DECODER_OPTIMIZER, ENCODER_OPTIMIZER, ClosedLoopPPOLearner, _scaled_lr
 from models.ppo_config import ClosedLoopPPOConfig
-from models.synthetic import ToyClosedLoopEnv, closed_loop_step, fake_culture, synthetic_episodes
+from tests.support.toy_loop import ToyClosedLoopEnv, closed_loop_step, synthetic_episodes
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
@@ -153,7 +154,7 @@ def test_update_on_a_ready_batch_skips_connectors() -> None:
     module: ClosedLoopRLModule = learner.module[MID].unwrapped()
     g = torch.Generator().manual_seed(0)
     obs = torch.rand(64, 59, generator=g) * 2 - 1
-    columns = closed_loop_step(module, {Columns.OBS: obs}, fake_culture, g)
+    columns = closed_loop_step(module, {Columns.OBS: obs}, g)
     batch = SampleBatch(
         {
             Columns.OBS: obs.numpy(),

@@ -20,9 +20,9 @@ from experiments.live_view.announce import LIVE_VIEW_FILE, announce
 from experiments.live_view.publisher import Publisher
 from experiments.live_view.runner_view import _bind, current_view
 from experiments.live_view.server import LiveViewServer
-from experiments.live_view.settings import VIEW_SETTINGS_ATTR, ViewSettings
+from experiments.live_view.settings import ViewSettings
 from experiments.schema import ExperimentError, experiment_from_dict
-from tests.live_view_run import TINY_RUN, free_tcp_port, training_with_view
+from tests.support.live_view_run import TINY_RUN, free_tcp_port, training_with_view
 
 
 def _get(url: str, timeout: float = 10) -> bytes:
@@ -148,12 +148,12 @@ def test_view_settings_in_the_experiment_and_config():
     assert off.view.enabled is False and off.view.port == LIVE_VIEW_PORT and off.view.host == "127.0.0.1"
     config = off.algorithm_config()
     assert "render_mode" not in config.env_config, "no view: the env keeps its cheap GRAY8 buffer"
-    assert getattr(config, VIEW_SETTINGS_ATTR) is None
+    assert config.live_view is None
 
     on = experiment_from_dict(TINY_RUN, ["view.enabled=true", "view.host=0.0.0.0", "view.port=13000"])
     config = on.algorithm_config()
     assert config.env_config["render_mode"] == "rgb_array"
-    settings = getattr(config, VIEW_SETTINGS_ATTR)
+    settings = config.live_view
     assert (settings.host, settings.port) == ("0.0.0.0", 13000)
     assert [settings.port_for(i) for i in (0, 1, 2, 3)] == [13000, 13000, 13001, 13002]
     for bad in ("view.port=70000", "view.jpeg_quality=0", "view.max_fps=0", "view.colour=red"):

@@ -21,13 +21,14 @@ from ray.rllib.core.columns import Columns
 
 from experiments.analysis import read_steps
 from experiments.schema import experiment_from_dict
-from models.closed_loop_module import STIM_DIST_INPUTS, ClosedLoopRLModule
+from models.closed_loop_module import ClosedLoopRLModule
+from models.columns import STIM_DIST_INPUTS
 from models.direct_module import DirectRLModule
 from models.encoder import screen_view
 from models.learner import ENCODER_OPTIMIZER
 from models.ppo_config import ClosedLoopPPOConfig
-from models.synthetic import ToyClosedLoopEnv, synthetic_episodes
-from tests.spikeloop_cli import run_spikeloop
+from tests.support.spikeloop_cli import run_spikeloop
+from tests.support.toy_loop import ToyClosedLoopEnv, synthetic_episodes
 
 MID = "default_policy"
 SCREEN_SHAPE = (60, 80, 1)

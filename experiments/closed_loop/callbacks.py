@@ -3,13 +3,12 @@
 * `on_environment_created`: open this env runner's `CultureLink` (it knows the
   runner's index, hence which device it drives).
 * step feedback (reward and events, scaled by the TD error
-  r_t + gamma V(s_{t+1}) - V(s_t)) is queued by the culture connector on the next
-  tick, whose forward pass has just computed V(s_{t+1}), and leaves with that
-  tick's exchange, so feedback for step t always precedes stim_{t+1};
-  `on_episode_step` queues it only for an episode's last step.
-* `on_episode_end`: send any queued feedback, the episode feedback (scaled by
-  episode return - V(s_0)) and the `episode_end` event with the payload devices
-  expect, at once.
+  r_t + gamma V(s_{t+1}) - V(s_t)) is sent by the culture connector on the next
+  tick, whose forward pass has just computed V(s_{t+1}), ahead of that tick's
+  stimulation, so feedback for step t always precedes stim_{t+1};
+* `on_episode_end`: the last step's feedback (no next tick sends it) and the
+  episode feedback (scaled by episode return - V(s_0)) in one budget, then the
+  `episode_end` event with the payload devices expect.
 Loop metrics (latency, timeouts, feedback counts, surprise, duty) are logged
 under the `culture/` prefix; `on_sample_end` adds what the feedback policy
 built since the last sample, per feedback name (count, mean scales). With the live view on (`view.enabled`), they also
@@ -31,24 +30,16 @@ import tree
 from ray.rllib.callbacks.callbacks import RLlibCallback
 from ray.rllib.core.columns import Columns
 
-from experiments.closed_loop.connector import (
-    EXCHANGE_OK,
-    RAW_SPIKES,
-    STIM_TIMESTAMP,
-    log_step_feedback,
-    queue_step_feedback,
-)
 from experiments.closed_loop.episode_numbers import EpisodeNumbers
+from experiments.closed_loop.experiment_config import ClosedLoopExperimentConfig
 from experiments.closed_loop.link import close_link, current_link, open_link
 from experiments.closed_loop.settings import CultureSettings
+from experiments.closed_loop.step_feedback import log_step_feedback, step_feedback
 from experiments.live_view.runner_view import current_view, start_view, view_settings
 from experiments.run_log import FEEDBACK_BY_NAME
-from models.closed_loop_module import SPIKES, STIM
+from models.columns import EXCHANGE_OK, RAW_SPIKES, SPIKES, STIM, STIM_TIMESTAMP
 
 log = logging.getLogger(__name__)
-
-CULTURE_SETTINGS_ATTR = "culture_settings"
-"""Attribute of the algorithm config that holds the experiment's `CultureSettings` (None: the direct policy)."""
 
 _EPISODE_RECORDS: list[dict[str, Any]] = []
 """Finished episodes of this env runner process, until the driver collects them."""
@@ -62,7 +53,7 @@ def pop_episode_records() -> list[dict[str, Any]]:
 
 
 def _has_culture(env_runner) -> bool:
-    return getattr(env_runner.config, CULTURE_SETTINGS_ATTR, None) is not None
+    return env_runner.config.culture_settings is not None
 
 
 def _value_of(module, observation: Any) -> float:
@@ -117,11 +108,12 @@ class ClosedLoopCallbacks(RLlibCallback):
 
     def on_environment_created(self, *, env_runner, metrics_logger=None, env, env_context, **kwargs) -> None:
         """Open the culture link of this env runner (none for the direct policy)."""
-        if not hasattr(env_runner.config, CULTURE_SETTINGS_ATTR):
+        if not isinstance(env_runner.config, ClosedLoopExperimentConfig):
             raise ValueError(
-                "the algorithm config has no culture_settings: build it with experiments.closed_loop.ppo.closed_loop_config"
+                "the algorithm config is not a ClosedLoopExperimentConfig: build it with "
+                "experiments.closed_loop.ppo.closed_loop_config"
             )
-        settings: CultureSettings | None = getattr(env_runner.config, CULTURE_SETTINGS_ATTR)
+        settings: CultureSettings | None = env_runner.config.culture_settings
         if settings is None:
             return  # the direct policy: no culture
         link = open_link(settings, env_runner.worker_index, env_runner.config.gamma)
@@ -130,10 +122,7 @@ class ClosedLoopCallbacks(RLlibCallback):
             start_view(view, env_runner.worker_index, env, link.device.device_id)
 
     def on_episode_step(self, *, episode, env_runner=None, metrics_logger=None, **kwargs) -> None:
-        """Queue the last step's feedback when the episode just ended (else the next tick's connector does)."""
-        if episode.is_done and _has_culture(env_runner):
-            value_next = 0.0 if episode.is_terminated else _value_of(env_runner.module, episode.get_observations(-1))
-            log_step_feedback(metrics_logger, queue_step_feedback(current_link(), episode, value_next), episode)
+        """Publish the step to the live view, if one runs."""
         view = current_view()
         if view is not None:
             view.publish_step(episode, kwargs.get("env_index", 0))
@@ -147,10 +136,15 @@ class ClosedLoopCallbacks(RLlibCallback):
             _log_episode_metrics(metrics_logger, payload)
             return
         link = current_link()
+        # The last step's feedback (no next tick will send it) and the episode feedback, in one budget.
+        value_next = 0.0 if episode.is_terminated else _value_of(env_runner.module, episode.get_observations(-1))
+        last_step = step_feedback(link.feedback_policy, episode, value_next)
+        log_step_feedback(metrics_logger, last_step, episode)
         value_s0 = float(episode.get_extra_model_outputs(Columns.VF_PREDS, 0))
         episode_return = float(np.sum(episode.get_rewards()))
         commands, scales = link.feedback_policy.for_episode(episode_return, value_s0)
-        link.flush(commands, [("episode_end", payload)])
+        link.send_feedback(last_step.commands, commands)
+        link.send_events([("episode_end", payload)])
         view = current_view()
         if view is not None:
             view.end_episode(episode_return)

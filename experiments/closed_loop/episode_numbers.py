@@ -18,9 +18,6 @@ from typing import Any
 
 import ray
 
-EPISODE_COUNTER_ATTR = "episode_counter_name"
-"""Attribute of the algorithm config naming the trial's counter actor (None: each env runner counts its own)."""
-
 
 @ray.remote(num_cpus=0, max_restarts=0)
 class EpisodeCounter:
@@ -53,7 +50,7 @@ class EpisodeNumbers:
         self._actor = None
 
     def next(self, config) -> int:
-        name = getattr(config, EPISODE_COUNTER_ATTR, None)
+        name = config.episode_counter_name
         if name is None:
             self._local += 1
             return self._local

@@ -16,13 +16,13 @@ from typing import Any
 import ray
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-from experiments.closed_loop.callbacks import CULTURE_SETTINGS_ATTR, ClosedLoopCallbacks
+from experiments.closed_loop.callbacks import ClosedLoopCallbacks
 from experiments.closed_loop.connector import make_culture_connector
+from experiments.closed_loop.experiment_config import ClosedLoopExperimentConfig
 from experiments.closed_loop.link import close_link, current_link
 from experiments.closed_loop.settings import CultureSettings
-from experiments.live_view.settings import VIEW_SETTINGS_ATTR, ViewSettings
+from experiments.live_view.settings import ViewSettings
 from models.direct_module import DirectRLModule
-from models.ppo_config import ClosedLoopPPOConfig
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +43,8 @@ def closed_loop_config(
     training: dict[str, Any] | None = None,
     seed: int | None = None,
     view: ViewSettings | None = None,
-) -> ClosedLoopPPOConfig:
-    """A ClosedLoopPPOConfig wired to the culture (one device per env runner), or the direct control."""
+) -> ClosedLoopExperimentConfig:
+    """A closed-loop PPO config wired to the culture (one device per env runner), or the direct control."""
     from envs import register
 
     if policy not in POLICIES:
@@ -58,7 +58,7 @@ def closed_loop_config(
     if view is not None and view.enabled:
         env_config["render_mode"] = "rgb_array"  # RGB frames only for a live view: GRAY8 is cheaper to copy
     config = (
-        ClosedLoopPPOConfig()
+        ClosedLoopExperimentConfig()
         .environment(env, env_config=env_config)
         .env_runners(
             num_env_runners=num_env_runners,
@@ -81,8 +81,7 @@ def closed_loop_config(
         config.fault_tolerance(restart_failed_env_runners=False)
     if training:
         config.training(**training)
-    setattr(config, CULTURE_SETTINGS_ATTR, None if direct else culture)
-    setattr(config, VIEW_SETTINGS_ATTR, view if view is not None and view.enabled else None)
+    config.experiment(culture_settings=None if direct else culture, live_view=view)
     return config
 
 
@@ -94,7 +93,7 @@ def _finish_runner(env_runner, reason: str, total_steps: int, total_episodes: in
     told = hardware or link.device.simulated
     events = [("training_complete", {"total_episodes": total_episodes, "total_steps": total_steps,
                                      "reason": reason})] if told else []
-    link.flush([], events)
+    link.send_events(events)
     close_link()
     return told
 
@@ -170,6 +169,7 @@ def _tell_device(config, data: dict[str, Any]) -> str:
                 time.sleep(0.25)
         with core:
             core.event("training_complete", data)
-        how = f"from {config.bind_host}:{config.spike_port}"
-    return (f"device {config.device_id!r} at {config.device_host}:{config.event_port}: training_complete sent {how} "
+        how = f"from {config.address.bind_host}:{config.address.spike_port}"
+    return (f"device {config.device_id!r} at {config.address.host}:{config.address.event_port}: training_complete "
+            f"sent {how} "
             f"({data.get('reason')})")

@@ -19,7 +19,7 @@ import numpy as np
 
 from experiments.live_view.publisher import Publisher
 from experiments.live_view.server import LiveViewServer
-from experiments.live_view.settings import VIEW_SETTINGS_ATTR, ViewSettings
+from experiments.live_view.settings import ViewSettings
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ ANY_HOST = ("0.0.0.0", "", "::")
 
 def view_settings(config: Any) -> ViewSettings | None:
     """The enabled view settings of an algorithm config, or None when the view is off."""
-    settings = getattr(config, VIEW_SETTINGS_ATTR, None)
+    settings = config.live_view
     return settings if settings is not None and settings.enabled else None
 
 

@@ -6,9 +6,6 @@ from dataclasses import dataclass
 
 from bridge.channels import LIVE_VIEW_PORT
 
-VIEW_SETTINGS_ATTR = "live_view"
-"""Attribute of the algorithm config that holds the experiment's `ViewSettings` (None: no view)."""
-
 
 @dataclass(frozen=True)
 class ViewSettings:
