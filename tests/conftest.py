@@ -1,27 +1,12 @@
-"""Shared fixtures: one Ray session per test module, loopback helpers."""
+"""Makes the shared fixtures of tests/support/fixtures.py available to every test; no helpers live here.
+
+Test modules import helpers from `tests.support`, never from this file (tests/test_support_layout.py checks).
+"""
 
 from __future__ import annotations
 
 import os
-import socket
-
-import pytest
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-
-def free_udp_port(host: str = "127.0.0.1") -> int:
-    """A UDP port that is free right now on `host`."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    """A local Ray instance shared by every test in the module."""
-    import ray
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
+from tests.support.fixtures import ray_session, runs_root  # noqa: E402, F401  (pytest finds fixtures by name)

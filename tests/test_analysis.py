@@ -2,16 +2,13 @@
 
 The synthetic trials are written with the run's own `RunLog` (TensorBoard, episodes.jsonl,
 the step log), so what is read back is what a run writes. The three real short runs (ablation
-none/zero/random, step log on) are shared with tests/test_notebooks.py.
+none/zero/random, step log on, tests/support/analysis_runs.py) are shared with tests/test_notebooks.py.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -20,54 +17,7 @@ import yaml
 
 from experiments import analysis
 from experiments.run_log import RunLog
-
-REPO = Path(__file__).resolve().parents[1]
-ABLATIONS = ("none", "zero", "random")
-SHORT_RUN_YAML = textwrap.dedent("""\
-    name: analysis
-    seed: 0
-    devices:
-      - {device_id: sim, backend: sim, realtime: false, artifact_wait_ms: 10, collect_window_ms: 20}
-    env: {scenario: basic, frame_skip: 4}
-    ppo: {train_batch_size_per_learner: 256, minibatch_size: 128, num_epochs: 1}
-    resources: {num_env_runners: 0}
-    stop: {iterations: 2}
-    checkpoint: {every_iterations: 100, keep: 1, at_end: false}
-    output: {step_log: true}
-    """)
-
-
-def short_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Three real runs, ablation none/zero/random (2 iterations of 256 steps each), once per session.
-
-    Three `spikeloop train` processes at once, not one `spikeloop tune` over `ablation`: a sweep
-    over the top-level ablation key fails validation (the resolved model section keeps its own).
-    """
-    root = tmp_path_factory.getbasetemp() / "analysis-runs"
-    done = root / "done"
-    if done.exists():
-        return root
-    root.mkdir(exist_ok=True)
-    config = root / "short.yaml"
-    config.write_text(SHORT_RUN_YAML)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
-    env["RAY_USAGE_STATS_ENABLED"] = "0"
-    runs = {ablation: subprocess.Popen(
-        [sys.executable, "-m", "experiments.cli", "train", str(config), "--set", f"output.root_dir={root}",
-         "--set", f"ablation={ablation}", "--set", f"name=analysis-{ablation}"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for ablation in ABLATIONS}
-    for ablation, proc in runs.items():
-        out, _ = proc.communicate(timeout=400)
-        assert proc.returncode == 0, f"{ablation}: {out[-4000:]}"
-    done.write_text("ok")
-    return root
-
-
-@pytest.fixture(scope="module")
-def runs_root(tmp_path_factory) -> Path:
-    """The root directory of the shared short runs."""
-    return short_runs(tmp_path_factory)
-
+from tests.support.analysis_runs import ABLATIONS
 
 # --- synthetic trials ---------------------------------------------------------------
 

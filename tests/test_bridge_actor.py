@@ -13,8 +13,8 @@ from bridge.actor import bridge_actor_name, device_resource, find_bridge, start_
 from bridge.client import BridgeClient
 from bridge.core import BridgeConfig
 from bridge.loopback_device import LoopbackDevice
+from bridge.ports import free_port
 from bridge.protocol import FeedbackCommand, FeedbackType
-from tests.conftest import free_udp_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,7 +30,7 @@ def ray_with_device_resource():
 
 @pytest.fixture()
 def device():
-    dev = LoopbackDevice(spike_port=free_udp_port())
+    dev = LoopbackDevice(spike_port=free_port())
     dev.start()
     yield dev
     dev.stop()
@@ -57,7 +57,7 @@ def test_named_pinned_and_found(ray_with_device_resource, device):
 
 
 @pytest.mark.parametrize("fast_path", [True, False])
-def test_client_exchanges_posts_feedback_and_calls_on_either_path(ray_with_device_resource, device, fast_path):
+def test_client_exchanges_sends_feedback_and_events_on_either_path(ray_with_device_resource, device, fast_path):
     ray = ray_with_device_resource
     bridge = start_bridge(config_for(device, f"dish-c-{fast_path}"))
     client = BridgeClient(bridge, fast_path=fast_path)
@@ -65,9 +65,10 @@ def test_client_exchanges_posts_feedback_and_calls_on_either_path(ray_with_devic
     try:
         assert client.exchange([12.0] * 8, [1.5] * 8).counts.tolist() == [12.0] * 8
         assert client.path == ("local socket" if fast_path else "actor calls")
-        client.post_feedback([reward])
+        client.send_feedback([reward])
         assert client.exchange([13.0] * 8, [1.5] * 8).counts.tolist() == [13.0] * 8
-        assert client.send_all([reward], [("episode_end", {"episode": 1})]) == 1
+        client.send_feedback([reward])  # over actor calls it is held back: the events call takes it first
+        client.send_events([("episode_end", {"episode": 1})])
         stats = client.stats()
         assert (stats["exchanges"], stats["ok"], stats["feedback_sent"], stats["events_sent"]) == (2, 2, 2, 1)
         deadline = time.monotonic() + 5
@@ -86,8 +87,8 @@ def test_missing_bridge_is_a_clear_error(ray_with_device_resource):
 
 @pytest.mark.parametrize("path", ["local-socket", "actor-calls"])
 def test_killed_bridge_is_restarted_and_keeps_serving(path):
-    # In a process of its own (see tests/bridge_restart_check.py for why and for the checks).
-    proc = subprocess.run([sys.executable, "-m", "tests.bridge_restart_check", path], cwd=ROOT,
+    # In a process of its own (see tests/support/bridge_restart_check.py for why and for the checks).
+    proc = subprocess.run([sys.executable, "-m", "tests.support.bridge_restart_check", path], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert f"ok: {path}" in proc.stdout

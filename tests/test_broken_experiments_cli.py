@@ -3,7 +3,7 @@
 The corpus is tests/broken_experiments/: each file's first line says what the refusal
 must name (`# expect: KEY.PATH`, or `# fit: KEY` for a valid file no local Ray could
 schedule). Each file goes through both commands, each in a process of its own
-(tests/cli_batch.py forks them from one interpreter, with a tripwire on `ray.init`):
+(tests/support/cli_batch.py forks them from one interpreter, with a tripwire on `ray.init`):
 a non-zero exit, the key in the message, no traceback, Ray never started. A few also
 run through a plain `python -m experiments.cli` subprocess, as a user runs them.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.spikeloop_cli import REPO, run_spikeloop
+from tests.support.spikeloop_cli import REPO, run_spikeloop
 
 BROKEN = sorted((Path(__file__).parent / "broken_experiments").glob("*.yaml"))
 COMMANDS = ("check", "train")
@@ -37,7 +37,7 @@ def batch(tmp_path_factory) -> dict[tuple[str, str], dict]:
     jobs_file.write_text(json.dumps(jobs))
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
     env["RAY_USAGE_STATS_ENABLED"] = "0"
-    proc = subprocess.run([sys.executable, "-m", "tests.cli_batch", str(jobs_file)], cwd=REPO, env=env,
+    proc = subprocess.run([sys.executable, "-m", "tests.support.cli_batch", str(jobs_file)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])

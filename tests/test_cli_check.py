@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from bridge.loopback_device import LoopbackDevice
+from bridge.ports import free_port
 from bridge.protocol import decode_stim
 from bridge.safety import SafetyEnvelope
 from experiments.commands import check
-from tests.conftest import free_udp_port
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = str(ROOT / "experiments" / "quickstart.yaml")
@@ -76,7 +76,7 @@ def test_check_prints_every_feedback_row_what_it_sends_and_which_switch_keeps_it
 
 
 def test_silent_device_fails_within_its_timeout_naming_device_and_port():
-    nobody = free_udp_port()  # bound by no one: stimulations go nowhere
+    nobody = free_port()  # bound by no one: stimulations go nowhere
     t0 = time.monotonic()
     result = spikeloop_check(QUICKSTART, "--set", cl1_device("silent-cl1", nobody), "--set", "loop.timeout_s=0.2")
     assert result.returncode == 1, result.stdout + result.stderr
@@ -88,7 +88,7 @@ def test_silent_device_fails_within_its_timeout_naming_device_and_port():
 
 
 def test_probe_stimulates_only_at_the_envelope_minimum():
-    spike_port = free_udp_port()
+    spike_port = free_port()
     with LoopbackDevice(spike_port=spike_port) as device:
         result = spikeloop_check(
             QUICKSTART, "--exchanges", "5",
@@ -124,7 +124,7 @@ def test_a_device_replying_from_another_port_works_and_check_names_the_port(caps
 
     from bridge.protocol import SpikeCounts, encode_spikes
 
-    spike_port = free_udp_port()
+    spike_port = free_port()
     stim = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     stim.bind(("127.0.0.1", 0))
     stim.settimeout(0.05)

@@ -26,7 +26,7 @@ from experiments.closed_loop.link import DeviceLost
 from experiments.closed_loop.ppo import closed_loop_config, finish
 from experiments.closed_loop.settings import DEVICE_SLOT_RESOURCE, CultureSettings
 from models.closed_loop_module import SPIKE_MEAN, SPIKES, STIM
-from tests.closed_loop_helpers import SMALL_MODEL, cl1_device, sample_and_replay, start_loopback
+from tests.support.closed_loop_helpers import SMALL_MODEL, cl1_device, sample_and_replay, start_loopback
 
 DEVICE = "dish-inv"
 DEAD = "dish-dead"

@@ -16,7 +16,7 @@ from ray.rllib.algorithms.algorithm import Algorithm
 
 from experiments.closed_loop.ppo import closed_loop_config, finish
 from experiments.closed_loop.settings import CultureSettings, DeviceSettings
-from tests.closed_loop_helpers import SMALL_MODEL
+from tests.support.closed_loop_helpers import SMALL_MODEL
 
 TRAINING = {"train_batch_size_per_learner": 256, "minibatch_size": 64, "num_epochs": 1}
 LOSS_KEYS = ("total_loss", "policy_loss", "vf_loss")

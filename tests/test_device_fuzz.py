@@ -28,7 +28,7 @@ from bridge.channels import N_ENCODING
 from bridge.device import Device, DeviceConfig
 from bridge.protocol import StimCommand, decode_spikes, encode_stim
 from bridge.safety import SafetyEnvelope
-from tests.device_fuzz import (
+from tests.support.device_fuzz import (
     FOREIGN_HOST,
     _event_bytes,
     fuzz_device,

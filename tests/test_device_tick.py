@@ -21,8 +21,8 @@ import pytest
 
 from bridge.core import BridgeConfig, BridgeCore
 from bridge.device import build_parser
+from bridge.ports import free_port
 from bridge.protocol import FeedbackCommand, FeedbackType, StimCommand, encode_stim
-from tests.conftest import free_udp_port
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,7 +34,7 @@ def start_device(*flags: str) -> subprocess.Popen:
 
 
 def test_tick_quantised_device_with_its_own_clock_and_socket() -> None:
-    stim_port, event_port, feedback_port = free_udp_port(), free_udp_port(), free_udp_port()
+    stim_port, event_port, feedback_port = free_port(), free_port(), free_port()
     bridge = BridgeCore(BridgeConfig(spike_port=0, stim_port=stim_port, event_port=event_port,
                                      feedback_port=feedback_port, timeout_s=0.35))
     proc = start_device("--backend", "random", "--tick-quantised", "--tick-frequency", "10", "--artifact-wait-ms", "50",

@@ -19,10 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.hardware_rig import DevicePorts
-from tests.process_tree import group_and_descendants
-from tests.spikeloop_cli import REPO
-from tests.test_tune_resume import _env, _recorded_checkpoint, sigkill_all
+from tests.support.hardware_rig import DevicePorts
+from tests.support.process_tree import group_and_descendants, sigkill_all
+from tests.support.spikeloop_cli import REPO, cli_env, recorded_checkpoint
 
 STOP_EPISODES = 10
 
@@ -50,7 +49,7 @@ def test_episode_end_counts_across_a_resume_and_carries_the_game_reward(tmp_path
     with device_log.open("w") as log:
         device = subprocess.Popen(_cli("device", "--backend", "random", "--as-fast-as-possible", "--training-host",
                                        "127.0.0.1", "--recording-path", str(recording), *ports.device_flags()),
-                                  cwd=REPO, env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                  cwd=REPO, env=cli_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     root = tmp_path / "runs"
     exp = tmp_path / "episodes.yaml"
     exp.write_text(yaml.safe_dump({
@@ -72,14 +71,14 @@ def test_episode_end_counts_across_a_resume_and_carries_the_game_reward(tmp_path
 
         first_log = tmp_path / "first.log"
         with first_log.open("w") as log:
-            driver = subprocess.Popen(_cli("train", str(exp)), cwd=REPO, env=_env(), stdout=log,
+            driver = subprocess.Popen(_cli("train", str(exp)), cwd=REPO, env=cli_env(), stdout=log,
                                       stderr=subprocess.STDOUT, start_new_session=True)
         try:
             deadline = time.monotonic() + 300
             while True:
                 run_dirs = sorted(root.glob("episodes-*"))
                 trials = [p for d in run_dirs for p in d.iterdir() if p.is_dir() and p.name.startswith("train_trial")]
-                if trials and len(_episodes(trials[0])) >= 2 and _recorded_checkpoint(run_dirs):
+                if trials and len(_episodes(trials[0])) >= 2 and recorded_checkpoint(run_dirs):
                     break
                 assert driver.poll() is None, f"the run ended before it was killed:\n{first_log.read_text()[-6000:]}"
                 assert time.monotonic() < deadline, f"no episodes and checkpoint in time:\n{first_log.read_text()[-6000:]}"
@@ -92,7 +91,7 @@ def test_episode_end_counts_across_a_resume_and_carries_the_game_reward(tmp_path
         sent_before = len(_episode_ends(recording))
         assert sent_before >= logged_before >= 2
 
-        resume = subprocess.run(_cli("train", str(exp), "--resume"), cwd=REPO, env=_env(), capture_output=True,
+        resume = subprocess.run(_cli("train", str(exp), "--resume"), cwd=REPO, env=cli_env(), capture_output=True,
                                 text=True, timeout=400)
         assert resume.returncode == 0, (resume.stdout + resume.stderr)[-6000:]
         device.wait(timeout=60)  # training_complete, sent once at the end of the run

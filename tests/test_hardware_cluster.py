@@ -27,10 +27,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.hardware_rig import BIN, REPO, DevicePorts, DeviceProgram, user_env
-from tests.process_tree import group_and_descendants
-from tests.readme_commands import readme_argv, split_env, with_options
-from tests.test_job_submit import POLL_SCRIPT, free_tcp_port, kill_processes
+from bridge.ports import free_port
+from tests.support.hardware_rig import BIN, REPO, DevicePorts, DeviceProgram, user_env
+from tests.support.process_tree import group_and_descendants, kill_processes
+from tests.support.ray_jobs import POLL_SCRIPT
+from tests.support.readme_commands import readme_argv, split_env, with_options
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -58,9 +59,10 @@ print(json.dumps({"nodes": nodes, "actors": [{"class": a.class_name, "name": a.n
 def _local_ports() -> list[str]:
     """Ports of one Ray node of its own, so that three nodes share one machine."""
     return ["--node-ip-address", "127.0.0.1", "--disable-usage-stats", "--object-store-memory", OBJECT_STORE_BYTES,
-            "--node-manager-port", str(free_tcp_port()), "--object-manager-port", str(free_tcp_port()),
-            "--metrics-export-port", str(free_tcp_port()), "--dashboard-agent-listen-port", str(free_tcp_port()),
-            "--dashboard-agent-grpc-port", str(free_tcp_port()), "--runtime-env-agent-port", str(free_tcp_port())]
+            *(arg for flag in ("--node-manager-port", "--object-manager-port", "--metrics-export-port",
+                               "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
+                               "--runtime-env-agent-port")
+              for arg in (flag, str(free_port(kind="tcp"))))]
 
 
 def _ray_start(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen:
@@ -81,7 +83,7 @@ def lab(tmp_path_factory):
     token_file = tmp / "auth_token"
     token_file.write_text(token)
     token_file.chmod(0o600)
-    gcs_port, dashboard_port = free_tcp_port(), free_tcp_port()
+    gcs_port, dashboard_port = free_port(kind="tcp"), free_port(kind="tcp")
     base_env = user_env()
     started: list[subprocess.Popen] = []
     devices: dict[str, DeviceProgram] = {}
@@ -89,7 +91,7 @@ def lab(tmp_path_factory):
         head = with_options(readme_argv(HEAD), {"--port": str(gcs_port), "--dashboard-host": "127.0.0.1"})
         started.append(_ray_start(head + _local_ports() + [
             "--dashboard-port", str(dashboard_port), "--include-dashboard", "true", "--num-cpus", "1",
-            "--temp-dir", str(temp_dir), "--ray-client-server-port", str(free_tcp_port())],
+            "--temp-dir", str(temp_dir), "--ray-client-server-port", str(free_port(kind="tcp"))],
             base_env | {"RAY_AUTH_TOKEN_PATH": str(token_file)}, tmp))
         assert "Token authentication is enabled" in started[-1].output, started[-1].output[-4000:]
         for n, device_id in enumerate(DEVICES):

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.hardware_rig import REPO, DevicePorts, DeviceProgram, spikeloop_argv, user_env
-from tests.readme_commands import readme_argv
+from tests.support.hardware_rig import REPO, DevicePorts, DeviceProgram, spikeloop_argv, user_env
+from tests.support.readme_commands import readme_argv
 
 pytestmark = pytest.mark.slow
 

@@ -20,19 +20,18 @@ import json
 import os
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.process_tree import group_and_descendants, proc_stat
+from bridge.ports import free_port
+from tests.support.process_tree import group_and_descendants, kill_processes
+from tests.support.ray_jobs import POLL_SCRIPT
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent  # the venv's bin: `ray`, `spikeloop`, `python`
@@ -43,42 +42,6 @@ SHORT = [
     "--set", "ppo.minibatch_size=64",
     "--set", "checkpoint.every_iterations=1",
 ]
-
-# Polls a job with the Python client; the token goes in an explicit Authorization header.
-POLL_SCRIPT = """
-import json, sys, time
-from ray.job_submission import JobStatus, JobSubmissionClient
-address, token, job_id, timeout = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-client = JobSubmissionClient(address, headers={"Authorization": f"Bearer {token}"})
-deadline = time.monotonic() + timeout
-status = client.get_job_status(job_id)
-while not status.is_terminal() and time.monotonic() < deadline:
-    time.sleep(3)
-    status = client.get_job_status(job_id)
-print(json.dumps({"status": str(status.value), "logs": client.get_job_logs(job_id)}))
-"""
-
-
-def free_tcp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def kill_processes(pids: set[int], grace_s: float = 5.0) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and any(proc_stat(pid) for pid in pids):
-            time.sleep(0.2)
-        pids = {pid for pid in pids if proc_stat(pid)}
-        if not pids:
-            return
-
 
 def _http_status(url: str, token: str | None = None) -> int:
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
@@ -97,7 +60,7 @@ def head_node(tmp_path: Path):
     token_file = tmp_path / "auth_token"
     token_file.write_text(token)
     token_file.chmod(0o600)
-    gcs_port, dashboard_port = free_tcp_port(), free_tcp_port()
+    gcs_port, dashboard_port = free_port(kind="tcp"), free_port(kind="tcp")
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     base_env |= {"PATH": f"{BIN}{os.pathsep}{base_env.get('PATH', '')}", "RAY_USAGE_STATS_ENABLED": "0"}
     # The head only needs the token: `ray start` turns token authentication on when one exists.
@@ -106,9 +69,9 @@ def head_node(tmp_path: Path):
         [str(BIN / "ray"), "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(gcs_port),
          "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard_port), "--include-dashboard", "true",
          "--num-cpus", "2", "--temp-dir", str(temp_dir), "--disable-usage-stats",
-         "--ray-client-server-port", str(free_tcp_port()), "--dashboard-agent-listen-port", str(free_tcp_port()),
-         "--dashboard-agent-grpc-port", str(free_tcp_port()), "--runtime-env-agent-port", str(free_tcp_port()),
-         "--metrics-export-port", str(free_tcp_port())],
+         *(arg for flag in ("--ray-client-server-port", "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
+                            "--runtime-env-agent-port", "--metrics-export-port")
+           for arg in (flag, str(free_port(kind="tcp"))))],
         env=head_env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,  # the daemons it leaves behind keep this process group: teardown kills exactly them
     )

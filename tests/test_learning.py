@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.spikeloop_cli import run_spikeloop
+from tests.support.spikeloop_cli import run_spikeloop
 
 ENV_STEPS = 16_000
 """Budget: under two minutes of training on 2 cores; the sound learner kills in 0.8-1.0 of episodes by 10k steps."""

@@ -28,7 +28,7 @@ from PIL import Image
 
 from bridge.channels import STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
 from experiments.live_view.announce import served_views
-from tests.live_view_run import free_tcp_port, training_with_view
+from tests.support.live_view_run import free_tcp_port, training_with_view
 
 CHROMIUM = shutil.which("chromium")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "live_view"

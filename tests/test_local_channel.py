@@ -28,9 +28,9 @@ from bridge.local_channel import (
     encode_request,
 )
 from bridge.loopback_device import LoopbackDevice
+from bridge.ports import free_port
 from bridge.protocol import FeedbackCommand, FeedbackType
 from bridge.safety import SafetyViolation
-from tests.conftest import free_udp_port
 
 ROOT = Path(__file__).resolve().parents[1]
 FEEDBACK = FeedbackCommand(1_000, FeedbackType.REWARD, (1, 2, 3), 20.0, 2.0, 5, False, "reward_negative")
@@ -151,7 +151,7 @@ def test_a_stuck_bridge_is_a_clear_timeout():
 def test_reply_spin_keeps_every_reply_correct_and_timeouts_on_time(reply_spin_ms):
     # A device that answers after 20 ms, like a paced one; replies 30-33 are lost.
     lost = range(30, 34)
-    device = LoopbackDevice(spike_port=free_udp_port(), delay_s=0.02,
+    device = LoopbackDevice(spike_port=free_port(), delay_s=0.02,
                             fault_for=lambda i: "drop" if i in lost else "delay").start()
     core = BridgeCore(BridgeConfig(spike_port=device.spike_port, stim_port=device.stim_port,
                                    feedback_port=device.feedback_port, event_port=device.event_port,
@@ -179,7 +179,7 @@ def test_reply_spin_keeps_every_reply_correct_and_timeouts_on_time(reply_spin_ms
 
 
 def test_reply_spin_is_off_for_devices_that_answer_at_once():
-    device = LoopbackDevice(spike_port=free_udp_port()).start()
+    device = LoopbackDevice(spike_port=free_port()).start()
     core = BridgeCore(BridgeConfig(spike_port=device.spike_port, stim_port=device.stim_port,
                                    feedback_port=device.feedback_port, event_port=device.event_port))
     try:

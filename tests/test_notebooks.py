@@ -1,8 +1,8 @@
 """Every analysis notebook runs headless against fresh short runs and draws its figures.
 
 The runs (ablation none/zero/random, 2 iterations of 256 steps, step log on) are the ones
-tests/test_analysis.py reads back; they are made once per session. Each notebook gets the run
-through $SPIKELOOP_RUNS and is executed with nbclient in the repository's kernel.
+tests/test_analysis.py reads back (tests/support/analysis_runs.py); they are made once per session.
+Each notebook gets the run through $SPIKELOOP_RUNS and is executed with nbclient in the repository's kernel.
 """
 
 from __future__ import annotations
@@ -14,17 +14,10 @@ import pytest
 from nbclient import NotebookClient
 
 from experiments.analysis import RUNS_ENV
-from tests.test_analysis import short_runs
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 FIGURES = {"learning_curves": 2, "ablation": 2, "loop_health": 3, "culture_response": 3}
 """Notebook -> how many figures it draws at least."""
-
-
-@pytest.fixture(scope="module")
-def runs_root(tmp_path_factory) -> Path:
-    """The root directory of the shared short runs."""
-    return short_runs(tmp_path_factory)
 
 
 def images(notebook: nbformat.NotebookNode) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.spikeloop_cli import run_spikeloop
+from tests.support.spikeloop_cli import run_spikeloop
 
 TINY = [
     "--set", "policy=direct",

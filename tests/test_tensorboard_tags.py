@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from envs.rewards import EVENTS
-from tests.spikeloop_cli import run_spikeloop
+from tests.support.spikeloop_cli import run_spikeloop
 
 BATCH = 256
 

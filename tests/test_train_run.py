@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from models.rllib_notices import NOTICES
-from tests.spikeloop_cli import run_spikeloop
+from tests.support.spikeloop_cli import run_spikeloop
 
 TAG_GROUPS = ("episode/", "ppo/", "encoder/", "decoder/", "spikes/", "feedback/", "loop/")
 SHORT = [

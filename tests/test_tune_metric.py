@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from experiments.schema import ExperimentError, load_experiment
-from tests.spikeloop_cli import run_spikeloop
+from tests.support.spikeloop_cli import run_spikeloop
 
 
 def test_tune_metric_is_a_run_tag(tmp_path: Path) -> None:

@@ -13,7 +13,6 @@ unbroken numbering across the kill.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -24,30 +23,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.process_tree import group_and_descendants, proc_stat
+from tests.support.process_tree import group_and_descendants, sigkill_all
+from tests.support.spikeloop_cli import cli_env, recorded_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 ITERATIONS = 4
 STARTUP_TIMEOUT_S = 300
 RESUMED = re.compile(r"resumed from (\S+) at iteration (\d+)")
-
-
-def sigkill_all(pids: set[int], wait_s: float = 30.0) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and any(proc_stat(pid) and not _zombie(pid) for pid in pids):
-        time.sleep(0.2)
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
 
 
 def write_sweep(tmp_path: Path) -> Path:
@@ -65,24 +47,6 @@ def write_sweep(tmp_path: Path) -> Path:
     return path
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
-    env["RAY_USAGE_STATS_ENABLED"] = "0"
-    return env
-
-
-def _recorded_checkpoint(run_dirs: list[Path]) -> bool:
-    """Tune's experiment state (what --resume restores) names a trial checkpoint."""
-    for run_dir in run_dirs:
-        for state in run_dir.glob("experiment_state-*.json"):
-            try:
-                if "checkpoint_0000" in state.read_text():
-                    return True
-            except OSError:
-                pass
-    return False
-
-
 def _trial_dirs(run_dir: Path) -> list[Path]:
     return sorted(p for p in run_dir.iterdir() if p.is_dir() and p.name.startswith("train_trial"))
 
@@ -94,11 +58,11 @@ def test_sweep_killed_mid_run_resumes_from_checkpoints(tmp_path: Path) -> None:
     first_log = tmp_path / "first.log"
     cmd = [sys.executable, "-m", "experiments.cli", "tune", str(exp)]
     with first_log.open("w") as log:
-        driver = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=log, stderr=subprocess.STDOUT,
+        driver = subprocess.Popen(cmd, cwd=REPO, env=cli_env(), stdout=log, stderr=subprocess.STDOUT,
                                   start_new_session=True)
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while not _recorded_checkpoint(sorted(root.glob("sweep_resume-*"))):
+        while not recorded_checkpoint(sorted(root.glob("sweep_resume-*"))):
             assert driver.poll() is None, f"the sweep ended before it was killed:\n{first_log.read_text()[-6000:]}"
             assert time.monotonic() < deadline, f"no checkpoint recorded in time:\n{first_log.read_text()[-6000:]}"
             time.sleep(0.5)
@@ -113,7 +77,7 @@ def test_sweep_killed_mid_run_resumes_from_checkpoints(tmp_path: Path) -> None:
     before = {t.name: len((t / "episodes.jsonl").read_text().splitlines()) if (t / "episodes.jsonl").exists() else 0
               for t in _trial_dirs(run_dir)}
 
-    resume = subprocess.Popen([*cmd, "--resume"], cwd=REPO, env=_env(), stdout=subprocess.PIPE,
+    resume = subprocess.Popen([*cmd, "--resume"], cwd=REPO, env=cli_env(), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         output, _ = resume.communicate(timeout=480)

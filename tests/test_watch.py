@@ -19,12 +19,12 @@ import pytest
 import yaml
 
 from bridge.loopback_device import LoopbackDevice
+from bridge.ports import free_port
 from bridge.protocol import decode_event
 from experiments.commands import checkpoint as checkpoint_command
 from experiments.commands import watch as watch_command
 from experiments.runner import CHECKPOINT_REQUEST
 from experiments.watch_checkpoint import resolve_checkpoint, weight_changes
-from tests.conftest import free_udp_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,7 +69,7 @@ def events_received(device: LoopbackDevice) -> list:
 
 def test_watch_plays_episodes_with_no_weight_change_and_sends_events(trained, tmp_path):
     before = snapshot(trained["run"])
-    spike_port = free_udp_port()
+    spike_port = free_port()
     with LoopbackDevice(spike_port=spike_port) as device:
         result = spikeloop("watch", str(trained["checkpoint"]), "--episodes", "2",
                            "--set", cl1_loopback(device, spike_port), "--output", str(tmp_path))
@@ -100,7 +100,7 @@ def test_watch_plays_episodes_with_no_weight_change_and_sends_events(trained, tm
 
 
 def test_watch_without_feedback_sends_events_but_no_feedback(trained):
-    spike_port = free_udp_port()
+    spike_port = free_port()
     with LoopbackDevice(spike_port=spike_port) as device:
         result = spikeloop("watch", str(trained["trial"]), "--episodes", "1", "--no-feedback",
                            "--set", cl1_loopback(device, spike_port))

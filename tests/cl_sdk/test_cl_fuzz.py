@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bridge.device import Device, DeviceConfig
 from bridge.safety import SafetyEnvelope
-from tests.device_fuzz import fuzz_device, outside_envelope, settle, taken_in
+from tests.support.device_fuzz import fuzz_device, outside_envelope, settle, taken_in
 
 PER_PORT = 5000
 ENVELOPE = SafetyEnvelope(min_frequency_hz=2.0, max_frequency_hz=120.0, min_amplitude_ua=0.5, max_amplitude_ua=2.6,

@@ -2,7 +2,7 @@
 
 Its own process so that a Ray session with a SIGKILLed actor in it never shares a process
 with the rest of the suite. Exit status 0 means every check held.
-Usage: python -m tests.bridge_restart_check {local-socket|actor-calls}
+Usage: python -m tests.support.bridge_restart_check {local-socket|actor-calls}
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from bridge.actor import start_bridge
 from bridge.client import BridgeClient
 from bridge.core import BridgeConfig
 from bridge.loopback_device import LoopbackDevice
-from tests.conftest import free_udp_port
+from bridge.ports import free_port
 
 
 def main(path: str) -> int:
     """Run the scenario; raise AssertionError on any broken expectation."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    device = LoopbackDevice(spike_port=free_udp_port())
+    device = LoopbackDevice(spike_port=free_port())
     device.start()
     bridge = start_bridge(BridgeConfig(device_id=f"dish-b-{path}", spike_port=device.spike_port,
                                        stim_port=device.stim_port, feedback_port=device.feedback_port,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def readme_command(prefix: str) -> str:

@@ -1,6 +1,6 @@
 """Many `spikeloop` command lines, each in its own process, for the price of one interpreter start.
 
-`python -m tests.cli_batch JOBS.json` imports the command line once, then forks one
+`python -m tests.support.cli_batch JOBS.json` imports the command line once, then forks one
 child per job (`["check", "file.yaml"]`, ...): the child runs `experiments.cli.main`
 exactly as the console script does, with its own stdout, stderr and exit status,
 and prints a JSON list of {"argv", "code", "stdout", "stderr"} at the end. Every

@@ -19,10 +19,10 @@ import tree
 from ray.rllib.core.columns import Columns
 
 from bridge.loopback_device import LoopbackDevice
+from bridge.ports import free_port
 from experiments.closed_loop.connector import EXCHANGE_OK, RAW_SPIKES, STIM_TIMESTAMP
 from experiments.closed_loop.settings import DeviceSettings
 from models.closed_loop_module import SPIKE_MEAN, SPIKE_STD, SPIKES, STIM, STIM_DIST_INPUTS
-from tests.conftest import free_udp_port
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -36,7 +36,7 @@ STEP_COLUMNS = (STIM, SPIKES, SPIKE_MEAN, SPIKE_STD, RAW_SPIKES, EXCHANGE_OK, ST
 def start_loopback(**kwargs: Any) -> LoopbackDevice:
     """A started LoopbackDevice that replies to a free port (the bridge binds that port)."""
     device = LoopbackDevice(**kwargs)
-    device.spike_port = free_udp_port()
+    device.spike_port = free_port()
     return device.start()
 
 

@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.conftest import free_udp_port
+from bridge.ports import free_port
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent  # the venv's bin: `spikeloop`, `ray`
 
 
@@ -36,10 +36,10 @@ def user_env(**extra: str) -> dict[str, str]:
 class DevicePorts:
     """The four ports of one device, chosen by the test."""
 
-    stim: int = field(default_factory=free_udp_port)
-    spike: int = field(default_factory=free_udp_port)
-    event: int = field(default_factory=free_udp_port)
-    feedback: int = field(default_factory=free_udp_port)
+    stim: int = field(default_factory=free_port)
+    spike: int = field(default_factory=free_port)
+    event: int = field(default_factory=free_port)
+    feedback: int = field(default_factory=free_port)
 
     def device_flags(self) -> list[str]:
         """What `spikeloop device` needs to use them."""

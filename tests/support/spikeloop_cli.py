@@ -1,0 +1,35 @@
+"""Run the `spikeloop` command line as a user does: a subprocess from the repository root, its own local Ray."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cli_env() -> dict[str, str]:
+    """This environment without RAY_ADDRESS (a run starts its own local Ray), usage stats off."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    return env
+
+
+def run_spikeloop(args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """`spikeloop ARGS...` with output captured; never attaches to a cluster named in RAY_ADDRESS."""
+    return subprocess.run([sys.executable, "-m", "experiments.cli", *args], cwd=REPO, env=cli_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def recorded_checkpoint(run_dirs: list[Path]) -> bool:
+    """Tune's experiment state (what --resume restores) names a trial checkpoint."""
+    for run_dir in run_dirs:
+        for state in run_dir.glob("experiment_state-*.json"):
+            try:
+                if "checkpoint_0000" in state.read_text():
+                    return True
+            except OSError:
+                pass
+    return False

@@ -1,0 +1,50 @@
+"""Test modules import helpers from tests/support, never from conftest.py or from another test module.
+
+A test module that imports another runs that module's import-time code and shares its
+globals; conftest.py is pytest's to load. Shared pieces live in `tests.support` instead.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+MODULES = sorted([*TESTS.rglob("test_*.py"), *(TESTS / "support").glob("*.py")])
+
+
+def _forbidden(name: str) -> bool:
+    """A module name that is conftest or a test module (`conftest`, `tests.conftest`, `tests.test_x`, ...)."""
+    last = name.rsplit(".", 1)[-1]
+    return last == "conftest" or last.startswith("test_")
+
+
+def forbidden_imports(source: str) -> list[str]:
+    """The imports in `source` of conftest or of a test module, as written."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if _forbidden(alias.name)]
+        elif isinstance(node, ast.ImportFrom):
+            module = "." * node.level + (node.module or "")
+            if node.module and _forbidden(node.module):
+                found.append(module)
+            else:  # `from tests import conftest`, `from . import test_x`
+                prefix = module if module.endswith(".") else module + "."
+                found += [prefix + alias.name for alias in node.names if _forbidden(alias.name)]
+    return found
+
+
+def test_the_check_sees_every_kind_of_forbidden_import() -> None:
+    source = ("import conftest\nfrom tests.conftest import x\nfrom tests.test_a import y\nfrom tests import test_b\n"
+              "from . import conftest\nfrom .test_c import z\nimport tests.test_d\n"
+              "from tests.support.fixtures import ray_session\nfrom bridge.ports import free_port\n")
+    assert forbidden_imports(source) == ["conftest", "tests.conftest", "tests.test_a", "tests.test_b",
+                                         ".conftest", ".test_c", "tests.test_d"]
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(TESTS)))
+def test_no_module_imports_conftest_or_a_test_module(path: Path) -> None:
+    assert forbidden_imports(path.read_text()) == [], f"{path.relative_to(TESTS)}: move what it needs to tests/support"
