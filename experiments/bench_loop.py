@@ -112,6 +112,21 @@ def _sample_rate(experiment, steps: int, warmup_steps: int, repeats: int = 1) ->
         algo.stop()
 
 
+def paced_figures(measured: dict[str, Any], limit: float, prefix: str = "") -> dict[str, Any]:
+    """A paced condition's headline figures from `_sample_rate`'s result, against its device's limit (steps/s).
+
+    The sim run's file holds several conditions side by side, so its paced figures carry `prefix` "paced_"
+    (the limit's key never does); the tick10 entry is a condition of its own and has none.
+    """
+    rate = measured["steps_per_s"]
+    return {
+        f"{prefix}steps_per_s": rate,
+        "limit_steps_per_s": limit,
+        f"{prefix}fraction_of_limit": rate / limit,
+        f"{prefix}steps_per_s_range": [measured.get("steps_per_s_min", rate), measured.get("steps_per_s_max", rate)],
+    }
+
+
 def run(paced_steps: int, unpaced_steps: int, scenario: str, repeats: int = 3) -> dict[str, Any]:
     """Measure both conditions and return the results."""
     import ray
@@ -131,13 +146,7 @@ def run(paced_steps: int, unpaced_steps: int, scenario: str, repeats: int = 3) -
                               unpaced_steps, warmup_steps=200)
     finally:
         ray.shutdown()
-    limit = 1.0 / (0.050 + 0.050)
-    return {
-        "paced_steps_per_s": paced["steps_per_s"],
-        "limit_steps_per_s": limit,
-        "paced_fraction_of_limit": paced["steps_per_s"] / limit,
-        "paced_steps_per_s_range": [paced.get("steps_per_s_min", paced["steps_per_s"]),
-                                    paced.get("steps_per_s_max", paced["steps_per_s"])],
+    return paced_figures(paced, limit=1.0 / (0.050 + 0.050), prefix="paced_") | {
         "unpaced_steps_per_s": unpaced["steps_per_s"],
         "unpaced_ms_per_step": 1000.0 / unpaced["steps_per_s"],
         "view_on_paced_steps_per_s": paced_viewed["steps_per_s"],
@@ -212,13 +221,7 @@ def run_tick10(steps: int, scenario: str, repeats: int = 3) -> dict[str, Any]:
         device_log = (Path(tmp) / "device.log").read_text()
     summary = next((json.loads(line)["spikeloop_device"] for line in reversed(device_log.splitlines())
                     if line.startswith('{"spikeloop_device"')), {})
-    limit = tick_loop_limit_steps_per_s(**TICK10)
-    return {
-        "steps_per_s": measured["steps_per_s"],
-        "limit_steps_per_s": limit,
-        "fraction_of_limit": measured["steps_per_s"] / limit,
-        "steps_per_s_range": [measured.get("steps_per_s_min", measured["steps_per_s"]),
-                              measured.get("steps_per_s_max", measured["steps_per_s"])],
+    return paced_figures(measured, limit=tick_loop_limit_steps_per_s(**TICK10)) | {
         "measured": measured,
         "device_counters": {k: v for k, v in summary.items() if k != "recording_files"},
         "target": {"fraction_of_limit": 0.97},
