@@ -19,14 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from bridge.bench_record import provenance, write_result
+from bridge.ports import free_port
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/bridge.json")
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _start_device(spike_port: int) -> tuple[subprocess.Popen, dict[str, int]]:
@@ -60,7 +55,7 @@ def run(exchanges: int, blocks: int) -> dict:
     from bridge.loopback_device import raw_round_trip
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    raw_port, actor_port = _free_port(), _free_port()
+    raw_port, actor_port = free_port(), free_port()
     raw_dev, raw_ports = _start_device(raw_port)
     actor_dev, actor_ports = _start_device(actor_port)
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)

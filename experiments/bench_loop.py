@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -36,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.bench_record import provenance, write_result
+from bridge.ports import free_port
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/loop.json")
 DEVICES = ("sim", "tick10")
@@ -44,12 +44,6 @@ tick-quantised device program of its own (see the module docstring)."""
 TICK10 = {"tick_frequency_hz": 10.0, "artifact_wait_ms": 50.0, "collect_window_ms": 50.0}
 TICK10_RESULT = "tick10"
 """Key of the tick10 condition in the result file; a run of the other conditions keeps it (and the other way round)."""
-
-
-def _free_tcp_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _experiment(paced: bool, scenario: str, extra: dict[str, Any] | None = None):
@@ -139,11 +133,13 @@ def run(paced_steps: int, unpaced_steps: int, scenario: str, repeats: int = 3) -
         print(f"unpaced: {unpaced_steps} steps with zero windows...", file=sys.stderr)
         unpaced = _sample_rate(_experiment(False, scenario), unpaced_steps, warmup_steps=200)
         print(f"paced, live view on and watched: {paced_steps} steps...", file=sys.stderr)
-        paced_viewed = _sample_rate(_experiment(True, scenario, {"view": {"enabled": True, "port": _free_tcp_port()}}),
-                                    paced_steps, warmup_steps=20)
+        paced_viewed = _sample_rate(
+            _experiment(True, scenario, {"view": {"enabled": True, "port": free_port(kind="tcp")}}),
+            paced_steps, warmup_steps=20)
         print(f"unpaced, live view on and watched: {unpaced_steps} steps...", file=sys.stderr)
-        viewed = _sample_rate(_experiment(False, scenario, {"view": {"enabled": True, "port": _free_tcp_port()}}),
-                              unpaced_steps, warmup_steps=200)
+        viewed = _sample_rate(
+            _experiment(False, scenario, {"view": {"enabled": True, "port": free_port(kind="tcp")}}),
+            unpaced_steps, warmup_steps=200)
     finally:
         ray.shutdown()
     return paced_figures(paced, limit=1.0 / (0.050 + 0.050), prefix="paced_") | {
@@ -161,12 +157,6 @@ def run(paced_steps: int, unpaced_steps: int, scenario: str, repeats: int = 3) -
         "settings": {"scenario": scenario, "device": "sim backend via the device program and CL1Bridge actor",
                      "env_runners": 1, "feedback": "on (reference)", "explore": True},
     }
-
-
-def _free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _start_tick_device(ports: dict[str, int], log_path: Path) -> subprocess.Popen:
@@ -196,7 +186,7 @@ def run_tick10(steps: int, scenario: str, repeats: int = 3) -> dict[str, Any]:
     from experiments.schema import experiment_from_dict
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ports = {name: _free_udp_port() for name in ("stim_port", "spike_port", "event_port", "feedback_port")}
+    ports = {name: free_port() for name in ("stim_port", "spike_port", "event_port", "feedback_port")}
     device = {"device_id": "bench-tick10", "backend": "cl1", "host": "127.0.0.1", "bind_host": "127.0.0.1", **ports}
     # A reply comes 100-200 ms after its stimulation: 1 s leaves a loaded machine room.
     experiment = experiment_from_dict({"name": "bench-loop-tick10", "devices": [device], "env": {"scenario": scenario},

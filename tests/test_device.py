@@ -17,6 +17,7 @@ import pytest
 from bridge.backends.transparent import TRANSPARENT_MAX_COUNT, transparent_counts
 from bridge.channels import N_ENCODING
 from bridge.device import Device, DeviceConfig, build_parser
+from bridge.ports import free_port
 from bridge.protocol import (
     FEEDBACK_STRUCT,
     EventMessage,
@@ -219,14 +220,8 @@ def test_help_explains_every_flag() -> None:
         assert flag in text
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_cli_process_exits_zero_on_sigterm_and_prints_counters(trainer: Trainer, tmp_path: Path) -> None:
-    stim_port, event_port, feedback_port = _free_port(), _free_port(), _free_port()
+    stim_port, event_port, feedback_port = free_port(), free_port(), free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "experiments.cli", "device", "--backend", "random", "--stim-port", str(stim_port),
          "--event-port", str(event_port), "--feedback-port", str(feedback_port), "--spike-port",

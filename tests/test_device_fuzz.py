@@ -26,6 +26,7 @@ import pytest
 from bridge.backends.transparent import transparent_counts
 from bridge.channels import N_ENCODING
 from bridge.device import Device, DeviceConfig
+from bridge.ports import free_port
 from bridge.protocol import StimCommand, decode_spikes, encode_stim
 from bridge.safety import SafetyEnvelope
 from tests.support.device_fuzz import (
@@ -91,17 +92,11 @@ def test_device_survives_thousands_of_hostile_datagrams_per_port(backend: str, t
     assert recording_is_valid_json(device.recording_files()) > 0
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_spikeloop_device_process_outlives_the_killers_from_the_issue(tmp_path: Path) -> None:
     """The datagrams that used to stop `spikeloop device`, sent to the real process; then SIGTERM exits 0."""
     rx = _rx()
     rx.settimeout(0.2)
-    stim_port, event_port, feedback_port = _free_port(), _free_port(), _free_port()
+    stim_port, event_port, feedback_port = free_port(), free_port(), free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "experiments.cli", "device", "--backend", "sim", "--as-fast-as-possible",
          "--stim-port", str(stim_port), "--event-port", str(event_port), "--feedback-port", str(feedback_port),

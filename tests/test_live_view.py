@@ -16,13 +16,14 @@ import pytest
 from PIL import Image
 
 from bridge.channels import LIVE_VIEW_PORT, SPIKE_GROUP_NAMES, STIM_FREQUENCY_RANGE_HZ
+from bridge.ports import free_port
 from experiments.live_view.announce import LIVE_VIEW_FILE, announce
 from experiments.live_view.publisher import Publisher
 from experiments.live_view.runner_view import _bind, current_view
 from experiments.live_view.server import LiveViewServer
 from experiments.live_view.settings import ViewSettings
 from experiments.schema import ExperimentError, experiment_from_dict
-from tests.support.live_view_run import TINY_RUN, free_tcp_port, training_with_view
+from tests.support.live_view_run import TINY_RUN, training_with_view
 
 
 def _get(url: str, timeout: float = 10) -> bytes:
@@ -163,7 +164,7 @@ def test_view_settings_in_the_experiment_and_config():
 
 @pytest.mark.slow
 def test_real_run_streams_the_game(ray_session, tmp_path):
-    port = free_tcp_port()
+    port = free_port(kind="tcp")
     with training_with_view(port=port) as algo:
         views = announce(algo, tmp_path)
         assert current_view() is None, "the view runs in the env runner process, not in the driver"

@@ -27,8 +27,9 @@ import pytest
 from PIL import Image
 
 from bridge.channels import STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
+from bridge.ports import free_port
 from experiments.live_view.announce import served_views
-from tests.support.live_view_run import free_tcp_port, training_with_view
+from tests.support.live_view_run import training_with_view
 
 CHROMIUM = shutil.which("chromium")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "live_view"
@@ -139,7 +140,7 @@ def _game_pixels(screenshot: np.ndarray, box: dict[str, float]) -> np.ndarray:
 
 def test_dashboard_shows_the_game_and_the_culture(ray_session):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with training_with_view(port=free_tcp_port()) as algo:
+    with training_with_view(port=free_port(kind="tcp")) as algo:
         url = served_views(algo)[0]["url"]
         browser = Chromium(url)
         try:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import time
 import uuid
 from collections import Counter
@@ -32,6 +31,7 @@ import ray
 from bridge.actor import start_bridge
 from bridge.client import BridgeClient
 from bridge.core import BridgeConfig, SpikeReply
+from bridge.ports import free_port
 from bridge.protocol import FeedbackCommand
 from experiments.closed_loop.feedback import FeedbackPolicy, within_budget
 from experiments.closed_loop.settings import CultureSettings, DeviceSettings
@@ -50,12 +50,6 @@ class DeviceLost(RuntimeError):
 
 class DeviceBusy(RuntimeError):
     """Another env runner already drives this device."""
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 class CultureLink:
@@ -88,7 +82,7 @@ class CultureLink:
         """Start this runner's simulated device and its bridge, both on this node."""
         from bridge.device_actor import start_simulated_device
 
-        spike_port = _free_port(dev.bind_host)
+        spike_port = free_port(dev.bind_host)
         self._device_actor = start_simulated_device(dev.device_config(spike_port, self.settings.envelope),
                                                     node_id=self._node_id)
         ports = ray.get(self._device_actor.ports.remote())

@@ -7,7 +7,6 @@ HTTP server, and `algo.train()` looping on a thread until the test is done.
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -23,13 +22,6 @@ TINY_RUN = {
     "ppo": {"train_batch_size_per_learner": 64, "minibatch_size": 64, "num_epochs": 1},
     "resources": {"num_env_runners": 1},
 }
-
-
-def free_tcp_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free right now on `host`."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 @contextlib.contextmanager
