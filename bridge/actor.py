@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import ray
@@ -52,6 +52,7 @@ class CL1Bridge(BridgeCore):
     def __init__(self, config: BridgeConfig) -> None:
         super().__init__(config)
         self._channel: LocalChannelServer | None = None
+        self._owner: str | None = None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # Ray warns about its own internal use of a deprecated API here
             self._restarted = ray.get_runtime_context().was_current_actor_reconstructed
@@ -63,7 +64,9 @@ class CL1Bridge(BridgeCore):
     def local_channel(self) -> tuple[str, str, float]:
         """(node id, socket path, answer bound in s) of the exchange fast path, started on first use."""
         if self._channel is None:
-            methods = {"feedback": self.feedback, "event": self.event, "send_all": self.send_all, "stats": self.stats}
+            methods: dict[str, Callable[..., Any]] = {
+                "feedback": self.feedback, "event": self.event, "send_all": self.send_all, "stats": self.stats
+            }
             self._channel = LocalChannelServer(self.exchange, methods)
         # An exchange answers within the device timeout; anything far beyond it means a stuck actor.
         return ray.get_runtime_context().get_node_id(), self._channel.path, 2 * self.config.timeout_s + 30.0
@@ -135,7 +138,8 @@ def start_bridge(
         options["scheduling_strategy"] = "DEFAULT"
     if node_id is not None:
         options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
-    return CL1Bridge.options(**options).remote(config)
+    # mypy keeps a decorated class's own type: ray.remote's ActorClass (with .options) is invisible to it.
+    return CL1Bridge.options(**options).remote(config)  # type: ignore[attr-defined]
 
 
 def find_bridge(device_id: str) -> ray.actor.ActorHandle:

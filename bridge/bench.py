@@ -30,6 +30,7 @@ def _start_device(spike_port: int) -> tuple[subprocess.Popen, dict[str, int]]:
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert proc.stdout is not None  # stdout=PIPE
     line = proc.stdout.readline()
     ports = dict(item.split("=") for item in line.split())
     return proc, {k: int(v) for k, v in ports.items()}

@@ -89,7 +89,8 @@ def separability(backend: SimBackend, pairs: list[tuple[np.ndarray, np.ndarray]]
         for label in labels:
             unit = np.clip((b if label else a) + rng.normal(scale=PATTERN_NOISE, size=2 * N_ENCODING), 0.0, 1.0)
             t = backend.now_s()
-            backend.stimulate(t, *_to_stim(unit))
+            frequencies_hz, amplitudes_ua = _to_stim(unit)
+            backend.stimulate(t, frequencies_hz.tolist(), amplitudes_ua.tolist())
             backend.advance_to(t + artifact_s + collect_s)
             counts.append(backend.spike_counts(t + artifact_s, t + artifact_s + collect_s))
         accuracies.append(holdout_accuracy(np.array(counts), labels.astype(float)))

@@ -154,7 +154,8 @@ class BridgeClient:
 
     def _connect(self) -> LocalChannelClient | None:
         """The bridge's local socket, or None when the bridge runs on another node."""
-        node_id, path, answer_within_s = ray.get(self.actor.local_channel.remote())
+        channel: ray.ObjectRef[tuple[str, str, float]] = self.actor.local_channel.remote()
+        node_id, path, answer_within_s = ray.get(channel)
         if node_id != ray.get_runtime_context().get_node_id():
             log.info("bridge actor on node %s, this caller elsewhere: exchanges use actor calls", node_id[:8])
             self._channel_refused = True

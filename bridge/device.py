@@ -78,7 +78,7 @@ from bridge.protocol import (
     encode_spikes,
     now_us,
 )
-from bridge.safety import SafetyEnvelope, SafetyViolation
+from bridge.safety import Policy, SafetyEnvelope, SafetyViolation
 
 log = logging.getLogger("spikeloop.device")
 
@@ -499,7 +499,7 @@ class Device:
                  "channels": list(cmd.channels), "frequency_hz": cmd.frequency_hz, "amplitude_ua": cmd.amplitude_ua,
                  "pulses": cmd.pulses, "unpredictable": cmd.unpredictable, "event_name": cmd.event_name}
         # An interrupt only stops stimulation: its forbidden channels are dropped, never the interrupt.
-        policy = "clamp" if cmd.feedback_type == FeedbackType.INTERRUPT else "raise"
+        policy: Policy = "clamp" if cmd.feedback_type == FeedbackType.INTERRUPT else "raise"
         try:
             safe, _ = self.config.envelope.check_feedback(cmd, policy)
         except SafetyViolation as exc:

@@ -52,4 +52,5 @@ def start_simulated_device(config: DeviceConfig, *, node_id: str, name: str | No
     options: dict[str, Any] = {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)}
     if name:
         options |= {"name": name, "namespace": "spikeloop", "get_if_exists": True}
-    return SimulatedDevice.options(**options).remote(config)
+    # mypy keeps a decorated class's own type: ray.remote's ActorClass (with .options) is invisible to it.
+    return SimulatedDevice.options(**options).remote(config)  # type: ignore[attr-defined]

@@ -39,7 +39,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -60,7 +60,7 @@ _FEEDBACK = b"F"  # feedback commands sent ahead of the next request, unanswered
 _STIM_HEADER = struct.Struct("<HH")  # number of frequencies, number of amplitudes; then that many doubles
 _REPLY_HEADER = struct.Struct("<?dQqIH")  # ok, latency_s, stim ts, reply ts (-1: none), clamped, n counts
 _NO_TIMESTAMP = -1
-_STATUS = {True: "ok", False: "timeout"}
+_STATUS: dict[bool, Literal["ok", "timeout"]] = {True: "ok", False: "timeout"}
 
 
 def encode_request(frequencies_hz: Sequence[float], amplitudes_ua: Sequence[float],
@@ -276,7 +276,7 @@ class LocalChannelClient:
 def remove_dead_channel_dirs(root: str | None = None) -> list[str]:
     """Remove the socket directories of this user's bridges that died without cleaning up; returns them."""
     root = root or tempfile.gettempdir()
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(os.scandir(root))
     except OSError:

@@ -69,7 +69,7 @@ class SafetyEnvelope:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise ValueError(f"{name}={v!r}: must be a finite number > 0")
-        pulses = self.max_pulses
+        pulses: object = self.max_pulses  # checked here: YAML may give any type
         if isinstance(pulses, float) and pulses.is_integer():
             pulses = int(pulses)
         if isinstance(pulses, bool) or not isinstance(pulses, int) or not 0 <= pulses <= U32_MAX:

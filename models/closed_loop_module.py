@@ -23,7 +23,7 @@ from torch import nn
 from bridge.channels import N_ENCODING, N_SPIKE_GROUPS
 from models.decoder import SpikeDecoder
 from models.distributions import FixedStimulation, TorchRangedBeta
-from models.encoder import StimEncoder, features_and_screen, split_observation_space
+from models.encoder import StimEncoder, features_and_screen, n_discrete_actions, split_observation_space
 from models.feature_norm import FeatureNormalizer
 from models.module_config import ClosedLoopModelConfig
 from models.value import NormalizedValueNet
@@ -81,7 +81,7 @@ class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
         """Build the three networks and the spike-mean buffers from model_config."""
         self.settings = ClosedLoopModelConfig.from_dict(self.model_config)
         s = self.settings
-        self.n_actions = int(self.action_space.n)
+        self.n_actions = n_discrete_actions(self.action_space)
         self.encoder = StimEncoder(self.observation_space, s)
         if not s.encoder_trainable:
             self.encoder.requires_grad_(False)
@@ -192,7 +192,7 @@ class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
 
     def decoder_distribution(self, action_logits: torch.Tensor) -> TorchCategorical:
         """Categorical over the game actions."""
-        return TorchCategorical.from_logits(action_logits)
+        return TorchCategorical(logits=action_logits)
 
     def act(self, action_logits: torch.Tensor, explore: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """(action, its log-probability) from decoder logits: sampled, or the most likely when not exploring.

@@ -36,8 +36,9 @@ class SpikeDecoder(nn.Module):
             for hidden in settings.decoder_hiddens:
                 layers += [nn.Linear(size, hidden, bias=settings.decoder_bias), nn.SiLU()]
                 size = hidden
-            layers.append(nn.Linear(size, n_actions, bias=settings.decoder_bias))
-            nn.init.normal_(layers[-1].weight, std=settings.decoder_init_std / math.sqrt(size))
+            out = nn.Linear(size, n_actions, bias=settings.decoder_bias)
+            nn.init.normal_(out.weight, std=settings.decoder_init_std / math.sqrt(size))
+            layers.append(out)
             self.mlp = nn.Sequential(*layers)
         if settings.decoder_frozen:
             self.requires_grad_(False)
@@ -52,7 +53,7 @@ class SpikeDecoder(nn.Module):
         """Sum of squared (effective) weights, biases excluded."""
         if self.kind == "linear":
             return self.effective_weight().pow(2).sum()
-        return sum(m.weight.pow(2).sum() for m in self.mlp if isinstance(m, nn.Linear))
+        return torch.stack([m.weight.pow(2).sum() for m in self.mlp if isinstance(m, nn.Linear)]).sum()
 
     def forward(self, centred_spikes: torch.Tensor) -> torch.Tensor:
         """Action logits from centred spike counts [..., n_spike_groups]."""

@@ -26,7 +26,7 @@ from ray.rllib.utils.annotations import override
 from torch import nn
 
 from models.closed_loop_module import build_value_net, feature_normalizer
-from models.encoder import StimEncoder, features_and_screen
+from models.encoder import StimEncoder, features_and_screen, n_discrete_actions
 from models.module_config import ClosedLoopModelConfig
 
 
@@ -37,7 +37,7 @@ class DirectRLModule(TorchRLModule, ValueFunctionAPI):
     def setup(self) -> None:
         """Build the trunk (as the encoder's), the action head and the value net."""
         self.settings = s = ClosedLoopModelConfig.from_dict(self.model_config)
-        self.n_actions = int(self.action_space.n)
+        self.n_actions = n_discrete_actions(self.action_space)
         if s.same_frame_rounds != 1:
             raise ValueError("model.same_frame_rounds: the direct policy stimulates nothing; use 1 with policy: direct")
         self.feature_norm = feature_normalizer(self.observation_space, s)
@@ -70,7 +70,7 @@ class DirectRLModule(TorchRLModule, ValueFunctionAPI):
 
     def decoder_distribution(self, action_logits: torch.Tensor) -> TorchCategorical:
         """Categorical over the game actions."""
-        return TorchCategorical.from_logits(action_logits)
+        return TorchCategorical(logits=action_logits)
 
     @override(TorchRLModule)
     def get_exploration_action_dist_cls(self) -> type:

@@ -17,7 +17,9 @@ Both keep alpha, beta >= 1: unimodal, finite density at the range edges.
 from __future__ import annotations
 
 import torch
+from ray.rllib.core.distribution.distribution import Distribution
 from ray.rllib.core.distribution.torch.torch_distribution import TorchDeterministic, TorchDistribution
+from ray.rllib.utils.typing import TensorType
 from torch.nn import functional as F
 
 BETA_CONCENTRATION_OFFSET = 1.0
@@ -46,8 +48,9 @@ class TorchRangedBeta(TorchDistribution):
         return torch.distributions.Beta(alpha, beta, validate_args=False)
 
     @classmethod
-    def from_logits(cls, logits: torch.Tensor, *, low: torch.Tensor, high: torch.Tensor,
-                    parametrization: str = "mode_concentration") -> TorchRangedBeta:
+    def from_logits(  # type: ignore[override]  # the Beta needs its physical range: required keywords here
+        cls, logits: torch.Tensor, *, low: torch.Tensor, high: torch.Tensor, parametrization: str = "mode_concentration"
+    ) -> TorchRangedBeta:
         """Build from raw head outputs [..., 2 * D]: first D the modes (or alphas), last D the concentrations (or betas)."""
         first, second = logits.chunk(2, dim=-1)
         if parametrization == "mode_concentration":
@@ -74,24 +77,26 @@ class TorchRangedBeta(TorchDistribution):
         """u in [0, 1] -> physical units."""
         return self.low + self.width * unit
 
-    def logp(self, value: torch.Tensor, **kwargs) -> torch.Tensor:
+    def logp(self, value: TensorType, **kwargs) -> torch.Tensor:
         """Joint log-density of a stimulation [..., D] in physical units, summed over D."""
-        unit = self.to_unit(value).clamp(_EDGE_EPS, 1.0 - _EDGE_EPS)
+        unit = self.to_unit(torch.as_tensor(value)).clamp(_EDGE_EPS, 1.0 - _EDGE_EPS)
         return (self._dist.log_prob(unit) - torch.log(self.width)).sum(-1)
 
-    def entropy(self) -> torch.Tensor:
+    def entropy(self, **kwargs) -> torch.Tensor:
         """Differential entropy in physical units, summed over D (includes log(high - low))."""
         return (self._dist.entropy() + torch.log(self.width)).sum(-1)
 
-    def kl(self, other: TorchRangedBeta) -> torch.Tensor:
+    def kl(self, other: Distribution, **kwargs) -> torch.Tensor:
         """KL(self || other), summed over D; an affine map shared by both leaves KL unchanged."""
+        if not isinstance(other, TorchRangedBeta):
+            raise TypeError(f"KL of a TorchRangedBeta needs another TorchRangedBeta, got {type(other).__name__}")
         return torch.distributions.kl.kl_divergence(self._dist, other._dist).sum(-1)
 
-    def sample(self, *, sample_shape=None) -> torch.Tensor:
+    def sample(self, *, sample_shape=None, **kwargs) -> torch.Tensor:
         """Stimulation sample in physical units."""
         return self.from_unit(self._dist.sample(sample_shape if sample_shape is not None else torch.Size()))
 
-    def rsample(self, *, sample_shape=None) -> torch.Tensor:
+    def rsample(self, *, sample_shape=None, **kwargs) -> torch.Tensor:
         """Reparameterised sample in physical units."""
         return self.from_unit(self._dist.rsample(sample_shape if sample_shape is not None else torch.Size()))
 

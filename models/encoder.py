@@ -43,10 +43,20 @@ def _orthogonal(layer: nn.Linear, gain: float) -> nn.Linear:
     return layer
 
 
-def split_observation_space(space: gym.Space) -> tuple[gym.spaces.Box, gym.spaces.Box | None]:
+def n_discrete_actions(space: gym.Space | None) -> int:
+    """The number of game actions of a Discrete action space (the decoder's outputs)."""
+    if not isinstance(space, gym.spaces.Discrete):
+        raise ValueError(f"the action space must be Discrete, got {space}")
+    return int(space.n)
+
+
+def split_observation_space(space: gym.Space | None) -> tuple[gym.spaces.Box, gym.spaces.Box | None]:
     """(features space, screen space or None) of a Box or a Dict {"features", "screen"} observation."""
     if isinstance(space, gym.spaces.Dict):
-        return space["features"], space.spaces.get("screen")
+        features, screen = space["features"], space.spaces.get("screen")
+        if not isinstance(features, gym.spaces.Box) or not isinstance(screen, gym.spaces.Box | None):
+            raise ValueError(f"observation space's 'features' (and 'screen') must be Box spaces, got {space}")
+        return features, screen
     if isinstance(space, gym.spaces.Box):
         return space, None
     raise ValueError(f"observation space must be a Box or a Dict with 'features' (and 'screen'), got {space}")
@@ -149,7 +159,7 @@ class StimEncoder(nn.Module):
     """Features (+ screen) -> raw Beta head outputs [B, 2 * N_STIM * rounds] (every mode first, then every
     concentration; round-major within each half)."""
 
-    def __init__(self, observation_space: gym.Space, settings: ClosedLoopModelConfig) -> None:
+    def __init__(self, observation_space: gym.Space | None, settings: ClosedLoopModelConfig) -> None:
         super().__init__()
         features_space, screen_space = split_observation_space(observation_space)
         in_size = int(np.prod(features_space.shape))

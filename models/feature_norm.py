@@ -23,6 +23,12 @@ from torch import nn
 class FeatureNormalizer(nn.Module):
     """(features - running mean) / max(running std, std_floor), clipped to +-clip; identity when disabled."""
 
+    # Buffers registered in __init__, declared here for the type checker.
+    mean: torch.Tensor
+    sq_mean: torch.Tensor
+    count: torch.Tensor
+    _staged: torch.Tensor
+
     def __init__(self, size: int, *, enabled: bool, momentum: float, std_floor: float, clip: float) -> None:
         super().__init__()
         self.enabled = enabled

@@ -21,7 +21,7 @@ same loss with the stimulation term left out.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from ray.rllib.algorithms.ppo.ppo import (
@@ -35,13 +35,17 @@ from ray.rllib.core.learner.learner import DEFAULT_OPTIMIZER, POLICY_LOSS_KEY, V
 from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.utils.annotations import override
 from ray.rllib.utils.torch_utils import explained_variance
-from ray.rllib.utils.typing import ModuleID
+from ray.rllib.utils.typing import ModuleID, TensorType
 
 from bridge.channels import SPIKE_GROUP_NAMES
 from models.closed_loop_module import STIM, STIM_DIST_INPUTS, STIM_LOGP, ClosedLoopRLModule
 from models.running_stats_connector import UpdateRunningStats
+from models.value import NormalizedValueNet
 
 if TYPE_CHECKING:  # models.ppo_config imports this module to name its learner class
+    from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+
+    from models.direct_module import DirectRLModule
     from models.ppo_config import ClosedLoopPPOConfig
 
 ENCODER_OPTIMIZER = "encoder"
@@ -72,6 +76,22 @@ def _scaled_lr(lr_or_schedule: Any, factor: float) -> Any:
     return [[t, value * factor] for t, value in lr_or_schedule]
 
 
+def _closed_loop_config(config: AlgorithmConfig | None) -> ClosedLoopPPOConfig:
+    """The config RLlib hands the learner's hooks, as the ClosedLoopPPOConfig it must be."""
+    from models.ppo_config import ClosedLoopPPOConfig  # here: models.ppo_config imports this module
+
+    if not isinstance(config, ClosedLoopPPOConfig):
+        raise TypeError(f"ClosedLoopPPOLearner needs a ClosedLoopPPOConfig, got {type(config).__name__}")
+    return config
+
+
+def _as_tensor(value: TensorType) -> torch.Tensor:
+    """A batch column of a torch learner (always a tensor there), typed as one."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"expected a torch.Tensor batch column, got {type(value).__name__}")
+    return value
+
+
 class ClosedLoopPPOLearner(PPOTorchLearner):
     """PPO learner for ClosedLoopRLModule (joint stim + action log-probability)."""
 
@@ -83,9 +103,10 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
             self._learner_connector.append(UpdateRunningStats())
 
     @override(PPOTorchLearner)
-    def configure_optimizers_for_module(self, module_id: ModuleID, config: ClosedLoopPPOConfig = None) -> None:
+    def configure_optimizers_for_module(self, module_id: ModuleID, config: AlgorithmConfig | None = None) -> None:
         """Three Adam optimizers: encoder (lr x encoder_lr_multiplier), decoder (lr x decoder_lr_multiplier), value (lr)."""
-        module: ClosedLoopRLModule = self.module[module_id].unwrapped()
+        config = _closed_loop_config(config)
+        module = cast("ClosedLoopRLModule | DirectRLModule", self.module[module_id].unwrapped())
         # Frozen parameters are left out: TorchLearner.apply_gradients cannot handle a None gradient.
         groups = (
             (ENCODER_OPTIMIZER, module.encoder_parameters(), config.encoder_lr_multiplier),
@@ -104,9 +125,10 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
 
     @override(PPOTorchLearner)
     def postprocess_gradients_for_module(
-        self, *, module_id: ModuleID, config: ClosedLoopPPOConfig = None, module_gradients_dict: dict
+        self, *, module_id: ModuleID, config: AlgorithmConfig | None = None, module_gradients_dict: dict
     ) -> dict:
         """Clip the global norm of all the module's gradients at grad_clip, once (both optimizers together)."""
+        config = _closed_loop_config(config)
         if not config.grad_clip:
             return dict(module_gradients_dict)
         # RLlib clips per optimizer; one clip over everything keeps the encoder, decoder and value
@@ -120,12 +142,13 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
         self,
         *,
         module_id: ModuleID,
-        config: ClosedLoopPPOConfig,
+        config: AlgorithmConfig,
         batch: dict[str, Any],
-        fwd_out: dict[str, torch.Tensor],
+        fwd_out: dict[str, TensorType],
     ) -> torch.Tensor:
         """Clipped surrogate (factored or joint) + normalised value loss - entropy bonuses + decoder L2."""
-        module: ClosedLoopRLModule = self.module[module_id].unwrapped()
+        config = _closed_loop_config(config)
+        module = cast("ClosedLoopRLModule | DirectRLModule", self.module[module_id].unwrapped())
 
         # PPO appends one bootstrap timestep per episode; the loss mask keeps it out of every mean.
         mask = batch.get(Columns.LOSS_MASK)
@@ -135,14 +158,15 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
             def masked_mean(x: torch.Tensor) -> torch.Tensor:
                 return torch.sum(x[mask]) / num_valid
         else:
-            masked_mean = torch.mean
+
+            def masked_mean(x: torch.Tensor) -> torch.Tensor:
+                return torch.mean(x)
 
         # forward_train replayed the stored spikes with the stored (act-time) mean: same logits as when acting.
-        action_dist = module.decoder_distribution(fwd_out[Columns.ACTION_DIST_INPUTS])
-        logp_action = action_dist.logp(batch[Columns.ACTIONS])
-        has_encoder = STIM_DIST_INPUTS in fwd_out
-        if has_encoder:
-            stim_dist = module.encoder_distribution(fwd_out[STIM_DIST_INPUTS])
+        action_dist = module.decoder_distribution(_as_tensor(fwd_out[Columns.ACTION_DIST_INPUTS]))
+        logp_action = _as_tensor(action_dist.logp(batch[Columns.ACTIONS]))
+        if STIM_DIST_INPUTS in fwd_out and isinstance(module, ClosedLoopRLModule):
+            stim_dist = module.encoder_distribution(_as_tensor(fwd_out[STIM_DIST_INPUTS]))
             logp_stim = stim_dist.logp(batch[STIM])
             old_logp_stim = batch[STIM_LOGP]
             encoder_entropy = stim_dist.entropy()
@@ -169,7 +193,7 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
         else:
             surrogate = clipped_surrogate(ratio)
 
-        values = fwd_out[Columns.VF_PREDS]
+        values = _as_tensor(fwd_out[Columns.VF_PREDS])
         # In the value net's normalised units (identity when value_normalization is off).
         normalize = module.value_net.normalize_targets
         vf_loss = torch.pow(normalize(values) - normalize(batch[Postprocessing.VALUE_TARGETS]), 2.0)
@@ -178,7 +202,7 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
             # Keep the value net in the graph (zero gradient) so its optimizer never sees a None gradient.
             vf_loss_clipped = 0.0 * vf_loss_clipped
 
-        decoder_entropy = action_dist.entropy()
+        decoder_entropy = _as_tensor(action_dist.entropy())
 
         total_loss = masked_mean(
             -surrogate
@@ -204,11 +228,12 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
                 part_metrics[f"{part}_ratio_clip_fraction"] = masked_mean(
                     ((part_ratio - 1.0).abs() > config.clip_param).float())
         if config.use_kl_loss:
-            total_loss = total_loss + self.curr_kl_coeffs_per_module[module_id] * masked_mean(ratio - 1.0 - log_ratio)
+            kl_coeff = _as_tensor(self.curr_kl_coeffs_per_module[module_id])
+            total_loss = total_loss + kl_coeff * masked_mean(ratio - 1.0 - log_ratio)
 
-        valid_targets_and_values = (batch[Postprocessing.VALUE_TARGETS], values.detach())
+        valid_targets, valid_values = batch[Postprocessing.VALUE_TARGETS], values.detach()
         if mask is not None:
-            valid_targets_and_values = tuple(x[mask] for x in valid_targets_and_values)
+            valid_targets, valid_values = valid_targets[mask], valid_values[mask]
         with torch.no_grad():
             # The advantages PPO uses are standardised per batch (std 1); the reference logs the spread before
             # that: value target - V(s) over this minibatch.
@@ -222,7 +247,7 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
                 POLICY_LOSS_KEY: -masked_mean(surrogate),
                 VF_LOSS_KEY: masked_mean(vf_loss_clipped),
                 LEARNER_RESULTS_VF_LOSS_UNCLIPPED_KEY: masked_mean(vf_loss),
-                LEARNER_RESULTS_VF_EXPLAINED_VAR_KEY: explained_variance(*valid_targets_and_values),
+                LEARNER_RESULTS_VF_EXPLAINED_VAR_KEY: explained_variance(valid_targets, valid_values),
                 ENCODER_ENTROPY_KEY: masked_mean(encoder_entropy),
                 DECODER_ENTROPY_KEY: masked_mean(decoder_entropy),
                 LEARNER_RESULTS_KL_KEY: mean_kl,
@@ -249,7 +274,7 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
                 # After the gradient steps: the loss saw the normalisation the env runners acted with.
                 feature_norm.commit()
             value_net = getattr(module, "value_net", None)
-            if hasattr(value_net, "target_std"):
+            if isinstance(value_net, NormalizedValueNet):
                 self.metrics.log_value((module_id, VALUE_TARGET_STD_KEY), value_net.target_std.item(), window=1)
                 self.metrics.log_value((module_id, VALUE_TARGET_MEAN_KEY), value_net.target_mean.item(), window=1)
             if not isinstance(module, ClosedLoopRLModule):

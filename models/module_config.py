@@ -18,7 +18,7 @@ AblationMode = Literal["none", "zero", "random"]
 DecoderType = Literal["linear", "mlp"]
 ScreenCNNType = Literal["strided", "pooled"]
 ScreenView = Literal["raw", "edge", "contrast"]
-SCREEN_VIEWS: tuple[str, ...] = ("raw", "edge", "contrast")
+SCREEN_VIEWS: tuple[ScreenView, ...] = ("raw", "edge", "contrast")
 MAX_SAME_FRAME_ROUNDS = 8
 """A step takes one culture exchange per round: 8 rounds at 10 Hz are already under 1.3 steps/s."""
 EncoderParametrization = Literal["mode_concentration", "alpha_beta"]
@@ -173,10 +173,14 @@ class ClosedLoopModelConfig:
             raise ValueError("ablation_poisson_rate must be >= 0")
 
     @classmethod
-    def from_dict(cls, model_config: dict[str, Any] | ClosedLoopModelConfig | None) -> ClosedLoopModelConfig:
+    def from_dict(
+        cls, model_config: dict[str, Any] | ClosedLoopModelConfig | DefaultModelConfig | None
+    ) -> ClosedLoopModelConfig:
         """Read the module's model_config dict; unknown keys (typos) raise, RLlib's own keys are ignored."""
         if isinstance(model_config, ClosedLoopModelConfig):
             return model_config
+        if isinstance(model_config, DefaultModelConfig):  # RLlib's own settings only: the defaults here
+            model_config = dataclasses.asdict(model_config)
         model_config = dict(model_config or {})
         own = {f.name for f in fields(cls)}
         unknown = set(model_config) - own - _RLLIB_MODEL_KEYS

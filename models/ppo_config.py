@@ -19,8 +19,10 @@ from typing import Any, Self
 
 from ray.rllib.algorithms.algorithm_config import NotProvided
 from ray.rllib.algorithms.ppo import PPOConfig
+from ray.rllib.connectors.connector_pipeline_v2 import ConnectorPipelineV2
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.utils.from_config import _NotProvided
 
 from models import rllib_notices
 
@@ -40,11 +42,12 @@ class ClosedLoopPPOConfig(PPOConfig):
         self.clip_param = 0.2
         self.vf_loss_coeff = 0.3
         self.vf_clip_param = float("inf")  # RLlib semantics (clamp on the squared error); inf = unclipped
-        self.minibatch_size = 128
+        self.minibatch_size = 128  # type: ignore[assignment]  # RLlib sets it to None, unannotated
         self.num_epochs = 4
         self.train_batch_size_per_learner = 512
         self.lr = 1e-2  # the value net's rate; encoder and decoder get lr times their multipliers
-        self.grad_clip = 3.0  # the reference's max norm, over all parameters at once (see the learner)
+        # The reference's max norm, over all parameters at once (see the learner).
+        self.grad_clip = 3.0  # type: ignore[assignment]  # RLlib sets it to None, unannotated
         self.grad_clip_by = "global_norm"
         self.use_kl_loss = False
         self.entropy_coeff = 0.0  # unused: see encoder_entropy_coeff / decoder_entropy_coeff
@@ -73,33 +76,35 @@ class ClosedLoopPPOConfig(PPOConfig):
     def training(
         self,
         *,
-        encoder_entropy_coeff: float = NotProvided,
-        decoder_entropy_coeff: float = NotProvided,
-        encoder_lr_multiplier: float = NotProvided,
-        decoder_lr_multiplier: float = NotProvided,
-        decoder_weight_l2_coeff: float = NotProvided,
-        ratio_clipping: str = NotProvided,
+        encoder_entropy_coeff: float | _NotProvided = NotProvided,
+        decoder_entropy_coeff: float | _NotProvided = NotProvided,
+        encoder_lr_multiplier: float | _NotProvided = NotProvided,
+        decoder_lr_multiplier: float | _NotProvided = NotProvided,
+        decoder_weight_l2_coeff: float | _NotProvided = NotProvided,
+        ratio_clipping: str | _NotProvided = NotProvided,
         **kwargs,
     ) -> Self:
         """PPOConfig.training plus the closed-loop settings."""
         super().training(**kwargs)
-        if encoder_entropy_coeff is not NotProvided:
+        if not isinstance(encoder_entropy_coeff, _NotProvided):
             self.encoder_entropy_coeff = encoder_entropy_coeff
-        if decoder_entropy_coeff is not NotProvided:
+        if not isinstance(decoder_entropy_coeff, _NotProvided):
             self.decoder_entropy_coeff = decoder_entropy_coeff
-        if encoder_lr_multiplier is not NotProvided:
+        if not isinstance(encoder_lr_multiplier, _NotProvided):
             self.encoder_lr_multiplier = encoder_lr_multiplier
-        if decoder_lr_multiplier is not NotProvided:
+        if not isinstance(decoder_lr_multiplier, _NotProvided):
             self.decoder_lr_multiplier = decoder_lr_multiplier
-        if decoder_weight_l2_coeff is not NotProvided:
+        if not isinstance(decoder_weight_l2_coeff, _NotProvided):
             self.decoder_weight_l2_coeff = decoder_weight_l2_coeff
-        if ratio_clipping is not NotProvided:
+        if not isinstance(ratio_clipping, _NotProvided):
             self.ratio_clipping = ratio_clipping
         return self
 
-    def closed_loop(self, *, culture_connector: Callable[[Any, Any], ConnectorV2] | None = NotProvided) -> Self:
+    def closed_loop(
+        self, *, culture_connector: Callable[[Any, Any], ConnectorV2] | None | _NotProvided = NotProvided
+    ) -> Self:
         """Set the culture connector factory."""
-        if culture_connector is not NotProvided:
+        if not isinstance(culture_connector, _NotProvided):
             self.culture_connector = culture_connector
         return self
 
@@ -112,6 +117,8 @@ class ClosedLoopPPOConfig(PPOConfig):
         """
         pipeline = super().build_module_to_env_connector(env=env, spaces=spaces)
         if self.culture_connector is not None:
+            if not isinstance(pipeline, ConnectorPipelineV2):
+                raise TypeError(f"RLlib's module-to-env connector is not a pipeline: {type(pipeline).__name__}")
             pipeline.prepend(self.culture_connector(env, spaces))
         return pipeline
 

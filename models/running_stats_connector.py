@@ -27,6 +27,7 @@ from ray.rllib.evaluation.postprocessing import Postprocessing
 
 from models.closed_loop_module import SPIKES
 from models.encoder import features_and_screen
+from models.value import NormalizedValueNet
 
 
 class UpdateRunningStats(ConnectorV2):
@@ -46,7 +47,7 @@ class UpdateRunningStats(ConnectorV2):
             if hasattr(module, "update_spike_mean") and SPIKES in module_batch:
                 module.update_spike_mean(real(module_batch[SPIKES]))
             value_net = getattr(module, "value_net", None)
-            if hasattr(value_net, "update_target_stats") and Postprocessing.VALUE_TARGETS in module_batch:
+            if isinstance(value_net, NormalizedValueNet) and Postprocessing.VALUE_TARGETS in module_batch:
                 value_net.update_target_stats(real(module_batch[Postprocessing.VALUE_TARGETS]))
             feature_norm = getattr(module, "feature_norm", None)
             if feature_norm is not None and Columns.OBS in module_batch:

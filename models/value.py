@@ -28,6 +28,11 @@ MIN_VALUE_STD = 1e-2
 class NormalizedValueNet(nn.Module):
     """MLP on the observation features (and the screen's pixels) -> V(s) in reward units, trained in normalised units."""
 
+    # Buffers registered in __init__, declared here for the type checker.
+    target_mean: torch.Tensor
+    target_std: torch.Tensor
+    target_count: torch.Tensor
+
     def __init__(self, in_size: int, hiddens: Sequence[int], *, normalize: bool, momentum: float,
                  screen_size: int = 0, screen_scale: float = 1.0) -> None:
         super().__init__()
@@ -47,12 +52,16 @@ class NormalizedValueNet(nn.Module):
     @property
     def head(self) -> nn.Linear:
         """The last layer, the one PopArt rescales."""
-        return self.net[-1]
+        head = self.net[-1]
+        assert isinstance(head, nn.Linear)  # mlp(..., out_size=1) ends in a Linear
+        return head
 
     def normalized(self, features: torch.Tensor, screen: torch.Tensor | None = None) -> torch.Tensor:
         """The network's own output [B]: the value in normalised units."""
         x = features.float().flatten(1)
         if self.screen_size:
+            if screen is None:
+                raise ValueError(f"this value net reads the screen ({self.screen_size} pixels), got none")
             x = torch.cat([x, screen.float().flatten(1) * self.screen_scale], dim=-1)
         return self.net(x).squeeze(-1)
 
