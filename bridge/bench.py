@@ -51,6 +51,7 @@ def run(exchanges: int, blocks: int) -> dict:
     import ray
 
     from bridge.actor import start_bridge
+    from bridge.address import DeviceAddress
     from bridge.client import BridgeClient
     from bridge.core import BridgeConfig
     from bridge.loopback_device import raw_round_trip
@@ -62,9 +63,10 @@ def run(exchanges: int, blocks: int) -> dict:
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         bridge = start_bridge(
-            BridgeConfig(device_id="bench", spike_port=actor_port, stim_port=actor_ports["stim_port"],
-                         feedback_port=actor_ports["feedback_port"], event_port=actor_ports["event_port"],
-                         timeout_s=1.0)
+            BridgeConfig(device_id="bench", timeout_s=1.0,
+                         address=DeviceAddress(spike_port=actor_port, stim_port=actor_ports["stim_port"],
+                                               feedback_port=actor_ports["feedback_port"],
+                                               event_port=actor_ports["event_port"]))
         )
         client = BridgeClient(bridge)  # what env runners use: the local-socket fast path
         raw_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bridge.address import DeviceAddress
 from bridge.bench_record import provenance, write_result
 from bridge.channels import N_ENCODING
 from bridge.device import Device, DeviceConfig
@@ -31,8 +32,8 @@ def measure_reply_latency_ms(exchanges: int, artifact_wait_ms: float, collect_wi
     rx.bind(("127.0.0.1", 0))
     rx.settimeout(2.0)
     tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    device = Device(DeviceConfig(stim_port=0, event_port=0, feedback_port=0, spike_port=rx.getsockname()[1],
-                                 backend="sim", realtime=True, artifact_wait_ms=artifact_wait_ms,
+    address = DeviceAddress(stim_port=0, event_port=0, feedback_port=0, spike_port=rx.getsockname()[1])
+    device = Device(DeviceConfig(address=address, backend="sim", realtime=True, artifact_wait_ms=artifact_wait_ms,
                                  collect_window_ms=collect_window_ms))
     thread = device.start()
     rng = np.random.default_rng(0)

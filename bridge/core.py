@@ -64,7 +64,8 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from bridge.channels import EVENT_PORT, FEEDBACK_PORT, N_SPIKE_GROUPS, SPIKE_PORT, STIM_PORT
+from bridge.address import DeviceAddress
+from bridge.channels import N_SPIKE_GROUPS
 from bridge.protocol import (
     EventMessage,
     FeedbackCommand,
@@ -106,13 +107,8 @@ class BridgeConfig:
     """Where a device is and how the bridge treats it."""
 
     device_id: str = "cl1-0"
-    device_host: str = "127.0.0.1"
-    stim_port: int = STIM_PORT
-    event_port: int = EVENT_PORT
-    feedback_port: int = FEEDBACK_PORT
-    spike_port: int = SPIKE_PORT
-    """Port the bridge binds for spike replies; 0 picks a free one."""
-    bind_host: str = "127.0.0.1"
+    address: DeviceAddress = field(default_factory=DeviceAddress)
+    """Where the device is, and where the bridge binds its spike port (`spike_port` 0 picks a free one)."""
     device_reply_port: int | Literal["stim_port", "auto"] | None = "auto"
     """Replies must come from the device host and: "auto" (the default) the port of the first reply that answers a
     stimulation, pinned from then on (see the module docstring); "stim_port" the stimulation port, where `spikeloop
@@ -143,18 +139,18 @@ class BridgeConfig:
             raise ValueError(f"bridge correlation={self.correlation!r}: use 'auto', 'echo' or 'arrival'")
         if self.envelope_policy not in ("clamp", "raise"):
             raise ValueError(f"bridge envelope_policy={self.envelope_policy!r}: use 'clamp' or 'raise'")
-        for name in ("stim_port", "event_port", "feedback_port", "spike_port"):
-            port = getattr(self, name)
-            if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-                raise ValueError(f"bridge {name}={port!r}: not a UDP port number")
+        if not isinstance(self.address, DeviceAddress):
+            raise ValueError(f"bridge address={self.address!r}: give a bridge.address.DeviceAddress")
+        try:
+            self.address.require_device_ports()
+        except ValueError as exc:
+            raise ValueError(f"bridge {exc}") from None
         reply = self.device_reply_port
         if reply is not None and reply not in ("stim_port", "auto") and (
             isinstance(reply, bool) or not isinstance(reply, int) or not 1 <= reply <= 65535
         ):
             raise ValueError(f"bridge device_reply_port={reply!r}: use 'auto', 'stim_port', a port number 1-65535 "
                              "or None")
-        if not self.device_host or not self.bind_host:
-            raise ValueError("bridge device_host and bind_host must not be empty")
 
     @property
     def horizon_s(self) -> float:
@@ -258,35 +254,36 @@ class BridgeCore:
 
     def __init__(self, config: BridgeConfig) -> None:
         self.config = config
+        address = config.address
         self._spike_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
-            self._spike_sock.bind((config.bind_host, config.spike_port))
+            self._spike_sock.bind((address.bind_host, address.spike_port))
         except OSError as exc:
             self._spike_sock.close()
             hint = " (is another bridge or trainer running?)" if exc.errno == errno.EADDRINUSE else ""
             raise OSError(
                 exc.errno,
-                f"bridge {config.device_id!r} cannot bind spike port {config.bind_host}:{config.spike_port}: "
+                f"bridge {config.device_id!r} cannot bind spike port {address.bind_host}:{address.spike_port}: "
                 f"{exc.strerror}{hint}",
             ) from None
         self._spike_sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
         # Everything goes out from the spike port: a device can then refuse commands from any other port.
         self._send_sock = self._spike_sock
         try:
-            self._device_ip = socket.gethostbyname(config.device_host)
+            self._device_ip = socket.gethostbyname(address.host)
         except OSError as exc:
             self._spike_sock.close()
-            raise OSError(f"bridge {config.device_id!r}: cannot resolve device host {config.device_host!r}: "
+            raise OSError(f"bridge {config.device_id!r}: cannot resolve device host {address.host!r}: "
                           f"{exc}") from None
         reply_port = config.device_reply_port
         self._pin_auto = reply_port == "auto"
-        self._reply_port: int | None = (config.stim_port if reply_port == "stim_port" else
+        self._reply_port: int | None = (address.stim_port if reply_port == "stim_port" else
                                         None if reply_port == "auto" else reply_port)
         self._repin: tuple[int, int] | None = None  # auto: (other port, timeouts in a row it was heard in)
         self._other_port: int | None = None  # auto, pinned: another port of the device host heard this exchange
-        self._stim_addr = (self._device_ip, config.stim_port)
-        self._feedback_addr = (self._device_ip, config.feedback_port)
-        self._event_addr = (self._device_ip, config.event_port)
+        self._stim_addr = (self._device_ip, address.stim_port)
+        self._feedback_addr = (self._device_ip, address.feedback_port)
+        self._event_addr = (self._device_ip, address.event_port)
         self._echo: bool | None = {"auto": None, "echo": True, "arrival": False}[config.correlation]
         self._plain_votes = 0  # auto, undecided: exchanges answered by a reply that did not echo
         self._last_answer_us = -1  # echo: the last stimulation answered (echoed stamps only increase)

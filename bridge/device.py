@@ -40,7 +40,8 @@ ticks a datagram waited to be taken) and `backlog_max_<port>`.
 
 In-process use (tests, one simulated device per env runner):
 
-    device = Device(DeviceConfig(stim_port=0, event_port=0, feedback_port=0, spike_port=my_port))
+    address = DeviceAddress(stim_port=0, event_port=0, feedback_port=0, spike_port=my_port)
+    device = Device(DeviceConfig(address=address))
     thread = device.start()          # serve_forever in a background thread
     ... device.stim_port ...         # the ports actually bound
     device.stop(); thread.join()
@@ -65,6 +66,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bridge import channels
+from bridge.address import DeviceAddress
 from bridge.backends import BACKEND_NAMES, Backend, make_backend
 from bridge.protocol import (
     DEVICE_RECV_BYTES,
@@ -139,12 +141,9 @@ class BoundedLog:
 class DeviceConfig:
     """Settings of one device; port 0 binds a free port (see `Device.*_port`)."""
 
-    training_host: str = "127.0.0.1"
-    bind_host: str = "127.0.0.1"
-    stim_port: int = channels.STIM_PORT
-    spike_port: int = channels.SPIKE_PORT
-    event_port: int = channels.EVENT_PORT
-    feedback_port: int = channels.FEEDBACK_PORT
+    address: DeviceAddress = field(default_factory=DeviceAddress)
+    """Read from the device's end (bridge/address.py): it binds its stimulation, event and feedback ports on
+    `host` and replies to `bind_host:spike_port`, the training host."""
     tick_frequency_hz: float = channels.TICK_FREQUENCY_HZ
     artifact_wait_ms: float = channels.ARTIFACT_WAIT_MS
     collect_window_ms: float = channels.COLLECT_WINDOW_MS
@@ -165,13 +164,8 @@ class DeviceConfig:
     reply_from: Literal["stim_port", "ephemeral"] = "stim_port"
 
     def __post_init__(self) -> None:
-        for name in ("stim_port", "spike_port", "event_port", "feedback_port"):
-            port = getattr(self, name)
-            if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-                raise ValueError(f"device {name}={port!r}: not a UDP port number (0-65535)")
-        for name in ("training_host", "bind_host"):
-            if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
-                raise ValueError(f"device {name} is empty: give a host name or address")
+        if not isinstance(self.address, DeviceAddress):
+            raise ValueError(f"device address={self.address!r}: give a bridge.address.DeviceAddress")
         if not (math.isfinite(self.tick_frequency_hz) and self.tick_frequency_hz > 0):
             raise ValueError(f"device tick_frequency_hz={self.tick_frequency_hz!r}: must be a finite number > 0")
         for name in ("artifact_wait_ms", "collect_window_ms", "random_spike_rate_hz"):
@@ -230,14 +224,15 @@ class Device:
         self._stop = threading.Event()
         self._pending: collections.deque[_PendingReply] = collections.deque()
         self._warn = BoundedLog(log)
+        address = config.address  # read from this end: listen on host, reply to bind_host:spike_port
         try:
-            trainer_ip = socket.gethostbyname(config.training_host)
+            trainer_ip = socket.gethostbyname(address.bind_host)
         except OSError as exc:
-            raise OSError(f"device: cannot resolve training host {config.training_host!r}: {exc}") from None
-        self._reply_to = (trainer_ip, config.spike_port)
-        self._stim_sock = self._bind(config.stim_port)
-        self._feedback_sock = self._bind(config.feedback_port)
-        self._event_sock = self._bind(config.event_port)
+            raise OSError(f"device: cannot resolve training host {address.bind_host!r}: {exc}") from None
+        self._reply_to = (trainer_ip, address.spike_port)
+        self._stim_sock = self._bind(address.stim_port)
+        self._feedback_sock = self._bind(address.feedback_port)
+        self._event_sock = self._bind(address.event_port)
         # A third-party device may answer from a socket of its own (a free port) rather than its stimulation port.
         self._reply_sock = self._stim_sock if config.reply_from == "stim_port" else self._bind(0)
         self._constant_stamp_us = now_us()
@@ -256,7 +251,7 @@ class Device:
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         # Bursts of datagrams must not be dropped while the device spins for a deadline.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-        sock.bind((self.config.bind_host, port))
+        sock.bind((self.config.address.host, port))
         sock.setblocking(False)
         return sock
 
@@ -673,15 +668,26 @@ ENVELOPE_FLAGS = {
 """The SafetyEnvelope fields `spikeloop device` sets from flags (defaults: SafetyEnvelope's own)."""
 
 
+ADDRESS_FLAGS = {"host": "--bind-host", "bind_host": "--training-host", "stim_port": "--stim-port",
+                 "spike_port": "--spike-port", "event_port": "--event-port", "feedback_port": "--feedback-port"}
+"""The flag that sets each DeviceAddress field, read from the device's end."""
+
+
 def config_from_args(args: argparse.Namespace) -> DeviceConfig:
     """DeviceConfig from parsed command-line flags (ValueError names a flag combination that cannot work)."""
     envelope = SafetyEnvelope(
         **{name: getattr(args, name) for name in ENVELOPE_FLAGS},
         forbidden_electrodes=channels.FORBIDDEN_ELECTRODES | set(args.forbid_electrodes),
     )
+    try:  # the device's end of the address: it listens on --bind-host and replies to --training-host
+        address = DeviceAddress(host=args.bind_host, bind_host=args.training_host, stim_port=args.stim_port,
+                                spike_port=args.spike_port, event_port=args.event_port,
+                                feedback_port=args.feedback_port)
+    except ValueError as exc:
+        field_name, _, rest = str(exc).partition("=")
+        raise ValueError(f"{ADDRESS_FLAGS.get(field_name, field_name)} {rest}") from None
     return DeviceConfig(
-        training_host=args.training_host, bind_host=args.bind_host, stim_port=args.stim_port,
-        spike_port=args.spike_port, event_port=args.event_port, feedback_port=args.feedback_port,
+        address=address,
         tick_frequency_hz=args.tick_frequency, artifact_wait_ms=args.artifact_wait_ms,
         collect_window_ms=args.collect_window_ms, recording_path=args.recording_path, backend=args.backend,
         seed=args.seed, random_spike_rate_hz=args.random_spike_rate_hz, realtime=args.realtime,

@@ -48,7 +48,7 @@ class SimulatedDevice:
 
 def start_simulated_device(config: DeviceConfig, *, node_id: str, name: str | None = None) -> ray.actor.ActorHandle:
     """Start a simulated device on `node_id` with free ports for stim, feedback and events."""
-    config = replace(config, stim_port=0, feedback_port=0, event_port=0)
+    config = replace(config, address=replace(config.address, stim_port=0, feedback_port=0, event_port=0))
     options: dict[str, Any] = {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)}
     if name:
         options |= {"name": name, "namespace": "spikeloop", "get_if_exists": True}

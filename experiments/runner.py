@@ -316,9 +316,9 @@ def check_fit(experiment: Experiment) -> None:
         if dev.simulated:  # started on this machine: its address must be one of this machine's
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
                 try:
-                    sock.bind((dev.bind_host, 0))
+                    sock.bind((dev.address.bind_host, 0))
                 except OSError as exc:
-                    raise DoesNotFit(f"devices.{i}.bind_host: cannot bind {dev.bind_host!r} on this machine "
+                    raise DoesNotFit(f"devices.{i}.bind_host: cannot bind {dev.address.bind_host!r} on this machine "
                                      f"({exc.strerror or exc}); a simulated device runs here: use 127.0.0.1") from None
 
 

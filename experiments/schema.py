@@ -5,7 +5,9 @@ out-of-range values fail with the key path and what is allowed. Defaults are
 not retyped here: sections that mirror a settings dataclass (safety envelope,
 feedback, devices, model) validate straight into that dataclass, and the `env`
 section is derived from `DoomEnv`'s constructor, so the code stays the one
-source of truth for every default.
+source of truth for every default. A device's address (`bridge.address.DeviceAddress`:
+host, its ports, bind_host) is written flat under the device; the fields that
+are nested into its `address` come from that dataclass, not from a list here.
 
 Top-level sections: name, seed, devices, loop, safety, feedback, env, model,
 ablation, policy, ppo, resources, stop, checkpoint, tune, output, view.
@@ -27,6 +29,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
+from bridge.address import DeviceAddress
 from bridge.channels import ENCODING_ELECTRODES, N_ELECTRODES
 from bridge.safety import SafetyEnvelope, SafetyViolation
 from experiments.closed_loop.feedback import (
@@ -46,7 +49,7 @@ from models.module_config import ClosedLoopModelConfig
 STRICT = ConfigDict(extra="forbid", arbitrary_types_allowed=True, allow_inf_nan=False)
 # Settings dataclasses validate strictly too: a typo is an error, not a silent default.
 for _cls in (SafetyEnvelope, FeedbackSettings, FeedbackSpec, EventFeedbackSpec, SurpriseSettings, DeviceSettings,
-             ClosedLoopModelConfig):
+             DeviceAddress, ClosedLoopModelConfig):
     _cls.__pydantic_config__ = STRICT
 
 
@@ -255,6 +258,16 @@ class Experiment(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
+    def _device_addresses(cls, data: Any) -> Any:
+        """A device's flat address keys (host, stim_port, ...) become its `address`."""
+        devices = data.get("devices") if isinstance(data, dict) else None
+        if isinstance(devices, list) and any(isinstance(dev, dict) for dev in devices):
+            data = {**data, "devices": [nest_address(dev, i) if isinstance(dev, dict) else dev
+                                        for i, dev in enumerate(devices)]}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
     def _event_rows_over_reference(cls, data: Any) -> Any:
         """An event row the reference table has starts from that row: `{td_sign: absolute}` changes only that."""
         feedback = data.get("feedback") if isinstance(data, dict) else None
@@ -350,11 +363,35 @@ class Experiment(BaseModel):
 
     def plain(self) -> dict[str, Any]:
         """The resolved experiment as plain data that validates again (the ablation only at top level)."""
-        return self.model_dump(mode="json", exclude={"model": {"ablation"}})
+        data = self.model_dump(mode="json", exclude={"model": {"ablation"}})
+        data["devices"] = [flatten_address(dev) for dev in data["devices"]]
+        return data
 
     def to_yaml(self) -> str:
         """The fully resolved experiment, every default written out."""
         return yaml.safe_dump(_plain(self.plain()), sort_keys=False)
+
+
+ADDRESS_KEYS = DeviceAddress.field_names()
+"""The device keys that make up its address, flat in the YAML (from the dataclass, in its order)."""
+
+
+def nest_address(device: dict[str, Any], index: int) -> dict[str, Any]:
+    """A `devices:` entry as the YAML writes it -> DeviceSettings' shape: the address keys under `address`."""
+    if "address" in device:
+        raise ValueError(f"devices.{index}.address: unknown key; write {', '.join(ADDRESS_KEYS)} directly under "
+                         "the device")
+    nested = {k: v for k, v in device.items() if k not in ADDRESS_KEYS}
+    address = {k: device[k] for k in ADDRESS_KEYS if k in device}
+    return {**nested, "address": address} if address else nested
+
+
+def flatten_address(device: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of `nest_address`, on plain data: the address keys flat, where `address` stood."""
+    flat: dict[str, Any] = {}
+    for key, value in device.items():
+        flat.update(value if key == "address" else {key: value})
+    return flat
 
 
 def _feedback_specs(feedback: FeedbackSettings):
@@ -592,7 +629,8 @@ def parse_override(text: str) -> tuple[str, Any]:
 def _settings_fields() -> frozenset[str]:
     """Field names of the settings dataclasses, whose own checks start their messages with one."""
     return frozenset(f.name for cls in (SafetyEnvelope, FeedbackSettings, EventFeedbackSpec, SurpriseSettings,
-                                        DeviceSettings, ClosedLoopModelConfig) for f in dataclasses.fields(cls))
+                                        DeviceSettings, DeviceAddress, ClosedLoopModelConfig)
+                     for f in dataclasses.fields(cls))
 
 
 def _is_union_tag(part: Any) -> bool:
@@ -605,6 +643,7 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
     grouped: dict[str, list[dict[str, Any]]] = {}
     for err in exc.errors():
         path = ".".join(str(p) for p in err["loc"] if not _is_union_tag(p))
+        path = re.sub(r"^(devices\.\d+)\.address(?=\.|$)", r"\1", path)  # the YAML writes the address flat
         grouped.setdefault(path, []).append(err)
     lines = [f"{source}: {len(grouped)} problem(s):"]
     for path, errors in grouped.items():

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bridge.actor import bridge_actor_name, device_resource, find_bridge, start_bridge
+from bridge.address import DeviceAddress
 from bridge.client import BridgeClient
 from bridge.core import BridgeConfig
 from bridge.loopback_device import LoopbackDevice
@@ -37,8 +38,9 @@ def device():
 
 
 def config_for(dev: LoopbackDevice, device_id: str) -> BridgeConfig:
-    return BridgeConfig(device_id=device_id, spike_port=dev.spike_port, stim_port=dev.stim_port,
-                        feedback_port=dev.feedback_port, event_port=dev.event_port, timeout_s=0.5)
+    address = DeviceAddress(spike_port=dev.spike_port, stim_port=dev.stim_port, feedback_port=dev.feedback_port,
+                            event_port=dev.event_port)
+    return BridgeConfig(device_id=device_id, address=address, timeout_s=0.5)
 
 
 def test_named_pinned_and_found(ray_with_device_resource, device):

@@ -18,6 +18,7 @@ import time
 import numpy as np
 import pytest
 
+from bridge.address import DeviceAddress
 from bridge.core import AUTO_REPIN_TIMEOUTS, BridgeConfig, BridgeCore
 from bridge.loopback_device import LoopbackDevice
 from bridge.protocol import SpikeCounts, encode_spikes, now_us
@@ -28,8 +29,9 @@ LATE_GRACE_S = 0.1  # horizon 0.3 s: a plain device's reply is owed that long af
 
 def make_rig(reply_port="auto", timeout_s: float = TIMEOUT_S, **device_kwargs) -> tuple[BridgeCore, LoopbackDevice]:
     device = LoopbackDevice(**device_kwargs)
-    bridge = BridgeCore(BridgeConfig(spike_port=0, stim_port=device.stim_port, feedback_port=device.feedback_port,
-                                     event_port=device.event_port, timeout_s=timeout_s, late_grace_s=LATE_GRACE_S,
+    address = DeviceAddress(spike_port=0, stim_port=device.stim_port, feedback_port=device.feedback_port,
+                            event_port=device.event_port)
+    bridge = BridgeCore(BridgeConfig(address=address, timeout_s=timeout_s, late_grace_s=LATE_GRACE_S,
                                      device_reply_port=reply_port))
     device.spike_port = bridge.spike_port
     device.start()

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bridge.address import DeviceAddress
 from bridge.backends.transparent import TRANSPARENT_MAX_COUNT, transparent_counts
 from bridge.channels import N_ENCODING
 from bridge.device import Device, DeviceConfig, build_parser
@@ -67,7 +68,8 @@ def trainer() -> Iterator[Trainer]:
 
 
 def start_device(trainer: Trainer, **kw: object) -> tuple[Device, object]:
-    cfg = DeviceConfig(stim_port=0, event_port=0, feedback_port=0, spike_port=trainer.spike_port, **kw)  # type: ignore[arg-type]
+    address = DeviceAddress(stim_port=0, event_port=0, feedback_port=0, spike_port=trainer.spike_port)
+    cfg = DeviceConfig(address=address, **kw)  # type: ignore[arg-type]
     device = Device(cfg)
     return device, device.start()
 
@@ -291,7 +293,7 @@ def test_accept_from_spike_port_takes_commands_from_the_bridge_socket_only(train
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [({"tick_frequency_hz": 0.0}, "tick_frequency_hz"), ({"artifact_wait_ms": -1.0}, "artifact_wait_ms"),
-     ({"stim_port": 70000}, "stim_port"), ({"training_host": ""}, "training_host"),
+     ({"address": ("127.0.0.1", 12345)}, "DeviceAddress"),
      ({"tick_frequency_hz": 0.5}, "max_pulses"), ({"accept_from": "everyone"}, "accept_from")],
 )
 def test_device_config_that_cannot_work_is_refused(kwargs: dict, message: str) -> None:

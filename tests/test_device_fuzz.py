@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bridge.address import DeviceAddress
 from bridge.backends.transparent import transparent_counts
 from bridge.channels import N_ENCODING
 from bridge.device import Device, DeviceConfig
@@ -60,7 +61,8 @@ def _transparent_check(freqs, amps, counts) -> None:
 @pytest.mark.parametrize("backend", ["sim", "random", "zero", "transparent"])
 def test_device_survives_thousands_of_hostile_datagrams_per_port(backend: str, tmp_path: Path) -> None:
     rx = _rx()
-    device = Device(DeviceConfig(stim_port=0, event_port=0, feedback_port=0, spike_port=rx.getsockname()[1],
+    address = DeviceAddress(stim_port=0, event_port=0, feedback_port=0, spike_port=rx.getsockname()[1])
+    device = Device(DeviceConfig(address=address,
                                  backend=backend, seed=3, realtime=False, artifact_wait_ms=0.5,
                                  collect_window_ms=0.5, recording_path=tmp_path, envelope=ENVELOPE))
     thread = device.start()

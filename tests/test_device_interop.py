@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 
+from bridge.address import DeviceAddress
 from bridge.channels import FEEDBACK_REFERENCE, N_ENCODING
 from bridge.core import BridgeConfig, BridgeCore
 from bridge.device import Device, DeviceConfig
@@ -30,11 +31,12 @@ def feedback(name: str) -> FeedbackCommand:
     [("sim", (1.0, 1.0)), ("random", (0.0, 0.0)), ("zero", (0.0, 0.0))],
 )
 def test_bridge_runs_1000_aligned_exchanges_through_fuzz(backend: str, windows_ms: tuple[float, float]) -> None:
-    device = Device(DeviceConfig(stim_port=0, event_port=0, feedback_port=0, spike_port=0, backend=backend,
-                                 seed=11, realtime=False, artifact_wait_ms=windows_ms[0],
+    device = Device(DeviceConfig(address=DeviceAddress(stim_port=0, event_port=0, feedback_port=0, spike_port=0),
+                                 backend=backend, seed=11, realtime=False, artifact_wait_ms=windows_ms[0],
                                  collect_window_ms=windows_ms[1], random_spike_rate_hz=100.0))
-    bridge = BridgeCore(BridgeConfig(spike_port=0, stim_port=device.stim_port, event_port=device.event_port,
-                                     feedback_port=device.feedback_port, timeout_s=1.0, correlation="echo"))
+    address = DeviceAddress(spike_port=0, stim_port=device.stim_port, feedback_port=device.feedback_port,
+                            event_port=device.event_port)
+    bridge = BridgeCore(BridgeConfig(address=address, timeout_s=1.0, correlation="echo"))
     device.spike_port = bridge.spike_port
     thread = device.start()
     rng = np.random.default_rng(0)

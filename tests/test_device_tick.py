@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from bridge.address import DeviceAddress
 from bridge.core import BridgeConfig, BridgeCore
 from bridge.device import build_parser
 from bridge.ports import free_port
@@ -35,8 +36,8 @@ def start_device(*flags: str) -> subprocess.Popen:
 
 def test_tick_quantised_device_with_its_own_clock_and_socket() -> None:
     stim_port, event_port, feedback_port = free_port(), free_port(), free_port()
-    bridge = BridgeCore(BridgeConfig(spike_port=0, stim_port=stim_port, event_port=event_port,
-                                     feedback_port=feedback_port, timeout_s=0.35))
+    address = DeviceAddress(spike_port=0, stim_port=stim_port, event_port=event_port, feedback_port=feedback_port)
+    bridge = BridgeCore(BridgeConfig(address=address, timeout_s=0.35))
     proc = start_device("--backend", "random", "--tick-quantised", "--tick-frequency", "10", "--artifact-wait-ms", "50",
                         "--collect-window-ms", "50", "--own-clock", "--clock-resolution-ms", "16", "--reply-from",
                         "ephemeral", "--stim-port", str(stim_port), "--event-port", str(event_port),

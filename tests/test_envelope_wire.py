@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bridge.address import DeviceAddress
 from bridge.channels import ENCODING_ELECTRODES, FORBIDDEN_ELECTRODES, N_ELECTRODES, N_ENCODING
 from bridge.core import BridgeConfig, BridgeCore
 from bridge.loopback_device import LoopbackDevice
@@ -113,9 +114,9 @@ def test_nothing_outside_a_random_envelope_reaches_the_wire(device, draw, policy
         assert str(exc).split("=")[0].split(" ")[0] in {f.name for f in dataclasses.fields(SafetyEnvelope)}
         return
     TRIED["envelopes"] += 1
-    bridge = BridgeCore(BridgeConfig(spike_port=0, stim_port=device.stim_port, feedback_port=device.feedback_port,
-                                     event_port=device.event_port, timeout_s=0.5, envelope=envelope,
-                                     envelope_policy=policy))
+    address = DeviceAddress(spike_port=0, stim_port=device.stim_port, feedback_port=device.feedback_port,
+                            event_port=device.event_port)
+    bridge = BridgeCore(BridgeConfig(address=address, timeout_s=0.5, envelope=envelope, envelope_policy=policy))
     device.spike_port = bridge.spike_port
     first = len(device.received_stims), len(device.received_feedback)  # what this example's bridge sends
     try:
@@ -208,9 +209,9 @@ SPECIALS = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, 5e-324, -1.0, 1e
 def test_seeded_sweep_of_hostile_commands_stays_inside(device, envelope, policy):
     """Thousands of commands per envelope, values drawn around its bounds and from the special values."""
     rng = np.random.default_rng(14)
-    bridge = BridgeCore(BridgeConfig(spike_port=0, stim_port=device.stim_port, feedback_port=device.feedback_port,
-                                     event_port=device.event_port, timeout_s=0.5, envelope=envelope,
-                                     envelope_policy=policy))
+    address = DeviceAddress(spike_port=0, stim_port=device.stim_port, feedback_port=device.feedback_port,
+                            event_port=device.event_port)
+    bridge = BridgeCore(BridgeConfig(address=address, timeout_s=0.5, envelope=envelope, envelope_policy=policy))
     device.spike_port = bridge.spike_port
     first = len(device.received_stims), len(device.received_feedback)
 

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import pytest
 
+from bridge.address import DeviceAddress
 from bridge.channels import NEGATIVE_FEEDBACK_ELECTRODES, POSITIVE_FEEDBACK_ELECTRODES
 from bridge.core import BridgeConfig, BridgeCore
 from bridge.loopback_device import LoopbackDevice
@@ -32,10 +33,9 @@ class Wire:
 
     def __init__(self, settings: FeedbackSettings, gamma: float = 1.0) -> None:
         self.device = LoopbackDevice()
-        self.bridge = BridgeCore(BridgeConfig(spike_port=0, stim_port=self.device.stim_port,
-                                              feedback_port=self.device.feedback_port,
-                                              event_port=self.device.event_port, timeout_s=1.0,
-                                              device_reply_port="stim_port"))
+        address = DeviceAddress(spike_port=0, stim_port=self.device.stim_port, feedback_port=self.device.feedback_port,
+                                event_port=self.device.event_port)
+        self.bridge = BridgeCore(BridgeConfig(address=address, timeout_s=1.0, device_reply_port="stim_port"))
         self.device.spike_port = self.bridge.spike_port
         self.device.start()
         self.settings = settings

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bridge.address import DeviceAddress
 from bridge.core import BridgeConfig, BridgeCore, SpikeReply
 from bridge.local_channel import (
     ChannelLost,
@@ -153,9 +154,9 @@ def test_reply_spin_keeps_every_reply_correct_and_timeouts_on_time(reply_spin_ms
     lost = range(30, 34)
     device = LoopbackDevice(spike_port=free_port(), delay_s=0.02,
                             fault_for=lambda i: "drop" if i in lost else "delay").start()
-    core = BridgeCore(BridgeConfig(spike_port=device.spike_port, stim_port=device.stim_port,
-                                   feedback_port=device.feedback_port, event_port=device.event_port,
-                                   timeout_s=0.1, reply_spin_ms=reply_spin_ms))
+    address = DeviceAddress(spike_port=device.spike_port, stim_port=device.stim_port,
+                            feedback_port=device.feedback_port, event_port=device.event_port)
+    core = BridgeCore(BridgeConfig(address=address, timeout_s=0.1, reply_spin_ms=reply_spin_ms))
     try:
         rng = np.random.default_rng(3)
         for i in range(40):
@@ -180,8 +181,9 @@ def test_reply_spin_keeps_every_reply_correct_and_timeouts_on_time(reply_spin_ms
 
 def test_reply_spin_is_off_for_devices_that_answer_at_once():
     device = LoopbackDevice(spike_port=free_port()).start()
-    core = BridgeCore(BridgeConfig(spike_port=device.spike_port, stim_port=device.stim_port,
-                                   feedback_port=device.feedback_port, event_port=device.event_port))
+    address = DeviceAddress(spike_port=device.spike_port, stim_port=device.stim_port,
+                            feedback_port=device.feedback_port, event_port=device.event_port)
+    core = BridgeCore(BridgeConfig(address=address))
     try:
         for _ in range(20):
             assert core.exchange([10.0] * 8, [1.5] * 8).ok

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bridge.address import DeviceAddress
 from bridge.channels import ENCODING_ELECTRODES, FORBIDDEN_ELECTRODES
 from bridge.core import BridgeConfig, BridgeCore
 from bridge.loopback_device import LoopbackDevice
@@ -46,10 +47,9 @@ def assert_inside(envelope: SafetyEnvelope, freq: float, amp: float) -> None:
 @pytest.fixture(scope="module", params=["clamp", "raise"])
 def rig(request):
     device = LoopbackDevice()
-    bridge = BridgeCore(
-        BridgeConfig(spike_port=0, stim_port=device.stim_port, feedback_port=device.feedback_port,
-                     event_port=device.event_port, timeout_s=0.5, envelope=ENVELOPE, envelope_policy=request.param)
-    )
+    address = DeviceAddress(spike_port=0, stim_port=device.stim_port, feedback_port=device.feedback_port,
+                            event_port=device.event_port)
+    bridge = BridgeCore(BridgeConfig(address=address, timeout_s=0.5, envelope=ENVELOPE, envelope_policy=request.param))
     device.spike_port = bridge.spike_port
     device.start()
     yield bridge, device, request.param

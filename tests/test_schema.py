@@ -64,7 +64,8 @@ def test_reference_example_has_the_reference_trainer_settings():
     assert (p.lr, p.encoder_lr_multiplier, p.decoder_entropy_coeff) == (3e-4, 4.0, 0.02)
     assert (p.train_batch_size_per_learner, p.minibatch_size, p.num_epochs) == (2048, 256, 4)
     assert e.stop.episodes == 2000 and e.env["reset_delay_s"] == 1.0 and e.env["frame_skip"] == 4
-    assert [(d.stim_port, d.spike_port, d.event_port, d.feedback_port) for d in e.devices] == [
+    assert [(d.address.stim_port, d.address.spike_port, d.address.event_port, d.address.feedback_port)
+            for d in e.devices] == [
         (12345, 12346, 12347, 12348)]
 
 

@@ -82,13 +82,15 @@ class CultureLink:
         """Start this runner's simulated device and its bridge, both on this node."""
         from bridge.device_actor import start_simulated_device
 
-        spike_port = free_port(dev.bind_host)
+        spike_port = free_port(dev.address.bind_host)
         self._device_actor = start_simulated_device(dev.device_config(spike_port, self.settings.envelope),
                                                     node_id=self._node_id)
         ports = ray.get(self._device_actor.ports.remote())
         # A fresh name per process: two trials must never share a simulated culture's bridge.
+        # The device runs beside the bridge: it listens on the bind host, on the ports it bound.
+        address = replace(dev.address, host=dev.address.bind_host, spike_port=spike_port, **ports)
         config = replace(self.settings.bridge_config(dev), device_id=f"{dev.device_id}-{uuid.uuid4().hex[:8]}",
-                         spike_port=spike_port, device_host=dev.bind_host, **ports)
+                         address=address)
         self._bridge_config = config
         return start_bridge(config, node_id=self._node_id)
 
@@ -174,11 +176,10 @@ class CultureLink:
             stats = {"error": f"{type(exc).__name__}: {exc}"}
         now = time.time()
         dev = self.device
-        host = config.device_host if config else dev.host
-        ports = ((config.stim_port, config.feedback_port, config.event_port) if config else
-                 (dev.stim_port, dev.feedback_port, dev.event_port))
-        spike = stats.get("spike_port") or (config.spike_port if config else dev.spike_port)
-        bind = config.bind_host if config else dev.bind_host
+        address = config.address if config else dev.address
+        host, bind = address.host, address.bind_host
+        ports = (address.stim_port, address.feedback_port, address.event_port)
+        spike = stats.get("spike_port") or address.spike_port
         last = stats.get("last_reply_wall")
         seen = (f"the last reply came at {_clock(last)} ({now - last:.1f} s ago), after {stats.get('ok', 0)} "
                 "answered" if last else "no reply came at all since this env runner opened the device")

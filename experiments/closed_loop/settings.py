@@ -12,15 +12,8 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from bridge.actor import DEVICE_RESOURCE_SHARE, device_resource
-from bridge.channels import (
-    ARTIFACT_WAIT_MS,
-    COLLECT_WINDOW_MS,
-    EVENT_PORT,
-    FEEDBACK_PORT,
-    SPIKE_PORT,
-    STIM_PORT,
-    TICK_FREQUENCY_HZ,
-)
+from bridge.address import DeviceAddress
+from bridge.channels import ARTIFACT_WAIT_MS, COLLECT_WINDOW_MS, TICK_FREQUENCY_HZ
 from bridge.core import BridgeConfig
 from bridge.safety import Policy, SafetyEnvelope
 from experiments.closed_loop.feedback import FeedbackSettings
@@ -38,12 +31,9 @@ class DeviceSettings:
     backend: Literal["cl1", "sim", "random", "zero", "transparent"] = "sim"
     """`cl1`: a device program already running at `host` (real hardware or cl-sdk); others are started here.
     `transparent` is the perfect-channel control (bridge/backends/transparent.py)."""
-    host: str = "127.0.0.1"
-    stim_port: int = STIM_PORT
-    spike_port: int = SPIKE_PORT
-    event_port: int = EVENT_PORT
-    feedback_port: int = FEEDBACK_PORT
-    bind_host: str = "127.0.0.1"
+    address: DeviceAddress = field(default_factory=DeviceAddress)
+    """Where the device is and where the trainer binds its spike port (`spike_port` 0: any free port). The YAML
+    writes its fields flat under the device (`host:`, `stim_port:`, ...); the experiment schema nests them."""
     reply_port: int | Literal["auto", "stim_port", "any"] = "auto"
     """Source port of the device host that replies must come from: "auto" (the port of the first reply that answers
     a stimulation, pinned from then on: a third-party program may reply from any socket of its own), "stim_port"
@@ -63,14 +53,9 @@ class DeviceSettings:
         if not isinstance(self.device_id, str) or not self.device_id.strip() or any(c.isspace() for c in self.device_id):
             raise ValueError(f"device_id={self.device_id!r}: must be a non-empty name without spaces (it names the "
                              "bridge actor and the node resource)")
-        for name in ("host", "bind_host"):
-            if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
-                raise ValueError(f"{name} is empty: give a host name or IP address (e.g. 127.0.0.1)")
-        for name in ("stim_port", "event_port", "feedback_port", "spike_port"):
-            port, low = getattr(self, name), 0 if name == "spike_port" else 1
-            if isinstance(port, bool) or not isinstance(port, int) or not low <= port <= 65535:
-                raise ValueError(f"{name}={port!r}: a UDP port is {low}-65535"
-                                 + (" (0: any free port)" if low == 0 else ""))
+        if not isinstance(self.address, DeviceAddress):
+            raise ValueError(f"address={self.address!r}: give a bridge.address.DeviceAddress")
+        self.address.require_device_ports()
         reply = self.reply_port
         if reply not in ("auto", "stim_port", "any") and (isinstance(reply, bool) or not isinstance(reply, int)
                                                           or not 1 <= reply <= 65535):
@@ -97,26 +82,23 @@ class DeviceSettings:
         return self.node_resource or device_resource(self.device_id)
 
     def describe(self) -> str:
-        """Where the device is: backend, host and its three ports (for messages)."""
-        return (f"{self.backend} at {self.host}: stimulation port {self.stim_port}, feedback port "
-                f"{self.feedback_port}, event port {self.event_port}")
+        """Where the device is: backend, host and its ports (for messages)."""
+        return f"{self.backend} at {self.address.describe()}"
 
     def device_config(self, spike_port: int, envelope: SafetyEnvelope | None = None):
         """The device program's settings for this simulated device (its own ports: any free ones).
 
+        It runs beside the trainer: it listens on the trainer's bind host and replies to `spike_port` there.
         The device gets the experiment's envelope as its own, and takes commands only from the bridge's socket.
         """
         from bridge.device import DeviceConfig
 
+        address = self.address
         return DeviceConfig(
             envelope=envelope or SafetyEnvelope(),
             accept_from="spike_port",
-            training_host=self.bind_host,
-            bind_host=self.bind_host,
-            stim_port=0,
-            feedback_port=0,
-            event_port=0,
-            spike_port=spike_port,
+            address=replace(address, host=address.bind_host, stim_port=0, feedback_port=0, event_port=0,
+                            spike_port=spike_port),
             backend=self.backend,
             seed=self.seed,
             realtime=self.realtime,
@@ -178,12 +160,7 @@ class CultureSettings:
         """The bridge settings for one of this experiment's devices."""
         return BridgeConfig(
             device_id=dev.device_id,
-            device_host=dev.host,
-            stim_port=dev.stim_port,
-            event_port=dev.event_port,
-            feedback_port=dev.feedback_port,
-            spike_port=dev.spike_port,
-            bind_host=dev.bind_host,
+            address=dev.address,
             # A simulated device is spikeloop's own: it replies from its stimulation port.
             device_reply_port=("stim_port" if dev.simulated else None if dev.reply_port == "any" else dev.reply_port),
             timeout_s=self.timeout_s,

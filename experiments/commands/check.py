@@ -132,8 +132,9 @@ def _start_local_device(dev: DeviceSettings, envelope):
     from bridge.device import Device
 
     device = Device(dev.device_config(spike_port=0, envelope=envelope))
-    return device, replace(dev, host=dev.bind_host, stim_port=device.stim_port, event_port=device.event_port,
-                           feedback_port=device.feedback_port, spike_port=0)
+    address = replace(dev.address, host=dev.address.bind_host, stim_port=device.stim_port,
+                      event_port=device.event_port, feedback_port=device.feedback_port, spike_port=0)
+    return device, replace(dev, address=address)
 
 
 def probe_device(experiment: Experiment, dev: DeviceSettings, exchanges: int) -> DeviceProbe:
@@ -159,7 +160,7 @@ def probe_device(experiment: Experiment, dev: DeviceSettings, exchanges: int) ->
             device.stop()
     return DeviceProbe(
         device_id=dev.device_id,
-        where=f"{dev.host}:{dev.stim_port} (replies to {dev.bind_host}:{stats['spike_port']})",
+        where=f"{dev.address.host}:{dev.address.stim_port} (replies to {dev.address.bind_host}:{stats['spike_port']})",
         answered=stats["ok"],
         timeouts=stats["timeouts"],
         latency_ms=stats["latency_ms"],
@@ -175,7 +176,7 @@ def reply_source_line(experiment: Experiment, dev: DeviceSettings, probe: Device
     index = experiment.devices.index(dev)
     port = probe.reply_source.split(" ", 1)[0].rsplit(":", 1)[-1]
     if dev.reply_port == "auto" and port.isdigit():
-        advice = ("stim_port" if int(port) == dev.stim_port else port)
+        advice = ("stim_port" if int(port) == dev.address.stim_port else port)
         return (f"[info] device {dev.device_id!r}: replies came from {probe.reply_source.split(' ', 1)[0]} "
                 f"(reply_port auto pins it at the first answer; devices.{index}.reply_port: {advice} requires it "
                 "from the first reply on)")
@@ -273,7 +274,8 @@ def main(argv: list[str]) -> int:
         if probe.silent:
             message = (f"{label} at {probe.where} did not answer within "
                        f"{experiment.loop.timeout_s * 1000:.0f} ms (gave up after {took:.2f} s): is the device "
-                       f"program running on {dev.host} port {dev.stim_port}, and does it send replies to this host?")
+                       f"program running on {dev.address.host} port {dev.address.stim_port}, and does it send replies "
+                       "to this host?")
             if probe.foreign_source is not None:
                 index = experiment.devices.index(dev)
                 port = probe.foreign_source.rsplit(":", 1)[1]

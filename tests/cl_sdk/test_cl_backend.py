@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bridge.address import DeviceAddress
 from bridge.channels import N_ENCODING
 from bridge.device import Device, DeviceConfig
 from bridge.protocol import (
@@ -27,7 +28,8 @@ def test_cl_backend_closed_loop_records_and_stops(tmp_path: Path) -> None:
     rx.bind(("127.0.0.1", 0))
     rx.settimeout(5.0)
     tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    device = Device(DeviceConfig(stim_port=0, event_port=0, feedback_port=0, spike_port=rx.getsockname()[1],
+    address = DeviceAddress(stim_port=0, event_port=0, feedback_port=0, spike_port=rx.getsockname()[1])
+    device = Device(DeviceConfig(address=address,
                                  backend="cl", tick_frequency_hz=100.0, artifact_wait_ms=5.0, collect_window_ms=5.0,
                                  recording_path=tmp_path))
     thread = device.start()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+from bridge.address import DeviceAddress
 from bridge.device import Device, DeviceConfig
 from bridge.safety import SafetyEnvelope
 from tests.support.device_fuzz import fuzz_device, outside_envelope, settle, taken_in
@@ -17,7 +18,8 @@ ENVELOPE = SafetyEnvelope(min_frequency_hz=2.0, max_frequency_hz=120.0, min_ampl
 def test_cl_device_survives_thousands_of_hostile_datagrams_per_port(tmp_path: Path) -> None:
     rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     rx.bind(("127.0.0.1", 0))
-    device = Device(DeviceConfig(stim_port=0, event_port=0, feedback_port=0, spike_port=rx.getsockname()[1],
+    address = DeviceAddress(stim_port=0, event_port=0, feedback_port=0, spike_port=rx.getsockname()[1])
+    device = Device(DeviceConfig(address=address,
                                  backend="cl", tick_frequency_hz=100.0, artifact_wait_ms=2.0, collect_window_ms=2.0,
                                  envelope=ENVELOPE))
     thread = device.start()

@@ -15,6 +15,7 @@ import numpy as np
 import ray
 
 from bridge.actor import start_bridge
+from bridge.address import DeviceAddress
 from bridge.client import BridgeClient
 from bridge.core import BridgeConfig
 from bridge.loopback_device import LoopbackDevice
@@ -27,9 +28,9 @@ def main(path: str) -> int:
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     device = LoopbackDevice(spike_port=free_port())
     device.start()
-    bridge = start_bridge(BridgeConfig(device_id=f"dish-b-{path}", spike_port=device.spike_port,
-                                       stim_port=device.stim_port, feedback_port=device.feedback_port,
-                                       event_port=device.event_port, timeout_s=0.5))
+    address = DeviceAddress(spike_port=device.spike_port, stim_port=device.stim_port,
+                            feedback_port=device.feedback_port, event_port=device.event_port)
+    bridge = start_bridge(BridgeConfig(device_id=f"dish-b-{path}", address=address, timeout_s=0.5))
     client = BridgeClient(bridge, fast_path=path == "local-socket")
     rng = np.random.default_rng(0)
     pids = set()

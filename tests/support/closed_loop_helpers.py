@@ -18,6 +18,7 @@ import torch
 import tree
 from ray.rllib.core.columns import Columns
 
+from bridge.address import DeviceAddress
 from bridge.loopback_device import LoopbackDevice
 from bridge.ports import free_port
 from experiments.closed_loop.connector import EXCHANGE_OK, RAW_SPIKES, STIM_TIMESTAMP
@@ -45,11 +46,8 @@ def cl1_device(device_id: str, device: LoopbackDevice) -> DeviceSettings:
     return DeviceSettings(
         device_id=device_id,
         backend="cl1",
-        host="127.0.0.1",
-        stim_port=device.stim_port,
-        spike_port=device.spike_port,
-        event_port=device.event_port,
-        feedback_port=device.feedback_port,
+        address=DeviceAddress(host="127.0.0.1", stim_port=device.stim_port, spike_port=device.spike_port,
+                              event_port=device.event_port, feedback_port=device.feedback_port),
     )
 
 
