@@ -265,6 +265,9 @@ def init_ray(resources: dict[str, float] | None = None) -> None:
     """
     import ray
 
+    from models import rllib_notices
+
+    rllib_notices.install()  # before Ray starts: its start-up notices too
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if ray.is_initialized():
         return
@@ -336,7 +339,9 @@ def run(experiment: Experiment, *, sweep: bool, resume: bool = False) -> Path:
     from ray import tune
 
     from experiments.tune_logging import NoTuneTensorBoard
+    from models import rllib_notices
 
+    rllib_notices.quiet_tune_output()
     check_fit(experiment)
     culture = experiment.culture_settings()
     started_ray = not ray.is_initialized()

@@ -3,18 +3,31 @@
 Each is logged on every run, in the driver, the trial and every env runner, and says
 nothing about the experiment: that PPO runs on RLlib's new API stack (spikeloop chose
 it), that RLlib builds its own modules through a deprecated path (RLlib's own call),
-and that GPUtil is missing (spikeloop monitors no GPU). Only these exact messages are
-dropped, on the loggers that emit them; every other warning still shows.
+that GPUtil is missing (spikeloop monitors no GPU), that the private local Ray turned
+token authentication on (it stays on; README, "Running on a Ray cluster", says how
+clients pass the token), that it started, that Tune wrote a checkpoint or its
+experiment state (spikeloop's own progress lines report the run). Only these exact
+messages are dropped, on the loggers that emit them; every other warning still shows.
+
+Tune's banner (an experiment table, Tune's result path and a TensorBoard command for
+Ray's driver artifacts, where spikeloop writes no tags) is printed, not logged, even at
+`verbose=0`: `quiet_tune_output` selects Tune's other output engine, which prints
+nothing at `verbose=0`; spikeloop prints the run directory itself.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 
 NOTICES: tuple[tuple[str, str], ...] = (
     ("ray.rllib.algorithms.algorithm_config", "on the new API stack!"),
     ("ray._common.deprecation", "`RLModule(config=[RLModuleConfig object])` has been deprecated"),
     ("ray.tune.utils.util", "Install gputil for GPU system monitoring"),
+    ("ray._private.authentication.authentication_token_setup", "Token authentication is enabled for this Ray cluster"),
+    ("ray._private.worker", "Started a local Ray instance"),
+    ("ray.train._internal.storage", "Checkpoint successfully created"),
+    ("ray.tune.tune", "Wrote the latest version of all result files and experiment state"),
 )
 """(logger name, a fragment of the message) of each notice dropped."""
 
@@ -34,3 +47,12 @@ def install() -> None:
         logger = logging.getLogger(logger_name)
         if not any(isinstance(f, _DropNotice) and f.fragment == fragment for f in logger.filters):
             logger.addFilter(_DropNotice(fragment))
+
+
+TUNE_BANNER = ("Configuration for experiment", "View detailed results here", "To visualize your results with TensorBoard")
+"""Fragments of the banner Tune prints at the start of a run, which `quiet_tune_output` keeps out."""
+
+
+def quiet_tune_output() -> None:
+    """Tune's legacy output engine in this driver (RAY_AIR_NEW_OUTPUT=0), silent at `verbose=0`; a user's setting wins."""
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
