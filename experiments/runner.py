@@ -141,7 +141,7 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
     import ray
     from ray import tune
 
-    from experiments.closed_loop.episode_numbers import EPISODE_COUNTER_ATTR, start_counter
+    from experiments.closed_loop.episode_numbers import start_counter
     from experiments.closed_loop.ppo import finish, restore
     from experiments.live_view.announce import announce
     from experiments.run_log import EPISODES_FILE, RunLog, last_episode_index, metric_key
@@ -153,7 +153,7 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
     # Episodes are numbered across the trial's env runners and resumes (episode_end events, episodes.jsonl).
     counter, counter_name = start_counter(last_episode_index(trial_dir / EPISODES_FILE))
     config = experiment.algorithm_config()
-    setattr(config, EPISODE_COUNTER_ATTR, counter_name)
+    config.experiment(episode_counter_name=counter_name)
     try:
         algo = config.build_algo()
     except BaseException:

@@ -21,27 +21,13 @@ from ray.rllib.utils.annotations import override
 from torch import nn
 
 from bridge.channels import N_ENCODING, N_SPIKE_GROUPS
+from models.columns import SPIKE_MEAN, SPIKE_STD, SPIKES, STIM_DIST_INPUTS
 from models.decoder import SpikeDecoder
 from models.distributions import FixedStimulation, TorchRangedBeta
 from models.encoder import StimEncoder, features_and_screen, n_discrete_actions, split_observation_space
 from models.feature_norm import FeatureNormalizer
 from models.module_config import ClosedLoopModelConfig
 from models.value import NormalizedValueNet
-
-STIM_DIST_INPUTS = "stim_dist_inputs"
-"""Forward output: raw encoder head [B, 4 * N_ENCODING * R] (16 R mode raws, then 16 R concentration raws; or alphas,
-betas), R = same_frame_rounds (1 by default)."""
-STIM = "stim"
-"""Batch column: the sampled stimulation [B, 2 * N_ENCODING * R], per round Hz then uA, unclamped."""
-STIM_LOGP = "stim_logp"
-"""Batch column: log p(stim | obs) when acting, the encoder's part of ACTION_LOGP (the joint one)."""
-SPIKES = "spikes"
-"""Batch column: the decoder input actually used [B, N_SPIKE_GROUPS * R] (after ablation, before centring)."""
-SPIKE_MEAN = "spike_mean"
-"""Batch column: the centring mean used when acting [B, N_SPIKE_GROUPS * R]."""
-SPIKE_STD = "spike_std"
-"""Batch column: the scale the centred spikes were divided by when acting [B, N_SPIKE_GROUPS * R] (ones if off)."""
-
 
 MODE_DEPENDENT_LAYERS = (
     nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout,

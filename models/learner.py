@@ -38,7 +38,8 @@ from ray.rllib.utils.torch_utils import explained_variance
 from ray.rllib.utils.typing import ModuleID, TensorType
 
 from bridge.channels import SPIKE_GROUP_NAMES
-from models.closed_loop_module import STIM, STIM_DIST_INPUTS, STIM_LOGP, ClosedLoopRLModule
+from models.closed_loop_module import ClosedLoopRLModule
+from models.columns import STIM, STIM_DIST_INPUTS, STIM_LOGP
 from models.running_stats_connector import UpdateRunningStats
 from models.value import NormalizedValueNet
 

@@ -14,10 +14,9 @@ import numpy as np
 import pytest
 
 from bridge.actor import device_resource, find_bridge
-from experiments.closed_loop.connector import EXCHANGE_OK, RAW_SPIKES
 from experiments.closed_loop.ppo import closed_loop_config, finish
 from experiments.closed_loop.settings import DEVICE_SLOT_RESOURCE, CultureSettings
-from models.closed_loop_module import SPIKES, STIM
+from models.columns import EXCHANGE_OK, RAW_SPIKES, SPIKES, STIM
 from tests.support.closed_loop_helpers import SMALL_MODEL, cl1_device, sample_and_replay, start_loopback
 
 pytestmark = pytest.mark.cluster

@@ -21,11 +21,10 @@ from ray.rllib.core.columns import Columns
 
 from bridge.actor import find_bridge
 from bridge.protocol import decode_event, decode_stim
-from experiments.closed_loop.connector import EXCHANGE_OK, RAW_SPIKES, STIM_TIMESTAMP
 from experiments.closed_loop.link import DeviceLost
 from experiments.closed_loop.ppo import closed_loop_config, finish
 from experiments.closed_loop.settings import DEVICE_SLOT_RESOURCE, CultureSettings
-from models.closed_loop_module import SPIKE_MEAN, SPIKES, STIM
+from models.columns import EXCHANGE_OK, RAW_SPIKES, SPIKE_MEAN, SPIKES, STIM, STIM_TIMESTAMP
 from tests.support.closed_loop_helpers import SMALL_MODEL, cl1_device, sample_and_replay, start_loopback
 
 DEVICE = "dish-inv"

@@ -53,7 +53,7 @@ class DeviceBusy(RuntimeError):
 
 
 class CultureLink:
-    """This env runner's culture: exchange, queued feedback, events, statistics."""
+    """This env runner's culture: stimulation and spikes (`tick.Culture`), feedback, events, statistics."""
 
     def __init__(self, settings: CultureSettings, runner_index: int, gamma: float) -> None:
         self.settings = settings
@@ -61,7 +61,7 @@ class CultureLink:
         self.feedback_policy = FeedbackPolicy(settings.feedback, gamma)
         self.counts: Counter[str] = Counter()
         self.consecutive_timeouts = 0
-        self._pending_feedback: list[FeedbackCommand] = []
+        self._feedback_this_step = 0  # commands sent since the last stimulation (the per-step budget)
         self._latency_ms_by_stim: dict[int, float] = {}  # filled only with settings.step_log
         self._device_actor = None
         self._bridge_config: BridgeConfig | None = None
@@ -133,14 +133,11 @@ class CultureLink:
     # --- the tick ------------------------------------------------------------------
 
     def send_stim(self, stim: np.ndarray) -> None:
-        """Start the tick: queued feedback, then the stimulation ([16]: Hz then uA), leave now.
-
-        `receive_spikes` returns the culture's answer.
-        """
+        """Send one stimulation ([16]: Hz then uA) and return at once; `receive_spikes` returns the answer."""
         self._t_sent = time.perf_counter()
-        feedback = self._take_pending()
+        self._feedback_this_step = 0  # a new step: the feedback budget starts again
         half = len(stim) // 2
-        self.bridge.send_exchange(stim[:half], stim[half:], feedback)
+        self.bridge.send_exchange(stim[:half], stim[half:])
 
     def receive_spikes(self) -> SpikeReply:
         """The culture's answer to the stimulation `send_stim` sent; counts timeouts and device loss."""
@@ -197,30 +194,26 @@ class CultureLink:
                 f"replies to this machine's port {spike} (the device's --training-host and --spike-port), and that "
                 f"nothing drops UDP between them; `spikeloop check EXP.yaml` probes the device.")
 
-    def queue_feedback(self, commands: list[FeedbackCommand]) -> None:
-        """Feedback for the step just taken: it goes out just before the next stimulation."""
-        self._pending_feedback.extend(commands)
+    def send_feedback(self, step: list[FeedbackCommand], episode: list[FeedbackCommand] = ()) -> None:
+        """Send one step's feedback (and, when the episode ended, its episode feedback) ahead of the next stimulation.
 
-    def post_feedback(self) -> None:
-        """Send the queued feedback now, ahead of the stimulation being prepared (see BridgeClient.post_feedback)."""
-        self.bridge.post_feedback(self._take_pending())
-
-    def flush(self, extra_feedback: list[FeedbackCommand] = (), events: list[tuple[str, dict]] = ()) -> None:
-        """Send queued feedback, `extra_feedback` (episode feedback) and events now (episode end, shutdown)."""
-        feedback = self._take_pending(list(extra_feedback))
-        self.counts["events"] += len(events)
-        self.bridge.send_all(feedback, events)
-
-    def _take_pending(self, episode: list[FeedbackCommand] = ()) -> list[FeedbackCommand]:
-        """The queued step feedback (and episode feedback), within the per-step datagram budget."""
-        step, self._pending_feedback = self._pending_feedback, []
+        The one way feedback leaves: at most `feedback.max_datagrams_per_step` commands per step, the episode's
+        kept first (`within_budget`); what is dropped is counted.
+        """
         if not step and not episode:
-            return []
-        sent, dropped = within_budget(step, list(episode), self.settings.feedback.max_datagrams_per_step)
+            return
+        budget = max(0, self.settings.feedback.max_datagrams_per_step - self._feedback_this_step)
+        sent, dropped = within_budget(list(step), list(episode), budget)
+        self._feedback_this_step += len(sent)
         self.counts["feedback_commands"] += len(sent)
         if dropped:
             self.counts["feedback_dropped"] += dropped
-        return sent
+        self.bridge.send_feedback(sent)
+
+    def send_events(self, events: list[tuple[str, dict[str, Any]]]) -> None:
+        """Send events (`episode_end`, `training_complete`) now, after any feedback the bridge client holds back."""
+        self.counts["events"] += len(events)
+        self.bridge.send_events(events)
 
     def pop_latencies_ms(self, stim_timestamps_us: np.ndarray) -> np.ndarray:
         """The exchange latencies of these stimulations (NaN where unknown); forgets every kept latency."""

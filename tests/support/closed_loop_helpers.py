@@ -21,9 +21,17 @@ from ray.rllib.core.columns import Columns
 from bridge.address import DeviceAddress
 from bridge.loopback_device import LoopbackDevice
 from bridge.ports import free_port
-from experiments.closed_loop.connector import EXCHANGE_OK, RAW_SPIKES, STIM_TIMESTAMP
 from experiments.closed_loop.settings import DeviceSettings
-from models.closed_loop_module import SPIKE_MEAN, SPIKE_STD, SPIKES, STIM, STIM_DIST_INPUTS
+from models.columns import (
+    EXCHANGE_OK,
+    RAW_SPIKES,
+    SPIKE_MEAN,
+    SPIKE_STD,
+    SPIKES,
+    STIM,
+    STIM_DIST_INPUTS,
+    STIM_TIMESTAMP,
+)
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
