@@ -193,15 +193,29 @@ def _pop_records(algo) -> list[dict[str, Any]]:
     return pop_episode_records()
 
 
+def sample_one_episode(runner, *, explore: bool) -> list:
+    """Step the env runner until one episode ends; returns its chunks (each step in exactly one).
+
+    Samples by timesteps, as training does, and not with `sample(num_episodes=1)`: RLlib
+    resets and reseeds the env on every num_episodes call, which would replay the first
+    episode's start each time. By timesteps, the env is seeded on the runner's first
+    sample only and later episodes start from the env's own autoreset, unseeded (public
+    API only; tests/test_watch_sampling.py pins this RLlib behaviour).
+    """
+    chunks: list = []
+    while True:
+        got = runner.sample(num_timesteps=1, explore=explore)
+        chunks += got
+        if any(e.is_done for e in got):
+            return chunks
+
+
 def play_episodes(algo, settings: WatchSettings) -> Iterator[dict[str, Any]]:
     """Play `settings.episodes` episodes on the local env runner, yielding each one's record as it ends."""
     runner = algo.env_runner
     for i in range(1, settings.episodes + 1):
         t0 = time.monotonic()
-        episodes = runner.sample(num_episodes=1, explore=settings.explore)
-        # RLlib reseeds the env on every num_episodes call, which would replay the first
-        # episode's start each time; seed only the first, as training does.
-        runner._needs_initial_reset = False
+        episodes = sample_one_episode(runner, explore=settings.explore)
         if settings.update_spike_mean:
             fold_spikes(runner, episodes)
         new = _pop_records(algo)
