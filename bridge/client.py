@@ -85,7 +85,8 @@ class BridgeClient:
         caller prepares the stimulation; an error they cause is raised by the next
         call. Over actor calls (a bridge on another node) they are held back and
         leave with the next exchange or `send_events`: an actor call of their own
-        would cost the tick milliseconds. Either way they reach the device before
+        would add a whole actor call to the tick (measured: docs/benchmarks.md,
+        bridge). Either way they reach the device before
         the next stimulation. If the actor dies in between, feedback may be lost:
         never sent twice.
         """
