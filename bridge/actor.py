@@ -65,7 +65,10 @@ class CL1Bridge(BridgeCore):
         """(node id, socket path, answer bound in s) of the exchange fast path, started on first use."""
         if self._channel is None:
             methods: dict[str, Callable[..., Any]] = {
-                "feedback": self.feedback, "event": self.event, "send_all": self.send_all, "stats": self.stats
+                "feedback": self.feedback,
+                "event": self.event,
+                "send_all": self.send_all,
+                "stats": self.stats,
             }
             self._channel = LocalChannelServer(self.exchange, methods)
         # An exchange answers within the device timeout; anything far beyond it means a stuck actor.

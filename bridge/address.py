@@ -56,8 +56,9 @@ class DeviceAddress:
         for name in PORTS:
             port = getattr(self, name)
             if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-                raise ValueError(f"{name}={port!r}: a UDP port is 1-65535 (0: any free port, for the end that "
-                                 "binds it)")
+                raise ValueError(
+                    f"{name}={port!r}: a UDP port is 1-65535 (0: any free port, for the end that binds it)"
+                )
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -68,11 +69,15 @@ class DeviceAddress:
         """Refuse port 0 where the trainer sends: the device's stimulation, event and feedback ports."""
         for name in DEVICE_PORTS:
             if getattr(self, name) == 0:
-                raise ValueError(f"{name}=0: the trainer sends to this port of the device, so it must be 1-65535 "
-                                 "(the port the device program binds)")
+                raise ValueError(
+                    f"{name}=0: the trainer sends to this port of the device, so it must be 1-65535 "
+                    "(the port the device program binds)"
+                )
 
     def describe(self) -> str:
         """Both ends in one line (for messages)."""
         spike = self.spike_port or "a free port"
-        return (f"{self.host}: stimulation port {self.stim_port}, feedback port {self.feedback_port}, event port "
-                f"{self.event_port}; replies to {self.bind_host}:{spike}")
+        return (
+            f"{self.host}: stimulation port {self.stim_port}, feedback port {self.feedback_port}, event port "
+            f"{self.event_port}; replies to {self.bind_host}:{spike}"
+        )

@@ -63,10 +63,16 @@ def run(exchanges: int, blocks: int) -> dict:
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         bridge = start_bridge(
-            BridgeConfig(device_id="bench", timeout_s=1.0,
-                         address=DeviceAddress(spike_port=actor_port, stim_port=actor_ports["stim_port"],
-                                               feedback_port=actor_ports["feedback_port"],
-                                               event_port=actor_ports["event_port"]))
+            BridgeConfig(
+                device_id="bench",
+                timeout_s=1.0,
+                address=DeviceAddress(
+                    spike_port=actor_port,
+                    stim_port=actor_ports["stim_port"],
+                    feedback_port=actor_ports["feedback_port"],
+                    event_port=actor_ports["event_port"],
+                ),
+            )
         )
         client = BridgeClient(bridge)  # what env runners use: the local-socket fast path
         raw_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -122,8 +128,9 @@ def run(exchanges: int, blocks: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and write its JSON."""
-    parser = argparse.ArgumentParser(prog="spikeloop bench bridge", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="spikeloop bench bridge", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--exchanges", type=int, default=4000, help="exchanges per path (default 4000)")
     parser.add_argument("--blocks", type=int, default=8, help="alternating blocks per path (default 8)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help=f"result file (default {DEFAULT_OUTPUT})")

@@ -78,8 +78,9 @@ def holdout_accuracy(x: np.ndarray, y: np.ndarray, steps: int = 300, l2: float =
     return float((((x[cut:] @ w) > 0) == (y[cut:] > 0.5)).mean())
 
 
-def separability(backend: SimBackend, pairs: list[tuple[np.ndarray, np.ndarray]], ticks: int,
-                 rng: np.random.Generator) -> float:
+def separability(
+    backend: SimBackend, pairs: list[tuple[np.ndarray, np.ndarray]], ticks: int, rng: np.random.Generator
+) -> float:
     """Mean held-out accuracy over pattern pairs, each presented `ticks` times in random order."""
     artifact_s, collect_s = ARTIFACT_WAIT_MS / 1e3, COLLECT_WINDOW_MS / 1e3
     accuracies = []
@@ -114,8 +115,9 @@ def pattern_pairs(kind: str, n: int, rng: np.random.Generator) -> list[tuple[np.
 
 def main(argv: list[str] | None = None) -> int:
     """Measure the simulated culture's response and separability; write the JSON."""
-    parser = argparse.ArgumentParser(prog="spikeloop bench culture", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="spikeloop bench culture", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seeds", type=int, default=3, help="cultures (seeds 0..N-1) measured (default 3)")
     parser.add_argument("--pairs", type=int, default=5, help="pattern pairs of each kind per culture (default 5)")
     parser.add_argument("--ticks", type=int, default=400, help="ticks per pattern pair (default 400)")
@@ -135,17 +137,26 @@ def main(argv: list[str] | None = None) -> int:
         backend.open(None)
         rng = np.random.default_rng(seed)
         per_seed[str(seed)] = {
-            "separability": {kind: round(separability(backend, pattern_pairs(kind, args.pairs, rng), args.ticks, rng), 3)
-                             for kind in kinds},
+            "separability": {
+                kind: round(separability(backend, pattern_pairs(kind, args.pairs, rng), args.ticks, rng), 3)
+                for kind in kinds
+            },
             "response_after_one_pulse": response_after_one_pulse(seed, args.pulses),
         }
         print(f"culture seed {seed}: separability {per_seed[str(seed)]['separability']}", flush=True)
     result = {
-        "settings": {"artifact_wait_ms": ARTIFACT_WAIT_MS, "collect_window_ms": COLLECT_WINDOW_MS,
-                     "pattern_noise": PATTERN_NOISE, "pairs": args.pairs, "ticks": args.ticks,
-                     "pulse_amplitude_ua": PULSE_AMPLITUDE_UA, "groups": list(SPIKE_GROUP_NAMES)},
-        "separability_mean": {kind: round(float(np.mean([s["separability"][kind] for s in per_seed.values()])), 3)
-                              for kind in kinds},
+        "settings": {
+            "artifact_wait_ms": ARTIFACT_WAIT_MS,
+            "collect_window_ms": COLLECT_WINDOW_MS,
+            "pattern_noise": PATTERN_NOISE,
+            "pairs": args.pairs,
+            "ticks": args.ticks,
+            "pulse_amplitude_ua": PULSE_AMPLITUDE_UA,
+            "groups": list(SPIKE_GROUP_NAMES),
+        },
+        "separability_mean": {
+            kind: round(float(np.mean([s["separability"][kind] for s in per_seed.values()])), 3) for kind in kinds
+        },
         "per_seed": per_seed,
     } | provenance("culture", argv)
     write_result(args.output, result)

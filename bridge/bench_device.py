@@ -33,8 +33,15 @@ def measure_reply_latency_ms(exchanges: int, artifact_wait_ms: float, collect_wi
     rx.settimeout(2.0)
     tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     address = DeviceAddress(stim_port=0, event_port=0, feedback_port=0, spike_port=rx.getsockname()[1])
-    device = Device(DeviceConfig(address=address, backend="sim", realtime=True, artifact_wait_ms=artifact_wait_ms,
-                                 collect_window_ms=collect_window_ms))
+    device = Device(
+        DeviceConfig(
+            address=address,
+            backend="sim",
+            realtime=True,
+            artifact_wait_ms=artifact_wait_ms,
+            collect_window_ms=collect_window_ms,
+        )
+    )
     thread = device.start()
     rng = np.random.default_rng(0)
     latencies = []
@@ -66,8 +73,9 @@ def measure_culture_realtime_factor(culture_s: float) -> float:
 
 def main(argv: list[str]) -> int:
     """Run both measurements and write the JSON file."""
-    p = argparse.ArgumentParser(prog="spikeloop bench device", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="spikeloop bench device", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--exchanges", type=int, default=200, help="stimulations for the latency measurement")
     p.add_argument("--artifact-wait-ms", type=float, default=50.0, help="device artifact wait")
     p.add_argument("--collect-window-ms", type=float, default=50.0, help="device collection window")

@@ -146,11 +146,14 @@ class BridgeConfig:
         except ValueError as exc:
             raise ValueError(f"bridge {exc}") from None
         reply = self.device_reply_port
-        if reply is not None and reply not in ("stim_port", "auto") and (
-            isinstance(reply, bool) or not isinstance(reply, int) or not 1 <= reply <= 65535
+        if (
+            reply is not None
+            and reply not in ("stim_port", "auto")
+            and (isinstance(reply, bool) or not isinstance(reply, int) or not 1 <= reply <= 65535)
         ):
-            raise ValueError(f"bridge device_reply_port={reply!r}: use 'auto', 'stim_port', a port number 1-65535 "
-                             "or None")
+            raise ValueError(
+                f"bridge device_reply_port={reply!r}: use 'auto', 'stim_port', a port number 1-65535 or None"
+            )
 
     @property
     def horizon_s(self) -> float:
@@ -273,12 +276,12 @@ class BridgeCore:
             self._device_ip = socket.gethostbyname(address.host)
         except OSError as exc:
             self._spike_sock.close()
-            raise OSError(f"bridge {config.device_id!r}: cannot resolve device host {address.host!r}: "
-                          f"{exc}") from None
+            raise OSError(f"bridge {config.device_id!r}: cannot resolve device host {address.host!r}: {exc}") from None
         reply_port = config.device_reply_port
         self._pin_auto = reply_port == "auto"
-        self._reply_port: int | None = (address.stim_port if reply_port == "stim_port" else
-                                        None if reply_port == "auto" else reply_port)
+        self._reply_port: int | None = (
+            address.stim_port if reply_port == "stim_port" else None if reply_port == "auto" else reply_port
+        )
         self._repin: tuple[int, int] | None = None  # auto: (other port, timeouts in a row it was heard in)
         self._other_port: int | None = None  # auto, pinned: another port of the device host heard this exchange
         self._stim_addr = (self._device_ip, address.stim_port)
@@ -388,8 +391,11 @@ class BridgeCore:
                 self._counts["late"] += 1
                 self._counts["stale"] += len(held) - 2
                 self._busy_s += time.perf_counter() - t_start
-                log.warning("device %r: %d replies in the window after a written-off one; none taken",
-                            self.config.device_id, len(held))
+                log.warning(
+                    "device %r: %d replies in the window after a written-off one; none taken",
+                    self.config.device_id,
+                    len(held),
+                )
                 return self._no_answer(stim, clamped, count_timeout=False)
         if answer is None and candidate is not None:
             answer = candidate
@@ -523,8 +529,12 @@ class BridgeCore:
             self._copies_heard = 0
         if self._pin_auto and self._reply_port is None:
             self._reply_port = answer.port
-            log.info("device %r answers from %s:%d; replies from other ports are refused from now on",
-                     self.config.device_id, self._device_ip, answer.port)
+            log.info(
+                "device %r answers from %s:%d; replies from other ports are refused from now on",
+                self.config.device_id,
+                self._device_ip,
+                answer.port,
+            )
         self._repin = None
         self._counts["ok"] += 1
         self._consecutive_timeouts = 0
@@ -549,17 +559,26 @@ class BridgeCore:
         heard = self._repin[1] + 1 if self._repin is not None and self._repin[0] == self._other_port else 1
         self._repin = (self._other_port, heard)
         if heard >= AUTO_REPIN_TIMEOUTS:
-            log.warning("device %r: port %d silent for %d exchanges while %s:%d sends replies; taking replies "
-                        "from that port now (device program restarted?)", self.config.device_id, self._reply_port,
-                        heard, self._device_ip, self._other_port)
+            log.warning(
+                "device %r: port %d silent for %d exchanges while %s:%d sends replies; taking replies "
+                "from that port now (device program restarted?)",
+                self.config.device_id,
+                self._reply_port,
+                heard,
+                self._device_ip,
+                self._other_port,
+            )
             self._reply_port, self._repin = self._other_port, None
 
     def _note_copies(self) -> None:
         """Plain, at a timeout: a device that only ever repeats itself (constant clock, constant counts) is one."""
         self._copies_heard = self._copies_heard + 1 if self._copy_this_exchange else 0
         if self._copies_heard >= AUTO_PLAIN_VOTES:
-            log.warning("device %r repeats its last reply byte for byte every exchange; taking such copies as "
-                        "answers from now on", self.config.device_id)
+            log.warning(
+                "device %r repeats its last reply byte for byte every exchange; taking such copies as "
+                "answers from now on",
+                self.config.device_id,
+            )
             self._stamps_repeat, self._copies_heard = True, 0
 
     def _vote_plain(self) -> None:

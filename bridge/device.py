@@ -185,7 +185,9 @@ class DeviceConfig:
         if self.tick_quantised and self.backend == "cl":
             raise ValueError("--tick-quantised emulates a hardware loop; the cl backend already runs on its own ticks")
         if self.tick_quantised and not self.realtime and self.backend in ("sim", "transparent"):
-            raise ValueError("--tick-quantised runs on the wall clock: use it with --realtime, not --as-fast-as-possible")
+            raise ValueError(
+                "--tick-quantised runs on the wall clock: use it with --realtime, not --as-fast-as-possible"
+            )
         longest_burst = self.envelope.max_frequency_hz / self.tick_frequency_hz
         if longest_burst > self.envelope.max_pulses:
             raise ValueError(
@@ -293,11 +295,19 @@ class Device:
         """Serve until training_complete or stop(); close the recording; return the exit status."""
         try:
             self.backend.open(self.config.recording_path)
-            log.info("device up: backend=%s stim=%d feedback=%d event=%d -> replies to %s:%d from port %d%s",
-                     self.backend.name, self.stim_port, self.feedback_port, self.event_port, *self._reply_to,
-                     self.reply_source_port,
-                     f" (tick-quantised at {self.config.tick_frequency_hz:g} Hz, replies {self._window_ticks} "
-                     f"tick(s) after the tick that takes a stimulation)" if self.config.tick_quantised else "")
+            log.info(
+                "device up: backend=%s stim=%d feedback=%d event=%d -> replies to %s:%d from port %d%s",
+                self.backend.name,
+                self.stim_port,
+                self.feedback_port,
+                self.event_port,
+                *self._reply_to,
+                self.reply_source_port,
+                f" (tick-quantised at {self.config.tick_frequency_hz:g} Hz, replies {self._window_ticks} "
+                f"tick(s) after the tick that takes a stimulation)"
+                if self.config.tick_quantised
+                else "",
+            )
             if self.config.tick_quantised:
                 self._serve_ticks()
                 return 0
@@ -395,8 +405,13 @@ class Device:
         handler = self._handlers[sock]
         kind = handler.__name__.removeprefix("_on_")
         if not self._accepts(source):
-            self._skipped("foreign", kind, data, f"from {source[0]}:{source[1]}, not the training host "
-                          f"{self._reply_to[0]} (accept_from={self.config.accept_from})")
+            self._skipped(
+                "foreign",
+                kind,
+                data,
+                f"from {source[0]}:{source[1]}, not the training host "
+                f"{self._reply_to[0]} (accept_from={self.config.accept_from})",
+            )
             return
         try:
             handler(data)
@@ -406,8 +421,15 @@ class Device:
             self._skipped("refused", kind, data, f"outside the device's envelope: {exc}")
         except Exception as exc:  # the device must outlive any one datagram; the cause goes to the log
             self.counters[f"errors_{kind}"] += 1
-            self._warn.warning(f"errors_{kind}", "%s datagram (%d bytes) raised %s: %s", kind, len(data),
-                               type(exc).__name__, exc, exc_info=True)
+            self._warn.warning(
+                f"errors_{kind}",
+                "%s datagram (%d bytes) raised %s: %s",
+                kind,
+                len(data),
+                type(exc).__name__,
+                exc,
+                exc_info=True,
+            )
 
     # --- tick-quantised: a fixed-rate hardware loop ------------------------------------
 
@@ -450,8 +472,9 @@ class Device:
     def _skipped(self, why: str, kind: str, data: bytes, detail: str) -> None:
         key = f"{why}_{kind}"
         self.counters[key] += 1
-        self._warn.warning(key, "skipped %s %s datagram #%d (%d bytes): %s", why, kind, self.counters[key],
-                           len(data), detail)
+        self._warn.warning(
+            key, "skipped %s %s datagram #%d (%d bytes): %s", why, kind, self.counters[key], len(data), detail
+        )
 
     # --- handlers ----------------------------------------------------------------------
 
@@ -473,10 +496,15 @@ class Device:
             self.counters["replies_discarded"] += len(self._pending)
             self._pending.clear()
         # Queued before stimulating: a stimulation that was taken in is answered, whatever happens next.
-        self._pending.append(_PendingReply(cmd.timestamp_us, start_s, end_s, received,
-                                           due_tick=self._tick + self._window_ticks))
-        entry = {"t_s": at_s, "timestamp_us": cmd.timestamp_us, "frequencies_hz": list(cmd.frequencies_hz),
-                 "amplitudes_ua": list(cmd.amplitudes_ua)}
+        self._pending.append(
+            _PendingReply(cmd.timestamp_us, start_s, end_s, received, due_tick=self._tick + self._window_ticks)
+        )
+        entry = {
+            "t_s": at_s,
+            "timestamp_us": cmd.timestamp_us,
+            "frequencies_hz": list(cmd.frequencies_hz),
+            "amplitudes_ua": list(cmd.amplitudes_ua),
+        }
         if refused is None:
             self.backend.stimulate(at_s, cmd.frequencies_hz, cmd.amplitudes_ua)
         else:
@@ -490,9 +518,17 @@ class Device:
         cmd = decode_feedback(data)
         self.counters["feedback"] += 1
         at_s = self.backend.now_s()
-        entry = {"t_s": at_s, "timestamp_us": cmd.timestamp_us, "type": cmd.feedback_type.name.lower(),
-                 "channels": list(cmd.channels), "frequency_hz": cmd.frequency_hz, "amplitude_ua": cmd.amplitude_ua,
-                 "pulses": cmd.pulses, "unpredictable": cmd.unpredictable, "event_name": cmd.event_name}
+        entry = {
+            "t_s": at_s,
+            "timestamp_us": cmd.timestamp_us,
+            "type": cmd.feedback_type.name.lower(),
+            "channels": list(cmd.channels),
+            "frequency_hz": cmd.frequency_hz,
+            "amplitude_ua": cmd.amplitude_ua,
+            "pulses": cmd.pulses,
+            "unpredictable": cmd.unpredictable,
+            "event_name": cmd.event_name,
+        }
         # An interrupt only stops stimulation: its forbidden channels are dropped, never the interrupt.
         policy: Policy = "clamp" if cmd.feedback_type == FeedbackType.INTERRUPT else "raise"
         try:
@@ -567,9 +603,15 @@ class Device:
             log.warning("could not send spike reply to %s:%d: %s", *self._reply_to, exc)
             return
         self.counters["replies"] += 1
-        self.backend.record("spikes", {"t_s": reply.collect_end_s, "timestamp_us": reply.stim_timestamp_us,
-                                       "counts": counts,
-                                       "device_latency_ms": (time.monotonic() - reply.received_monotonic_s) * 1e3})
+        self.backend.record(
+            "spikes",
+            {
+                "t_s": reply.collect_end_s,
+                "timestamp_us": reply.stim_timestamp_us,
+                "counts": counts,
+                "device_latency_ms": (time.monotonic() - reply.received_monotonic_s) * 1e3,
+            },
+        )
 
 
 # --- command line ------------------------------------------------------------------------
@@ -583,77 +625,169 @@ def build_parser() -> argparse.ArgumentParser:
         "datagrams, answers each stimulation with spike counts per channel group.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--backend", choices=BACKEND_NAMES, default="sim",
-                   help="sim: simulated culture; cl: Cortical Labs cl API (CL1 or cl-sdk); "
-                   "random: Poisson counts; zero: all-zero counts")
-    p.add_argument("--training-host", default="127.0.0.1",
-                   help="host that receives the spike replies; by default the only host whose datagrams are acted on")
-    p.add_argument("--accept-from", choices=("host", "spike-port", "any"), default="host",
-                   help="whose stimulation, feedback and events are acted on: host = datagrams from the training "
-                   "host's address; spike-port = only from its spike port (a spikeloop bridge sends from there; "
-                   "other processes on that host are refused too); any = from anywhere (opens the device to "
-                   "every host that can reach it). Others are counted as foreign and skipped")
-    p.add_argument("--bind-host", default="127.0.0.1",
-                   help="address the device binds its stimulation, event and feedback ports on (0.0.0.0: all)")
-    p.add_argument("--stim-port", type=int, default=channels.STIM_PORT,
-                   help="UDP port for stimulation commands (device binds; 0 = any free port)")
-    p.add_argument("--spike-port", type=int, default=channels.SPIKE_PORT,
-                   help="UDP port on the training host that receives spike counts")
-    p.add_argument("--event-port", type=int, default=channels.EVENT_PORT,
-                   help="UDP port for event metadata (device binds; 0 = any free port)")
-    p.add_argument("--feedback-port", type=int, default=channels.FEEDBACK_PORT,
-                   help="UDP port for feedback commands (device binds; 0 = any free port)")
-    p.add_argument("--tick-frequency", type=float, default=channels.TICK_FREQUENCY_HZ,
-                   help="hardware tick rate in Hz; a stimulation command's burst lasts one tick "
-                   "(pulses = frequency / tick rate, at least one)")
-    p.add_argument("--artifact-wait-ms", type=float, default=channels.ARTIFACT_WAIT_MS,
-                   help="milliseconds skipped after a stimulation before counting spikes")
-    p.add_argument("--collect-window-ms", type=float, default=channels.COLLECT_WINDOW_MS,
-                   help="milliseconds of spikes counted after the artifact wait; the reply leaves at its end")
-    p.add_argument("--recording-path", type=Path, default=None,
-                   help="directory for the recording (cl: HDF5 with data streams; others: JSONL of "
-                   "stim/spikes/feedback plus a .events.jsonl beside it); default: no recording")
+    p.add_argument(
+        "--backend",
+        choices=BACKEND_NAMES,
+        default="sim",
+        help="sim: simulated culture; cl: Cortical Labs cl API (CL1 or cl-sdk); "
+        "random: Poisson counts; zero: all-zero counts",
+    )
+    p.add_argument(
+        "--training-host",
+        default="127.0.0.1",
+        help="host that receives the spike replies; by default the only host whose datagrams are acted on",
+    )
+    p.add_argument(
+        "--accept-from",
+        choices=("host", "spike-port", "any"),
+        default="host",
+        help="whose stimulation, feedback and events are acted on: host = datagrams from the training "
+        "host's address; spike-port = only from its spike port (a spikeloop bridge sends from there; "
+        "other processes on that host are refused too); any = from anywhere (opens the device to "
+        "every host that can reach it). Others are counted as foreign and skipped",
+    )
+    p.add_argument(
+        "--bind-host",
+        default="127.0.0.1",
+        help="address the device binds its stimulation, event and feedback ports on (0.0.0.0: all)",
+    )
+    p.add_argument(
+        "--stim-port",
+        type=int,
+        default=channels.STIM_PORT,
+        help="UDP port for stimulation commands (device binds; 0 = any free port)",
+    )
+    p.add_argument(
+        "--spike-port",
+        type=int,
+        default=channels.SPIKE_PORT,
+        help="UDP port on the training host that receives spike counts",
+    )
+    p.add_argument(
+        "--event-port",
+        type=int,
+        default=channels.EVENT_PORT,
+        help="UDP port for event metadata (device binds; 0 = any free port)",
+    )
+    p.add_argument(
+        "--feedback-port",
+        type=int,
+        default=channels.FEEDBACK_PORT,
+        help="UDP port for feedback commands (device binds; 0 = any free port)",
+    )
+    p.add_argument(
+        "--tick-frequency",
+        type=float,
+        default=channels.TICK_FREQUENCY_HZ,
+        help="hardware tick rate in Hz; a stimulation command's burst lasts one tick "
+        "(pulses = frequency / tick rate, at least one)",
+    )
+    p.add_argument(
+        "--artifact-wait-ms",
+        type=float,
+        default=channels.ARTIFACT_WAIT_MS,
+        help="milliseconds skipped after a stimulation before counting spikes",
+    )
+    p.add_argument(
+        "--collect-window-ms",
+        type=float,
+        default=channels.COLLECT_WINDOW_MS,
+        help="milliseconds of spikes counted after the artifact wait; the reply leaves at its end",
+    )
+    p.add_argument(
+        "--recording-path",
+        type=Path,
+        default=None,
+        help="directory for the recording (cl: HDF5 with data streams; others: JSONL of "
+        "stim/spikes/feedback plus a .events.jsonl beside it); default: no recording",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the simulated culture or the random counts")
-    p.add_argument("--random-spike-rate-hz", type=float, default=5.0,
-                   help="random backend: Poisson rate per recorded electrode")
+    p.add_argument(
+        "--random-spike-rate-hz", type=float, default=5.0, help="random backend: Poisson rate per recorded electrode"
+    )
     pace = p.add_mutually_exclusive_group()
-    pace.add_argument("--realtime", dest="realtime", action="store_true", default=True,
-                      help="sim: culture time follows the wall clock, replies wait for the windows")
-    pace.add_argument("--as-fast-as-possible", dest="realtime", action="store_false",
-                      help="sim: simulate the windows at once and reply as soon as computed")
-    p.add_argument("--cl-sim-culture", action="store_true",
-                   help="cl backend under the cl-sdk simulator only: the simulator's data comes from the "
-                   "simulated culture (seeded by --seed) instead of cl-sdk's random source")
+    pace.add_argument(
+        "--realtime",
+        dest="realtime",
+        action="store_true",
+        default=True,
+        help="sim: culture time follows the wall clock, replies wait for the windows",
+    )
+    pace.add_argument(
+        "--as-fast-as-possible",
+        dest="realtime",
+        action="store_false",
+        help="sim: simulate the windows at once and reply as soon as computed",
+    )
+    p.add_argument(
+        "--cl-sim-culture",
+        action="store_true",
+        help="cl backend under the cl-sdk simulator only: the simulator's data comes from the "
+        "simulated culture (seeded by --seed) instead of cl-sdk's random source",
+    )
     third = p.add_argument_group(
         "third-party device behaviour (rehearsal and tests)",
         "behave like a protocol-v1 device program that is not spikeloop's, e.g. the reference trainer's: the "
-        "bridge must work with such devices unchanged")
-    third.add_argument("--tick-quantised", action="store_true",
-                       help="run a fixed-rate hardware loop at --tick-frequency: at most one datagram per port per "
-                       "tick, a stimulation taken while a reply is pending discards that reply, and replies leave on "
-                       "the first tick after the windows (counted in whole ticks from the tick that took the "
-                       "stimulation in); needs real time")
-    third.add_argument("--own-clock", action="store_true",
-                       help="stamp replies with the device's wall clock instead of echoing the stimulation's timestamp")
-    third.add_argument("--clock-resolution-ms", type=float, default=0.0, metavar="MS",
-                       help="with --own-clock: the clock moves in steps of MS milliseconds (e.g. 16: a coarse clock)")
-    third.add_argument("--constant-clock", action="store_true",
-                       help="stamp every reply with the same time (a clock that never moves); implies --own-clock")
-    third.add_argument("--reply-from", choices=("stim-port", "ephemeral"), default="stim-port",
-                       help="send replies from the stimulation port, or from a socket of their own on a free port")
+        "bridge must work with such devices unchanged",
+    )
+    third.add_argument(
+        "--tick-quantised",
+        action="store_true",
+        help="run a fixed-rate hardware loop at --tick-frequency: at most one datagram per port per "
+        "tick, a stimulation taken while a reply is pending discards that reply, and replies leave on "
+        "the first tick after the windows (counted in whole ticks from the tick that took the "
+        "stimulation in); needs real time",
+    )
+    third.add_argument(
+        "--own-clock",
+        action="store_true",
+        help="stamp replies with the device's wall clock instead of echoing the stimulation's timestamp",
+    )
+    third.add_argument(
+        "--clock-resolution-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="with --own-clock: the clock moves in steps of MS milliseconds (e.g. 16: a coarse clock)",
+    )
+    third.add_argument(
+        "--constant-clock",
+        action="store_true",
+        help="stamp every reply with the same time (a clock that never moves); implies --own-clock",
+    )
+    third.add_argument(
+        "--reply-from",
+        choices=("stim-port", "ephemeral"),
+        default="stim-port",
+        help="send replies from the stimulation port, or from a socket of their own on a free port",
+    )
     envelope = p.add_argument_group(
-        "device safety envelope", "the device's own limits, checked on every stimulation and feedback command "
+        "device safety envelope",
+        "the device's own limits, checked on every stimulation and feedback command "
         "whatever the trainer's envelope says; a command outside them is refused (counted, logged; a refused "
-        "stimulation is still answered, without stimulating)")
+        "stimulation is still answered, without stimulating)",
+    )
     for f in dataclasses.fields(SafetyEnvelope):
         if f.name in ENVELOPE_FLAGS:
-            envelope.add_argument(f"--{f.name.replace('_', '-')}", type=int if f.name == "max_pulses" else float,
-                                  default=f.default, help=ENVELOPE_FLAGS[f.name])
-    envelope.add_argument("--forbid-electrode", dest="forbid_electrodes", type=int, action="append", default=[],
-                          metavar="N", help="never stimulate electrode N, in addition to the hardware-forbidden "
-                          f"{sorted(channels.FORBIDDEN_ELECTRODES)} (repeatable)")
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                   help="logging verbosity")
+            envelope.add_argument(
+                f"--{f.name.replace('_', '-')}",
+                type=int if f.name == "max_pulses" else float,
+                default=f.default,
+                help=ENVELOPE_FLAGS[f.name],
+            )
+    envelope.add_argument(
+        "--forbid-electrode",
+        dest="forbid_electrodes",
+        type=int,
+        action="append",
+        default=[],
+        metavar="N",
+        help="never stimulate electrode N, in addition to the hardware-forbidden "
+        f"{sorted(channels.FORBIDDEN_ELECTRODES)} (repeatable)",
+    )
+    p.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="logging verbosity"
+    )
     return p
 
 
@@ -668,8 +802,14 @@ ENVELOPE_FLAGS = {
 """The SafetyEnvelope fields `spikeloop device` sets from flags (defaults: SafetyEnvelope's own)."""
 
 
-ADDRESS_FLAGS = {"host": "--bind-host", "bind_host": "--training-host", "stim_port": "--stim-port",
-                 "spike_port": "--spike-port", "event_port": "--event-port", "feedback_port": "--feedback-port"}
+ADDRESS_FLAGS = {
+    "host": "--bind-host",
+    "bind_host": "--training-host",
+    "stim_port": "--stim-port",
+    "spike_port": "--spike-port",
+    "event_port": "--event-port",
+    "feedback_port": "--feedback-port",
+}
 """The flag that sets each DeviceAddress field, read from the device's end."""
 
 
@@ -680,21 +820,34 @@ def config_from_args(args: argparse.Namespace) -> DeviceConfig:
         forbidden_electrodes=channels.FORBIDDEN_ELECTRODES | set(args.forbid_electrodes),
     )
     try:  # the device's end of the address: it listens on --bind-host and replies to --training-host
-        address = DeviceAddress(host=args.bind_host, bind_host=args.training_host, stim_port=args.stim_port,
-                                spike_port=args.spike_port, event_port=args.event_port,
-                                feedback_port=args.feedback_port)
+        address = DeviceAddress(
+            host=args.bind_host,
+            bind_host=args.training_host,
+            stim_port=args.stim_port,
+            spike_port=args.spike_port,
+            event_port=args.event_port,
+            feedback_port=args.feedback_port,
+        )
     except ValueError as exc:
         field_name, _, rest = str(exc).partition("=")
         raise ValueError(f"{ADDRESS_FLAGS.get(field_name, field_name)} {rest}") from None
     return DeviceConfig(
         address=address,
-        tick_frequency_hz=args.tick_frequency, artifact_wait_ms=args.artifact_wait_ms,
-        collect_window_ms=args.collect_window_ms, recording_path=args.recording_path, backend=args.backend,
-        seed=args.seed, random_spike_rate_hz=args.random_spike_rate_hz, realtime=args.realtime,
-        cl_sim_culture=args.cl_sim_culture, envelope=envelope, accept_from=args.accept_from.replace("-", "_"),
+        tick_frequency_hz=args.tick_frequency,
+        artifact_wait_ms=args.artifact_wait_ms,
+        collect_window_ms=args.collect_window_ms,
+        recording_path=args.recording_path,
+        backend=args.backend,
+        seed=args.seed,
+        random_spike_rate_hz=args.random_spike_rate_hz,
+        realtime=args.realtime,
+        cl_sim_culture=args.cl_sim_culture,
+        envelope=envelope,
+        accept_from=args.accept_from.replace("-", "_"),
         tick_quantised=args.tick_quantised,
         reply_stamp="constant" if args.constant_clock else "own" if args.own_clock else "echo",
-        clock_resolution_ms=args.clock_resolution_ms, reply_from=args.reply_from.replace("-", "_"),
+        clock_resolution_ms=args.clock_resolution_ms,
+        reply_from=args.reply_from.replace("-", "_"),
     )
 
 
@@ -716,9 +869,10 @@ def main(argv: list[str]) -> int:
     finally:
         device.close()  # idempotent; closes the recording if the loop was interrupted
         signal.signal(signal.SIGTERM, previous)
-    summary: dict[str, Any] = {"exit_reason": device.exit_reason or "loop ended", **device.counters,
-                               "recording_files": [str(p) for p in device.recording_files()]}
+    summary: dict[str, Any] = {
+        "exit_reason": device.exit_reason or "loop ended",
+        **device.counters,
+        "recording_files": [str(p) for p in device.recording_files()],
+    }
     print(json.dumps({"spikeloop_device": summary}), file=sys.stderr)
     return 0
-
-

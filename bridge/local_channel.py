@@ -63,8 +63,9 @@ _NO_TIMESTAMP = -1
 _STATUS: dict[bool, Literal["ok", "timeout"]] = {True: "ok", False: "timeout"}
 
 
-def encode_request(frequencies_hz: Sequence[float], amplitudes_ua: Sequence[float],
-                   feedback: Sequence[FeedbackCommand]) -> bytes:
+def encode_request(
+    frequencies_hz: Sequence[float], amplitudes_ua: Sequence[float], feedback: Sequence[FeedbackCommand]
+) -> bytes:
     """One exchange request: packed stimulation, then the pickled feedback commands if any."""
     values = np.concatenate([np.asarray(frequencies_hz, dtype="<f8"), np.asarray(amplitudes_ua, dtype="<f8")])
     message = _STIM + _STIM_HEADER.pack(len(frequencies_hz), len(amplitudes_ua)) + values.tobytes()
@@ -213,14 +214,16 @@ class LocalChannelClient:
             raise ChannelLost(f"cannot connect to the bridge's exchange socket {path}: {exc.strerror}") from None
         self._sock.settimeout(answer_within_s)
 
-    def call(self, frequencies_hz: Sequence[float], amplitudes_ua: Sequence[float],
-             feedback: Sequence[FeedbackCommand] = ()) -> SpikeReply:
+    def call(
+        self, frequencies_hz: Sequence[float], amplitudes_ua: Sequence[float], feedback: Sequence[FeedbackCommand] = ()
+    ) -> SpikeReply:
         """One exchange: send it and return the reply (or raise the error the bridge raised)."""
         self.send(frequencies_hz, amplitudes_ua, feedback)
         return self.receive()
 
-    def send(self, frequencies_hz: Sequence[float], amplitudes_ua: Sequence[float],
-             feedback: Sequence[FeedbackCommand] = ()) -> None:
+    def send(
+        self, frequencies_hz: Sequence[float], amplitudes_ua: Sequence[float], feedback: Sequence[FeedbackCommand] = ()
+    ) -> None:
         """Send one exchange request; `receive` returns its reply."""
         try:
             self._sock.sendall(encode_request(frequencies_hz, amplitudes_ua, feedback))
@@ -231,8 +234,9 @@ class LocalChannelClient:
         """Send feedback commands now, unanswered; an error they cause answers the next request instead."""
         message = _FEEDBACK + pickle.dumps(tuple(feedback), protocol=pickle.HIGHEST_PROTOCOL)
         if len(message) > MAX_MESSAGE_BYTES:
-            raise ValueError(f"{len(feedback)} feedback commands ({len(message)} bytes) are over the socket's "
-                             f"{MAX_MESSAGE_BYTES}")
+            raise ValueError(
+                f"{len(feedback)} feedback commands ({len(message)} bytes) are over the socket's {MAX_MESSAGE_BYTES}"
+            )
         try:
             self._sock.sendall(message)
         except OSError as exc:
@@ -299,7 +303,7 @@ def remove_dead_channel_dirs(root: str | None = None) -> list[str]:
 
 def _channel_alive(path: str, name: str, mtime: float) -> bool:
     """Whether a channel directory may still be in use: its process lives and its socket answers (or is new)."""
-    pid_text = name[len(DIR_PREFIX):].split("-", 1)[0]
+    pid_text = name[len(DIR_PREFIX) :].split("-", 1)[0]
     if pid_text.isdigit():
         try:
             os.kill(int(pid_text), 0)

@@ -213,7 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     device = LoopbackDevice(spike_port=args.spike_port, stim_port=args.stim_port, echo_timestamps=not args.own_clock)
     device.start()
-    print(f"stim_port={device.stim_port} feedback_port={device.feedback_port} event_port={device.event_port}", flush=True)
+    print(
+        f"stim_port={device.stim_port} feedback_port={device.feedback_port} event_port={device.event_port}", flush=True
+    )
     try:
         while True:
             time.sleep(3600)

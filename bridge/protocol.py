@@ -193,7 +193,12 @@ class FeedbackCommand:
 
 
 def _wire_u32(value: float, name: str) -> int:
-    if not isinstance(value, (int, float)) or not math.isfinite(value) or value != int(value) or not 0 <= value <= U32_MAX:
+    if (
+        not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value != int(value)
+        or not 0 <= value <= U32_MAX
+    ):
         raise ProtocolError(f"{name} {value!r} is not an integer in 0-{U32_MAX}, as the wire field requires")
     return int(value)
 
@@ -253,7 +258,9 @@ def decode_feedback(data: bytes) -> FeedbackCommand:
         event_name = name.rstrip(b"\x00").decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ProtocolError(f"event name is not UTF-8: {exc}") from None
-    return FeedbackCommand(ts, FeedbackType(ftype), tuple(slots[:n]), freq, amp, pulses, bool(unpredictable), event_name)
+    return FeedbackCommand(
+        ts, FeedbackType(ftype), tuple(slots[:n]), freq, amp, pulses, bool(unpredictable), event_name
+    )
 
 
 # --- events ----------------------------------------------------------------------

@@ -64,8 +64,14 @@ class SafetyEnvelope:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "forbidden_electrodes", frozenset(int(e) for e in self.forbidden_electrodes))
-        for name in ("min_frequency_hz", "max_frequency_hz", "min_amplitude_ua", "max_amplitude_ua",
-                     "phase_width_us", "max_charge_per_phase_nc"):
+        for name in (
+            "min_frequency_hz",
+            "max_frequency_hz",
+            "min_amplitude_ua",
+            "max_amplitude_ua",
+            "phase_width_us",
+            "max_charge_per_phase_nc",
+        ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise ValueError(f"{name}={v!r}: must be a finite number > 0")
@@ -76,17 +82,22 @@ class SafetyEnvelope:
             raise ValueError(f"max_pulses={self.max_pulses!r}: must be a whole number 0-{U32_MAX}")
         object.__setattr__(self, "max_pulses", pulses)
         if self.min_frequency_hz > self.max_frequency_hz:
-            raise ValueError(f"min_frequency_hz={self.min_frequency_hz:g} is above max_frequency_hz={self.max_frequency_hz:g}")
+            raise ValueError(
+                f"min_frequency_hz={self.min_frequency_hz:g} is above max_frequency_hz={self.max_frequency_hz:g}"
+            )
         if self.max_frequency_hz > U32_MAX:
-            raise ValueError(f"max_frequency_hz={self.max_frequency_hz:g}: the feedback wire carries "
-                             f"at most {U32_MAX} Hz")
+            raise ValueError(
+                f"max_frequency_hz={self.max_frequency_hz:g}: the feedback wire carries at most {U32_MAX} Hz"
+            )
         if math.ceil(self.min_frequency_hz) > math.floor(self.max_frequency_hz):
             raise ValueError(
                 f"min_frequency_hz={self.min_frequency_hz:g} .. max_frequency_hz={self.max_frequency_hz:g}: feedback "
                 "frequencies travel as whole Hz and none lies in this range; widen it to include a whole number"
             )
         if self.min_amplitude_ua > self.max_amplitude_ua:
-            raise ValueError(f"min_amplitude_ua={self.min_amplitude_ua:g} is above max_amplitude_ua={self.max_amplitude_ua:g}")
+            raise ValueError(
+                f"min_amplitude_ua={self.min_amplitude_ua:g} is above max_amplitude_ua={self.max_amplitude_ua:g}"
+            )
         if self.effective_max_amplitude_ua < self.min_amplitude_ua:
             raise ValueError(
                 f"max_charge_per_phase_nc={self.max_charge_per_phase_nc:g} allows at most "
@@ -98,8 +109,10 @@ class SafetyEnvelope:
             ("min_amplitude_ua", self.min_amplitude_ua, "max_amplitude_ua", self.effective_max_amplitude_ua),
         ):
             if _f32_at_least(lo) > hi:
-                raise ValueError(f"{lo_name}={lo!r} .. {hi_name}={hi!r}: no 32-bit float (what the wire carries) "
-                                 "lies in this range; widen it")
+                raise ValueError(
+                    f"{lo_name}={lo!r} .. {hi_name}={hi!r}: no 32-bit float (what the wire carries) "
+                    "lies in this range; widen it"
+                )
         if not FORBIDDEN_ELECTRODES <= self.forbidden_electrodes:
             missing = sorted(FORBIDDEN_ELECTRODES - self.forbidden_electrodes)
             raise ValueError(
@@ -148,9 +161,7 @@ class SafetyEnvelope:
             not self.min_amplitude_ua <= amp <= self.effective_max_amplitude_ua
         )
         if violations and policy == "raise":
-            raise SafetyViolation(
-                f"{what}: {freq:g} Hz / {amp:g} uA is outside the envelope ({self.describe()})"
-            )
+            raise SafetyViolation(f"{what}: {freq:g} Hz / {amp:g} uA is outside the envelope ({self.describe()})")
         return fixed_f, fixed_a, violations
 
     def check_stim(self, cmd: StimCommand, policy: Policy = "clamp") -> tuple[StimCommand, int]:
@@ -182,8 +193,13 @@ class SafetyEnvelope:
         try:
             # The constructor checks these, but an object that skipped it (unpickled, say) must not slip by.
             feedback_type = FeedbackType(cmd.feedback_type)
-            allowed = [not isinstance(c, bool) and isinstance(c, int) and 0 <= c < N_ELECTRODES
-                       and c not in self.forbidden_electrodes for c in cmd.channels]
+            allowed = [
+                not isinstance(c, bool)
+                and isinstance(c, int)
+                and 0 <= c < N_ELECTRODES
+                and c not in self.forbidden_electrodes
+                for c in cmd.channels
+            ]
         except (TypeError, ValueError):
             raise SafetyViolation(f"feedback {cmd.event_name!r}: not a well-formed feedback command") from None
         channels = tuple(c for c, ok in zip(cmd.channels, allowed) if ok)

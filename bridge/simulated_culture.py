@@ -89,15 +89,44 @@ def _uniform(rng_state: np.ndarray) -> float:
 
 @numba.njit(cache=True)
 def _simulate(
-    n_steps, step0,
-    v, u, a, b, c, d, excitatory,
-    out_ptr, out_target, out_delay, weight, plastic, in_ptr, in_synapse, synapse_source,
-    input_ring, pre_trace, post_trace,
-    pulse_next_step, pulse_interval_steps, pulse_remaining, pulse_amplitude_ua,
-    stim_ptr, stim_neuron, stim_falloff, stim_gain,
+    n_steps,
+    step0,
+    v,
+    u,
+    a,
+    b,
+    c,
+    d,
+    excitatory,
+    out_ptr,
+    out_target,
+    out_delay,
+    weight,
+    plastic,
+    in_ptr,
+    in_synapse,
+    synapse_source,
+    input_ring,
+    pre_trace,
+    post_trace,
+    pulse_next_step,
+    pulse_interval_steps,
+    pulse_remaining,
+    pulse_amplitude_ua,
+    stim_ptr,
+    stim_neuron,
+    stim_falloff,
+    stim_gain,
     recorded_by,
-    noise_p, noise_kick, plasticity, a_plus, a_minus, trace_decay, w_max,
-    rng_state, electrode_counts,
+    noise_p,
+    noise_kick,
+    plasticity,
+    a_plus,
+    a_minus,
+    trace_decay,
+    w_max,
+    rng_state,
+    electrode_counts,
 ):  # pragma: no cover - compiled
     n = v.shape[0]
     ring = input_ring.shape[0]
@@ -212,7 +241,9 @@ class SimulatedCulture:
         # neighbours project to the same distant patch and their input converges.
         end = self.positions + self._axon_field(rng, self.positions)
         self._project_to_motor_groups(rng, end)
-        patch = np.exp(-((np.sqrt(((end[:, None, :] - self.positions[None, :, :]) ** 2).sum(-1)) / cfg.patch_radius) ** 2))
+        patch = np.exp(
+            -((np.sqrt(((end[:, None, :] - self.positions[None, :, :]) ** 2).sum(-1)) / cfg.patch_radius) ** 2)
+        )
         for m in (local, patch):
             np.fill_diagonal(m, 0.0)
             m /= m.sum(axis=1, keepdims=True) + 1e-300
@@ -287,8 +318,9 @@ class SimulatedCulture:
         """Culture time simulated so far."""
         return self.step * DT_MS
 
-    def stimulate(self, electrode: int, amplitude_ua: float, pulses: int, frequency_hz: float,
-                  start_ms: float | None = None) -> None:
+    def stimulate(
+        self, electrode: int, amplitude_ua: float, pulses: int, frequency_hz: float, start_ms: float | None = None
+    ) -> None:
         """Schedule a burst on one electrode, replacing any burst in progress there.
 
         Zero amplitude, frequency or pulses schedules nothing (and ends the burst in progress).
@@ -324,17 +356,44 @@ class SimulatedCulture:
             return counts
         cfg = self.config
         _simulate(
-            n_steps, self.step,
-            self.v, self.u, self.a, self.b, self.c, self.d, self.excitatory,
-            self.out_ptr, self.out_target, self.out_delay, self.weight, self.plastic, self.in_ptr, self.in_synapse,
+            n_steps,
+            self.step,
+            self.v,
+            self.u,
+            self.a,
+            self.b,
+            self.c,
+            self.d,
+            self.excitatory,
+            self.out_ptr,
+            self.out_target,
+            self.out_delay,
+            self.weight,
+            self.plastic,
+            self.in_ptr,
+            self.in_synapse,
             self.synapse_source,
-            self._input_ring, self._pre_trace, self._post_trace,
-            self._pulse_next_step, self._pulse_interval_steps, self._pulse_remaining, self._pulse_amplitude_ua,
-            self.stim_ptr, self.stim_neuron, self.stim_falloff, cfg.stim_gain_mv_per_ua,
+            self._input_ring,
+            self._pre_trace,
+            self._post_trace,
+            self._pulse_next_step,
+            self._pulse_interval_steps,
+            self._pulse_remaining,
+            self._pulse_amplitude_ua,
+            self.stim_ptr,
+            self.stim_neuron,
+            self.stim_falloff,
+            cfg.stim_gain_mv_per_ua,
             self.recorded_by,
-            cfg.noise_probability_per_ms, cfg.noise_kick_mv, self.plasticity_enabled,
-            cfg.stdp_potentiation, cfg.stdp_depression, math.exp(-DT_MS / cfg.stdp_tau_ms), cfg.max_weight_mv,
-            self._rng_state, counts,
+            cfg.noise_probability_per_ms,
+            cfg.noise_kick_mv,
+            self.plasticity_enabled,
+            cfg.stdp_potentiation,
+            cfg.stdp_depression,
+            math.exp(-DT_MS / cfg.stdp_tau_ms),
+            cfg.max_weight_mv,
+            self._rng_state,
+            counts,
         )
         self.step += n_steps
         return counts

@@ -72,8 +72,12 @@ def _game_variable(name: str) -> vizdoom.GameVariable:
 
 
 def _whole(value: Any, name: str, low: int, high: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low or (
-            high is not None and value > high):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, np.integer))
+        or value < low
+        or (high is not None and value > high)
+    ):
         allowed = f"{low}-{high}" if high is not None else f">= {low}"
         raise ValueError(f"{name}: must be a whole number {allowed}, got {value!r}")
 
@@ -86,9 +90,22 @@ def _finite_fields(settings: Any, name: str) -> None:
 
 
 def check_env_settings(
-    *, scenario: Any, frame_skip: Any, action_set: Any, screen: Any, screen_height: Any, screen_width: Any,
-    reward_mode: Any, reward_settings: Any, feature_settings: Any, enemy_names: Any, ammo_variable: Any,
-    add_missing_game_variables: Any, reset_delay_s: Any, render_mode: Any, curriculum: Any,
+    *,
+    scenario: Any,
+    frame_skip: Any,
+    action_set: Any,
+    screen: Any,
+    screen_height: Any,
+    screen_width: Any,
+    reward_mode: Any,
+    reward_settings: Any,
+    feature_settings: Any,
+    enemy_names: Any,
+    ammo_variable: Any,
+    add_missing_game_variables: Any,
+    reset_delay_s: Any,
+    render_mode: Any,
+    curriculum: Any,
 ) -> None:
     """Check DoomEnv's settings without starting a game; the error starts with the setting's name."""
     _whole(frame_skip, "frame_skip", 1)
@@ -103,8 +120,10 @@ def check_env_settings(
     _whole(screen_width, "screen_width", 1, GAME_RESOLUTION_WIDTH)
     if reward_mode not in REWARD_MODES:
         raise ValueError(f"reward_mode: unknown reward_mode {reward_mode!r}; choose from {', '.join(REWARD_MODES)}")
-    for name, cls, value in (("reward_settings", RewardSettings, reward_settings),
-                             ("feature_settings", FeatureSettings, feature_settings)):
+    for name, cls, value in (
+        ("reward_settings", RewardSettings, reward_settings),
+        ("feature_settings", FeatureSettings, feature_settings),
+    ):
         try:
             built = _settings(cls, value)
         except TypeError as exc:
@@ -115,8 +134,9 @@ def check_env_settings(
     for field in dataclasses.fields(features):
         if "scale" in field.name and not getattr(features, field.name) > 0:
             raise ValueError(f"feature_settings.{field.name}: must be > 0 (values are divided by it)")
-    if enemy_names is not None and (isinstance(enemy_names, (str, bytes)) or not all(
-            isinstance(n, str) and n for n in enemy_names)):
+    if enemy_names is not None and (
+        isinstance(enemy_names, (str, bytes)) or not all(isinstance(n, str) and n for n in enemy_names)
+    ):
         raise ValueError(f"enemy_names: must be a list of object names, got {enemy_names!r}")
     if not isinstance(ammo_variable, str):
         raise ValueError(f"ammo_variable: must be a game variable name, got {ammo_variable!r}")
@@ -124,8 +144,11 @@ def check_env_settings(
         _game_variable(ammo_variable)
     except ValueError as exc:
         raise ValueError(f"ammo_variable: {exc}") from None
-    if isinstance(reset_delay_s, bool) or not isinstance(reset_delay_s, (int, float)) or not (
-            math.isfinite(reset_delay_s) and reset_delay_s >= 0):
+    if (
+        isinstance(reset_delay_s, bool)
+        or not isinstance(reset_delay_s, (int, float))
+        or not (math.isfinite(reset_delay_s) and reset_delay_s >= 0)
+    ):
         raise ValueError(f"reset_delay_s: must be a finite number of seconds >= 0, got {reset_delay_s!r}")
     if render_mode not in (None, *DoomEnv.metadata["render_modes"]):
         raise ValueError(f"render_mode: unknown render_mode {render_mode!r}; choose from None, 'rgb_array'")
@@ -194,11 +217,21 @@ class DoomEnv(gym.Env):
         # Everything that can be checked without a game, before one starts (also what `spikeloop check` and the
         # experiment schema run, so a bad setting is refused before Ray starts).
         check_env_settings(
-            scenario=scenario, frame_skip=frame_skip, action_set=action_set, screen=screen,
-            screen_height=screen_height, screen_width=screen_width, reward_mode=reward_mode,
-            reward_settings=reward_settings, feature_settings=feature_settings, enemy_names=enemy_names,
-            ammo_variable=ammo_variable, add_missing_game_variables=add_missing_game_variables,
-            reset_delay_s=reset_delay_s, render_mode=render_mode, curriculum=curriculum,
+            scenario=scenario,
+            frame_skip=frame_skip,
+            action_set=action_set,
+            screen=screen,
+            screen_height=screen_height,
+            screen_width=screen_width,
+            reward_mode=reward_mode,
+            reward_settings=reward_settings,
+            feature_settings=feature_settings,
+            enemy_names=enemy_names,
+            ammo_variable=ammo_variable,
+            add_missing_game_variables=add_missing_game_variables,
+            reset_delay_s=reset_delay_s,
+            render_mode=render_mode,
+            curriculum=curriculum,
         )
         self.frame_skip = frame_skip
         self.action_set = action_set
@@ -350,8 +383,9 @@ class DoomEnv(gym.Env):
             return {"features": features, "screen": self._observation["screen"]}
         return {"features": features, "screen": self._screen_observation(self._screen_buffer)}
 
-    def _info(self, values: tuple[float, ...], terms: dict[str, float], events: dict[str, int],
-              game_reward: float = 0.0) -> dict[str, Any]:
+    def _info(
+        self, values: tuple[float, ...], terms: dict[str, float], events: dict[str, int], game_reward: float = 0.0
+    ) -> dict[str, Any]:
         """The info dict of a step or reset."""
         return {
             "events": events,

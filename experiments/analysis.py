@@ -64,17 +64,21 @@ def run_dirs_from_env(default: str | Path = "runs") -> list[Path]:
 
 
 def _is_trial_dir(path: Path) -> bool:
-    return (path / RESOLVED_FILE).is_file() and (
-        (path / EPISODES_FILE).is_file() or any(path.glob(EVENT_GLOB))
-    )
+    return (path / RESOLVED_FILE).is_file() and ((path / EPISODES_FILE).is_file() or any(path.glob(EVENT_GLOB)))
 
 
 def load_trial(path: str | Path) -> Trial:
     """One trial from its directory (its resolved experiment.yaml gives seed and ablation)."""
     path = Path(path)
     experiment = yaml.safe_load((path / RESOLVED_FILE).read_text()) or {}
-    return Trial(path=path, name=path.name, run=path.parent.name, seed=int(experiment.get("seed", 0)),
-                 ablation=str(experiment.get("ablation", "none")), experiment=experiment)
+    return Trial(
+        path=path,
+        name=path.name,
+        run=path.parent.name,
+        seed=int(experiment.get("seed", 0)),
+        ablation=str(experiment.get("ablation", "none")),
+        experiment=experiment,
+    )
 
 
 def find_trials(paths: str | Path | Iterable[str | Path]) -> list[Trial]:
@@ -124,8 +128,10 @@ def episode_arrays(trial: Trial | str | Path, fields: Sequence[str] | None = Non
         fields = [k for k, v in (records[0] if records else {}).items() if _is_number(v)] + [ENV_STEPS_AT_END]
     lengths = np.array([_as_float(r.get("episode_length")) for r in records], dtype=np.float64)
     derived = {ENV_STEPS_AT_END: np.cumsum(np.nan_to_num(lengths))}
-    return {f: derived[f] if f in derived else np.array([_as_float(r.get(f)) for r in records], dtype=np.float64)
-            for f in fields}
+    return {
+        f: derived[f] if f in derived else np.array([_as_float(r.get(f)) for r in records], dtype=np.float64)
+        for f in fields
+    }
 
 
 def _is_number(value: Any) -> bool:
@@ -139,7 +145,9 @@ def _as_float(value: Any) -> float:
 # --- TensorBoard -------------------------------------------------------------------
 
 
-def read_scalars(trial: Trial | str | Path, tags: Sequence[str] | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def read_scalars(
+    trial: Trial | str | Path, tags: Sequence[str] | None = None
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """TensorBoard scalars by tag: (env steps, values); all tags, or those of `tags` the trial logged."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -147,10 +155,12 @@ def read_scalars(trial: Trial | str | Path, tags: Sequence[str] | None = None) -
     accumulator.Reload()
     available = accumulator.Tags().get("scalars", [])
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for tag in (available if tags is None else [t for t in tags if t in available]):
+    for tag in available if tags is None else [t for t in tags if t in available]:
         events = accumulator.Scalars(tag)
-        out[tag] = (np.array([e.step for e in events], dtype=np.int64),
-                    np.array([e.value for e in events], dtype=np.float64))
+        out[tag] = (
+            np.array([e.step for e in events], dtype=np.int64),
+            np.array([e.value for e in events], dtype=np.float64),
+        )
     return out
 
 
@@ -194,7 +204,7 @@ def smooth(values: Sequence[float] | np.ndarray, window: int) -> np.ndarray:
     y = np.asarray(values, dtype=np.float64)
     out = np.full(len(y), np.nan)
     for i in range(len(y)):
-        chunk = y[max(0, i - window + 1): i + 1]
+        chunk = y[max(0, i - window + 1) : i + 1]
         chunk = chunk[np.isfinite(chunk)]
         if len(chunk):
             out[i] = chunk.mean()
@@ -244,8 +254,9 @@ def _nan_reduce(fn, stacked: np.ndarray) -> np.ndarray:
     return out
 
 
-def episode_curve(trial: Trial | str | Path, field_name: str = "episode_reward",
-                  x: str = "episode_index", window: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def episode_curve(
+    trial: Trial | str | Path, field_name: str = "episode_reward", x: str = "episode_index", window: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(x, smoothed field) of one trial's episodes; x is `episode_index` or `env_steps_at_end`."""
     arrays = episode_arrays(trial, [x, field_name])
     y = arrays[field_name]
@@ -261,7 +272,7 @@ def final_return(trial: Trial | str | Path, fraction: float = 0.25, field_name: 
     y = y[np.isfinite(y)]
     if not len(y):
         return math.nan
-    return float(y[-max(1, int(round(len(y) * fraction))):].mean())
+    return float(y[-max(1, int(round(len(y) * fraction))) :].mean())
 
 
 ALTERNATIVES = ("greater", "two-sided")
@@ -310,8 +321,9 @@ def cliffs_delta(a: Sequence[float], b: Sequence[float]) -> float:
     return float(np.sign(a[:, None] - b[None, :]).mean())
 
 
-def compare(name_a: str, returns_a: Sequence[float], name_b: str, returns_b: Sequence[float],
-            alternative: str = "greater") -> Comparison:
+def compare(
+    name_a: str, returns_a: Sequence[float], name_b: str, returns_b: Sequence[float], alternative: str = "greater"
+) -> Comparison:
     """Mann-Whitney U (the test that decides) and Welch's t-test on per-seed final returns, plus Cliff's delta.
 
     `alternative="greater"` tests the one-sided hypothesis that group a scores higher than
@@ -338,8 +350,9 @@ def compare(name_a: str, returns_a: Sequence[float], name_b: str, returns_b: Seq
     return Comparison(name_a, name_b, a, b, welch, mwu, alternative, cliffs_delta(a, b))
 
 
-def compare_ablations(trials: Sequence[Trial], baseline: str = "none", fraction: float = 0.25,
-                      alternative: str = "greater") -> list[Comparison]:
+def compare_ablations(
+    trials: Sequence[Trial], baseline: str = "none", fraction: float = 0.25, alternative: str = "greater"
+) -> list[Comparison]:
     """The baseline group (the culture's real answer) against every other ablation group.
 
     By default one-sided: the hypothesis is that the baseline scores higher than the ablation.
@@ -347,8 +360,11 @@ def compare_ablations(trials: Sequence[Trial], baseline: str = "none", fraction:
     _check_alternative(alternative)
     groups = group_trials(trials, "ablation")
     base = [final_return(t, fraction) for t in groups.get(baseline, [])]
-    return [compare(baseline, base, name, [final_return(t, fraction) for t in members], alternative)
-            for name, members in groups.items() if name != baseline]
+    return [
+        compare(baseline, base, name, [final_return(t, fraction) for t in members], alternative)
+        for name, members in groups.items()
+        if name != baseline
+    ]
 
 
 def smallest_p(n_a: int, n_b: int, alternative: str = "greater") -> float:
@@ -393,18 +409,29 @@ def verdict(comparison: Comparison, alpha: float = 0.05) -> str:
     c = comparison
     n_a, n_b = len(c.a), len(c.b)
     sided = "one-sided" if c.alternative == "greater" else "two-sided"
-    means = (f"final-window return {c.name_a} {np.mean(c.a):.2f} vs {c.name_b} {np.mean(c.b):.2f}"
-             if n_a and n_b else "no finished episodes on one side")
+    means = (
+        f"final-window return {c.name_a} {np.mean(c.a):.2f} vs {c.name_b} {np.mean(c.b):.2f}"
+        if n_a and n_b
+        else "no finished episodes on one side"
+    )
     needed = min_seeds_per_group(alpha, c.alternative)
     if min(n_a, n_b) < needed:
         best = smallest_p(n_a, n_b, c.alternative)
-        reach = (f"the smallest p an exact {sided} Mann-Whitney test can give with {n_a} vs {n_b} seeds is "
-                 f"{best:.3g}, not below alpha={alpha:g}" if n_a and n_b else "there is nothing to test")
-        return (f"{c.name_a} vs {c.name_b}: no evidence either way — {n_a} vs {n_b} seed(s); at least {needed} "
-                f"per group are needed ({needed} vs {needed} can reach p={smallest_p(needed, needed, c.alternative):.3g}"
-                f" < {alpha:g}), and {reach} ({means}).")
-    tests = (f"Cliff's delta {c.cliffs_delta:+.2f}; Mann-Whitney {sided} p={c.mann_whitney_p:.3g}, "
-             f"Welch {sided} p={c.welch_p:.3g}; {n_a} vs {n_b} seeds")
+        reach = (
+            f"the smallest p an exact {sided} Mann-Whitney test can give with {n_a} vs {n_b} seeds is "
+            f"{best:.3g}, not below alpha={alpha:g}"
+            if n_a and n_b
+            else "there is nothing to test"
+        )
+        return (
+            f"{c.name_a} vs {c.name_b}: no evidence either way — {n_a} vs {n_b} seed(s); at least {needed} "
+            f"per group are needed ({needed} vs {needed} can reach p={smallest_p(needed, needed, c.alternative):.3g}"
+            f" < {alpha:g}), and {reach} ({means})."
+        )
+    tests = (
+        f"Cliff's delta {c.cliffs_delta:+.2f}; Mann-Whitney {sided} p={c.mann_whitney_p:.3g}, "
+        f"Welch {sided} p={c.welch_p:.3g}; {n_a} vs {n_b} seeds"
+    )
     if c.mann_whitney_p < alpha:
         if c.alternative == "greater":
             return f"{c.name_a} vs {c.name_b}: {c.name_a} scores higher than {c.name_b} ({means}; {tests})."

@@ -19,5 +19,6 @@ ABLATIONS = ("sim", "zero", "random")
 
 def main(argv: list[str] | None = None) -> int:
     """Run the ablation conditions of the learning benchmark and write their JSON and figure."""
-    return learning_main(argv, name="ablation", description=__doc__, default_conditions=ABLATIONS,
-                         default_output=DEFAULT_OUTPUT)
+    return learning_main(
+        argv, name="ablation", description=__doc__, default_conditions=ABLATIONS, default_output=DEFAULT_OUTPUT
+    )

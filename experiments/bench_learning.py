@@ -75,8 +75,9 @@ models/module_config.py, the sim device's reference timing), so the benchmark me
 An optional "sim_device" key is merged into the sim device entry."""
 
 
-def experiment_dict(condition: str, seed: int, scenario: str = SCENARIO,
-                    base: dict[str, Any] | None = None) -> dict[str, Any]:
+def experiment_dict(
+    condition: str, seed: int, scenario: str = SCENARIO, base: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The (unvalidated) experiment of one condition and seed."""
     if condition not in CONDITIONS:
         raise ValueError(f"unknown condition {condition!r}; choose from {', '.join(CONDITIONS)}")
@@ -115,8 +116,10 @@ def _progress(condition: str, seed: int, episodes: list[Episode], steps: int, t0
     tail = episodes[-WINDOW:]
     mean = sum(e[1] for e in tail) / len(tail) if tail else math.nan
     kills = sum(e[2] for e in tail) / len(tail) if tail else math.nan
-    return (f"[learning] {condition:>11} seed {seed}: {steps:>7} env steps, {len(episodes):>5} episodes, "
-            f"return(last {len(tail)}) {mean:8.1f}, kill rate {kills:.2f}, {time.monotonic() - t0:6.0f} s")
+    return (
+        f"[learning] {condition:>11} seed {seed}: {steps:>7} env steps, {len(episodes):>5} episodes, "
+        f"return(last {len(tail)}) {mean:8.1f}, kill rate {kills:.2f}, {time.monotonic() - t0:6.0f} s"
+    )
 
 
 def train_run(condition: str, seed: int, budget: int, scenario: str) -> tuple[list[Episode], dict[str, Any]]:
@@ -134,8 +137,10 @@ def train_run(condition: str, seed: int, budget: int, scenario: str) -> tuple[li
         while steps < budget:
             result = algo.train()
             iterations += 1
-            steps = int(result.get("num_env_steps_sampled_lifetime")
-                        or result.get("env_runners", {}).get("num_env_steps_sampled_lifetime", 0))
+            steps = int(
+                result.get("num_env_steps_sampled_lifetime")
+                or result.get("env_runners", {}).get("num_env_steps_sampled_lifetime", 0)
+            )
             for record in _pull_episode_records(algo):
                 episodes.append((float(steps), float(record["episode_reward"]), int(record.get("kill_count", 0)) > 0))
             print(_progress(condition, seed, episodes, steps, t0), file=sys.stderr, flush=True)
@@ -196,10 +201,16 @@ def chance(runs: Runs) -> tuple[float | None, str]:
     if runs.get("zero"):
         value = _mean([sum(e[1] for e in eps) / len(eps) for eps in runs["zero"].values() if eps])
         if value is not None:
-            return value, (f"zero condition: mean over {len(runs['zero'])} seed(s) of every episode's return "
-                           "(a zero-input, bias-free decoder acts uniformly and never learns)")
-    firsts = [sum(e[1] for e in eps[:WINDOW]) / len(eps[:WINDOW]) for by_seed in runs.values()
-              for eps in by_seed.values() if eps]
+            return value, (
+                f"zero condition: mean over {len(runs['zero'])} seed(s) of every episode's return "
+                "(a zero-input, bias-free decoder acts uniformly and never learns)"
+            )
+    firsts = [
+        sum(e[1] for e in eps[:WINDOW]) / len(eps[:WINDOW])
+        for by_seed in runs.values()
+        for eps in by_seed.values()
+        if eps
+    ]
     return _mean(firsts), f"no zero condition: mean over {len(firsts)} run(s) of each run's first {WINDOW} episodes"
 
 
@@ -231,8 +242,10 @@ def summarize(runs: Runs, scenario: str = SCENARIO) -> dict[str, Any]:
     elif chance_return is None or direct_final is None:
         notes.append("no finished episodes to set the 90% mark from")
     elif direct_final <= chance_return + 1e-9 * max(1.0, abs(chance_return)):  # rounding is not learning
-        notes.append(f"direct's final return {direct_final:.1f} is not above chance {chance_return:.1f}: "
-                     "no 90% mark, steps_to_90pct_direct is null")
+        notes.append(
+            f"direct's final return {direct_final:.1f} is not above chance {chance_return:.1f}: "
+            "no 90% mark, steps_to_90pct_direct is null"
+        )
     else:
         mark = chance_return + 0.9 * (direct_final - chance_return)
     for condition, by_seed in runs.items():
@@ -248,8 +261,10 @@ def summarize(runs: Runs, scenario: str = SCENARIO) -> dict[str, Any]:
             "short_window_seeds": short,  # runs with fewer than WINDOW episodes: the rolling mean is over all of them
         }
         if short:
-            notes.append(f"{condition}: seed(s) {', '.join(short)} finished fewer than {WINDOW} episodes; "
-                         "their windows hold all of their episodes")
+            notes.append(
+                f"{condition}: seed(s) {', '.join(short)} finished fewer than {WINDOW} episodes; "
+                "their windows hold all of their episodes"
+            )
 
     # One-sided exact Mann-Whitney against zero, on per-seed finals.
     comparisons: dict[str, Any] = {}
@@ -258,18 +273,36 @@ def summarize(runs: Runs, scenario: str = SCENARIO) -> dict[str, Any]:
     if zero is None:
         notes.append("zero was not run: no tests against zero")
     for condition, s in summary.items():
-        s.update({"p_value_vs_zero": None, "cliffs_delta_vs_zero": None, "welch_p_vs_zero": None,
-                  "kill_p_value_vs_zero": None, "kill_cliffs_delta_vs_zero": None})
+        s.update(
+            {
+                "p_value_vs_zero": None,
+                "cliffs_delta_vs_zero": None,
+                "welch_p_vs_zero": None,
+                "kill_p_value_vs_zero": None,
+                "kill_cliffs_delta_vs_zero": None,
+            }
+        )
         if zero is None or condition == "zero":
             continue
         values = [v for v in s["final_return_mean"]["per_seed"].values() if v is not None]
         zero_values = [v for v in zero["final_return_mean"]["per_seed"].values() if v is not None]
         c = compare(condition, values, "zero", zero_values, alternative="greater")
-        k = compare(condition, [v for v in s["final_kill_rate"]["per_seed"].values() if v is not None], "zero",
-                    [v for v in zero["final_kill_rate"]["per_seed"].values() if v is not None], alternative="greater")
-        s.update({"p_value_vs_zero": _finite(c.mann_whitney_p), "cliffs_delta_vs_zero": _finite(c.cliffs_delta),
-                  "welch_p_vs_zero": _finite(c.welch_p), "kill_p_value_vs_zero": _finite(k.mann_whitney_p),
-                  "kill_cliffs_delta_vs_zero": _finite(k.cliffs_delta)})
+        k = compare(
+            condition,
+            [v for v in s["final_kill_rate"]["per_seed"].values() if v is not None],
+            "zero",
+            [v for v in zero["final_kill_rate"]["per_seed"].values() if v is not None],
+            alternative="greater",
+        )
+        s.update(
+            {
+                "p_value_vs_zero": _finite(c.mann_whitney_p),
+                "cliffs_delta_vs_zero": _finite(c.cliffs_delta),
+                "welch_p_vs_zero": _finite(c.welch_p),
+                "kill_p_value_vs_zero": _finite(k.mann_whitney_p),
+                "kill_cliffs_delta_vs_zero": _finite(k.cliffs_delta),
+            }
+        )
         comparisons[condition] = c
         verdicts[condition] = verdict(c, alpha=ALPHA)
 
@@ -291,19 +324,30 @@ def _targets(summary: dict[str, dict[str, Any]], min_seeds: int) -> dict[str, An
     targets: dict[str, Any] = {}
 
     # (a) direct and transparent solve the scenario in every seed.
-    a: dict[str, Any] = {"description": f"direct and transparent: kill rate >= {TARGET_KILL_RATE} and final return "
-                                        f">= {TARGET_RETURN} (last {WINDOW} episodes) in every seed",
-                         "conditions": {}, "met": None, "reason": None}
+    a: dict[str, Any] = {
+        "description": f"direct and transparent: kill rate >= {TARGET_KILL_RATE} and final return "
+        f">= {TARGET_RETURN} (last {WINDOW} episodes) in every seed",
+        "conditions": {},
+        "met": None,
+        "reason": None,
+    }
     missing = [c for c in ("direct", "transparent") if c not in summary]
     for condition in ("direct", "transparent"):
         if condition not in summary:
             continue
         returns = summary[condition]["final_return_mean"]["per_seed"]
         kills = summary[condition]["final_kill_rate"]["per_seed"]
-        per_seed = {seed: {"final_return": returns[seed], "kill_rate": kills[seed],
-                           "met": returns[seed] is not None and kills[seed] is not None
-                           and returns[seed] >= TARGET_RETURN and kills[seed] >= TARGET_KILL_RATE}
-                    for seed in returns}
+        per_seed = {
+            seed: {
+                "final_return": returns[seed],
+                "kill_rate": kills[seed],
+                "met": returns[seed] is not None
+                and kills[seed] is not None
+                and returns[seed] >= TARGET_RETURN
+                and kills[seed] >= TARGET_KILL_RATE,
+            }
+            for seed in returns
+        }
         a["conditions"][condition] = {"per_seed": per_seed, "met": all(v["met"] for v in per_seed.values())}
     if missing:
         a["reason"] = f"{' and '.join(missing)} not run"
@@ -312,10 +356,15 @@ def _targets(summary: dict[str, dict[str, Any]], min_seeds: int) -> dict[str, An
     targets["a_direct_transparent_solve"] = a
 
     # (b) transparent reaches the 90% mark within 1.5x direct's env steps (medians over seeds).
-    b: dict[str, Any] = {"description": f"transparent reaches the 90% mark (median over seeds) within "
-                                        f"{TARGET_STEPS_RATIO}x the env steps direct needs (median)",
-                         "direct_median_steps": None, "transparent_median_steps": None, "ratio": None,
-                         "met": None, "reason": None}
+    b: dict[str, Any] = {
+        "description": f"transparent reaches the 90% mark (median over seeds) within "
+        f"{TARGET_STEPS_RATIO}x the env steps direct needs (median)",
+        "direct_median_steps": None,
+        "transparent_median_steps": None,
+        "ratio": None,
+        "met": None,
+        "reason": None,
+    }
     missing = [c for c in ("direct", "transparent") if c not in summary]
     if missing:
         b["reason"] = f"{' and '.join(missing)} not run"
@@ -334,10 +383,16 @@ def _targets(summary: dict[str, dict[str, Any]], min_seeds: int) -> dict[str, An
     targets["b_transparent_speed"] = b
 
     # (c) sim beats zero: one-sided exact Mann-Whitney p < alpha with enough seeds.
-    c: dict[str, Any] = {"description": f"sim beats zero: one-sided Mann-Whitney p < {ALPHA} on per-seed final "
-                                        f"returns with >= {min_seeds} seeds per condition",
-                         "p_value": None, "seeds_sim": None, "seeds_zero": None, "min_seeds": min_seeds,
-                         "met": None, "reason": None}
+    c: dict[str, Any] = {
+        "description": f"sim beats zero: one-sided Mann-Whitney p < {ALPHA} on per-seed final "
+        f"returns with >= {min_seeds} seeds per condition",
+        "p_value": None,
+        "seeds_sim": None,
+        "seeds_zero": None,
+        "min_seeds": min_seeds,
+        "met": None,
+        "reason": None,
+    }
     missing = [x for x in ("sim", "zero") if x not in summary]
     if missing:
         c["reason"] = f"{' and '.join(missing)} not run"
@@ -357,20 +412,27 @@ def _targets(summary: dict[str, dict[str, Any]], min_seeds: int) -> dict[str, An
 
 def curves_from_episodes(episodes: list[Episode]) -> dict[str, list]:
     """One run's episodes as compact parallel arrays."""
-    return {"env_steps": [int(e[0]) for e in episodes], "return": [round(float(e[1]), 4) for e in episodes],
-            "kill": [int(bool(e[2])) for e in episodes]}
+    return {
+        "env_steps": [int(e[0]) for e in episodes],
+        "return": [round(float(e[1]), 4) for e in episodes],
+        "kill": [int(bool(e[2])) for e in episodes],
+    }
 
 
 def episodes_from_curves(curves: dict[str, list]) -> list[Episode]:
     """The inverse of `curves_from_episodes`."""
-    return [(float(s), float(r), bool(k)) for s, r, k in zip(curves["env_steps"], curves["return"], curves["kill"],
-                                                            strict=True)]
+    return [
+        (float(s), float(r), bool(k))
+        for s, r, k in zip(curves["env_steps"], curves["return"], curves["kill"], strict=True)
+    ]
 
 
 def runs_from_result(result: dict[str, Any]) -> Runs:
     """The episodes of every run in a result JSON."""
-    return {condition: {seed: episodes_from_curves(curves) for seed, curves in by_seed.items()}
-            for condition, by_seed in result.get("runs", {}).items()}
+    return {
+        condition: {seed: episodes_from_curves(curves) for seed, curves in by_seed.items()}
+        for condition, by_seed in result.get("runs", {}).items()
+    }
 
 
 def check_resume(existing: dict[str, Any], settings: dict[str, Any]) -> Runs:
@@ -378,25 +440,39 @@ def check_resume(existing: dict[str, Any], settings: dict[str, Any]) -> Runs:
     old = existing.get("settings")
     if not isinstance(old, dict) or "runs" not in existing:
         raise ValueError("--resume: the existing output is not a `bench learning` result (no settings or runs)")
-    for key, what in (("scenario", "scenario"), ("env_steps_per_run", "env-step budget"),
-                      ("base_experiment", "base experiment (experiments.schema learning settings)")):
+    for key, what in (
+        ("scenario", "scenario"),
+        ("env_steps_per_run", "env-step budget"),
+        ("base_experiment", "base experiment (experiments.schema learning settings)"),
+    ):
         if old.get(key) != settings.get(key):
-            raise ValueError(f"--resume: the existing output was measured with a different {what}: "
-                             f"{old.get(key)!r}, now {settings.get(key)!r}; use another --output or drop --resume")
+            raise ValueError(
+                f"--resume: the existing output was measured with a different {what}: "
+                f"{old.get(key)!r}, now {settings.get(key)!r}; use another --output or drop --resume"
+            )
     return runs_from_result(existing)
 
 
 def _settings(scenario: str, conditions: Sequence[str], seeds: int, budget: int) -> dict[str, Any]:
-    return {"scenario": scenario, "conditions": list(conditions), "seeds": seeds, "env_steps_per_run": budget,
-            "base_experiment": BASE_EXPERIMENT, "window_episodes": WINDOW}
+    return {
+        "scenario": scenario,
+        "conditions": list(conditions),
+        "seeds": seeds,
+        "env_steps_per_run": budget,
+        "base_experiment": BASE_EXPERIMENT,
+        "window_episodes": WINDOW,
+    }
 
 
-def build_result(settings: dict[str, Any], runs: Runs, run_facts: dict[str, dict[str, Any]],
-                 wall_s: float) -> dict[str, Any]:
+def build_result(
+    settings: dict[str, Any], runs: Runs, run_facts: dict[str, dict[str, Any]], wall_s: float
+) -> dict[str, Any]:
     """The whole result JSON (without provenance) from the runs so far."""
     stats = summarize(runs, settings["scenario"])
-    curves = {c: {seed: curves_from_episodes(eps) | run_facts.get(c, {}).get(seed, {})
-                  for seed, eps in runs[c].items()} for c in stats["summary"]}
+    curves = {
+        c: {seed: curves_from_episodes(eps) | run_facts.get(c, {}).get(seed, {}) for seed, eps in runs[c].items()}
+        for c in stats["summary"]
+    }
     return {"settings": settings, "runs": curves} | stats | {"wall_s": round(wall_s, 1)}
 
 
@@ -428,7 +504,7 @@ def _grid_curve(steps: Sequence[float], values: Sequence[float], grid) -> Any:
     out = np.full(len(grid), np.nan)
     if not rolling:
         return out
-    x = np.asarray(steps[w - 1:], dtype=float)
+    x = np.asarray(steps[w - 1 :], dtype=float)
     y = np.asarray(rolling, dtype=float)
     # Episodes of one iteration share its env-step stamp: keep the last value at each stamp.
     last = np.r_[x[1:] != x[:-1], True]
@@ -449,14 +525,24 @@ def draw_figure(result: dict[str, Any], path: Path) -> None:
     settings = result.get("settings", {})
     budget = float(settings.get("env_steps_per_run") or 1)
     # Runs stop at the end of the iteration that crosses the budget: the grid reaches their last point too.
-    end = max([budget, *(max(c["env_steps"]) for by_seed in result.get("runs", {}).values()
-                         for c in by_seed.values() if c["env_steps"])])
+    end = max(
+        [
+            budget,
+            *(
+                max(c["env_steps"])
+                for by_seed in result.get("runs", {}).values()
+                for c in by_seed.values()
+                if c["env_steps"]
+            ),
+        ]
+    )
     grid = np.linspace(0, end, 200)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), dpi=100)
     for condition, by_seed in result.get("runs", {}).items():
         for ax, key in zip(axes, ("return", "kill"), strict=True):
-            stacked = np.array([_grid_curve(c["env_steps"], [float(v) for v in c[key]], grid)
-                                for c in by_seed.values()]).reshape(len(by_seed), len(grid))
+            stacked = np.array(
+                [_grid_curve(c["env_steps"], [float(v) for v in c[key]], grid) for c in by_seed.values()]
+            ).reshape(len(by_seed), len(grid))
             covered = np.isfinite(stacked).any(axis=0)
             if not covered.any():
                 continue
@@ -465,8 +551,12 @@ def draw_figure(result: dict[str, Any], path: Path) -> None:
             mean[covered] = np.nanmean(stacked[:, covered], axis=0)
             low[covered] = np.nanmin(stacked[:, covered], axis=0)
             high[covered] = np.nanmax(stacked[:, covered], axis=0)
-            (line,) = ax.plot(grid, mean, marker="o" if covered.sum() < 2 else None,  # one point: show it
-                              label=f"{condition} ({len(by_seed)} seed{'s' if len(by_seed) != 1 else ''})")
+            (line,) = ax.plot(
+                grid,
+                mean,
+                marker="o" if covered.sum() < 2 else None,  # one point: show it
+                label=f"{condition} ({len(by_seed)} seed{'s' if len(by_seed) != 1 else ''})",
+            )
             ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
     if result.get("chance_return") is not None:
         axes[0].axhline(result["chance_return"], color="grey", linestyle=":", linewidth=1, label="chance")
@@ -479,8 +569,10 @@ def draw_figure(result: dict[str, Any], path: Path) -> None:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="best", fontsize=8)
-    fig.suptitle(f"{settings.get('scenario', '?')}: learning curves, {int(budget)} env steps per run "
-                 "(mean over seeds, band min..max)")
+    fig.suptitle(
+        f"{settings.get('scenario', '?')}: learning curves, {int(budget)} env steps per run "
+        "(mean over seeds, band min..max)"
+    )
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -500,12 +592,16 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def table(result: dict[str, Any]) -> str:
     """A short plain-text table of the summary."""
-    lines = [f"{'condition':>11}  {'seeds':>5}  {'final return':>12}  {'kill rate':>9}  {'steps to 90%':>12}  "
-             f"{'p vs zero':>9}"]
+    lines = [
+        f"{'condition':>11}  {'seeds':>5}  {'final return':>12}  {'kill rate':>9}  {'steps to 90%':>12}  "
+        f"{'p vs zero':>9}"
+    ]
     for condition, s in result["summary"].items():
-        lines.append(f"{condition:>11}  {s['seeds']:>5}  {_fmt(s['final_return_mean']['pooled'], '12.1f')}  "
-                     f"{_fmt(s['final_kill_rate']['pooled'], '9.2f')}  "
-                     f"{_fmt(s['steps_to_90pct_direct']['median'], '12.0f')}  {_fmt(s['p_value_vs_zero'], '9.3g')}")
+        lines.append(
+            f"{condition:>11}  {s['seeds']:>5}  {_fmt(s['final_return_mean']['pooled'], '12.1f')}  "
+            f"{_fmt(s['final_kill_rate']['pooled'], '9.2f')}  "
+            f"{_fmt(s['steps_to_90pct_direct']['median'], '12.0f')}  {_fmt(s['p_value_vs_zero'], '9.3g')}"
+        )
     lines.append(f"chance return {_fmt(result.get('chance_return'), '.1f')} ({result.get('chance_from')})")
     for name, target in result.get("targets", {}).items():
         met = {True: "met", False: "NOT met", None: "not read"}[target["met"]]
@@ -513,23 +609,45 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None, *, name: str = "learning", description: str = __doc__,
-         default_conditions: Sequence[str] = CONDITIONS, default_output: Path = DEFAULT_OUTPUT) -> int:
+def main(
+    argv: list[str] | None = None,
+    *,
+    name: str = "learning",
+    description: str = __doc__,
+    default_conditions: Sequence[str] = CONDITIONS,
+    default_output: Path = DEFAULT_OUTPUT,
+) -> int:
     """Run the benchmark, write its JSON and figure (`bench ablation` runs it with its own defaults)."""
-    parser = argparse.ArgumentParser(prog=f"spikeloop bench {name}", description=description,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=f"spikeloop bench {name}", description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--scenario", default=SCENARIO, help=f"VizDoom scenario (default {SCENARIO})")
-    parser.add_argument("--conditions", nargs="+", choices=CONDITIONS, default=list(default_conditions),
-                        help=f"conditions to run (default: {' '.join(default_conditions)})")
+    parser.add_argument(
+        "--conditions",
+        nargs="+",
+        choices=CONDITIONS,
+        default=list(default_conditions),
+        help=f"conditions to run (default: {' '.join(default_conditions)})",
+    )
     parser.add_argument("--seeds", type=int, default=5, help="seeds per condition, 0..N-1 (default 5)")
-    parser.add_argument("--env-steps", type=int, default=DEFAULT_ENV_STEPS,
-                        help=f"env-step budget per run (default {DEFAULT_ENV_STEPS}: about 40 minutes for 5 seeds on 2 cores)")
-    parser.add_argument("--output", type=Path, default=None,
-                        help=f"result file (default {default_output}; {default_output.stem}-SCENARIO.json for "
-                             f"another scenario)")
+    parser.add_argument(
+        "--env-steps",
+        type=int,
+        default=DEFAULT_ENV_STEPS,
+        help=f"env-step budget per run (default {DEFAULT_ENV_STEPS}: about 40 minutes for 5 seeds on 2 cores)",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help=f"result file (default {default_output}; {default_output.stem}-SCENARIO.json for another scenario)",
+    )
     parser.add_argument("--figure", type=Path, default=None, help="figure file (default: the output path with .png)")
-    parser.add_argument("--resume", action="store_true",
-                        help="skip the (condition, seed) runs the output file already holds (same settings only)")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip the (condition, seed) runs the output file already holds (same settings only)",
+    )
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error(f"--seeds must be >= 1 (got {args.seeds})")
@@ -537,8 +655,11 @@ def main(argv: list[str] | None = None, *, name: str = "learning", description: 
         parser.error(f"--env-steps must be >= {MIN_ENV_STEPS} (got {args.env_steps}): too few steps for any episode")
     conditions = [c for c in CONDITIONS if c in set(args.conditions)]
     if args.output is None:
-        args.output = default_output if args.scenario == SCENARIO else default_output.with_name(
-            f"{default_output.stem}-{args.scenario}{default_output.suffix}")
+        args.output = (
+            default_output
+            if args.scenario == SCENARIO
+            else default_output.with_name(f"{default_output.stem}-{args.scenario}{default_output.suffix}")
+        )
     figure = args.figure or args.output.with_suffix(".png")
     settings = _settings(args.scenario, conditions, args.seeds, args.env_steps)
 
@@ -550,15 +671,22 @@ def main(argv: list[str] | None = None, *, name: str = "learning", description: 
     if args.resume and args.output.is_file():
         existing = json.loads(args.output.read_text())
         runs = check_resume(existing, settings)
-        run_facts = {c: {seed: {k: v for k, v in curves.items() if k not in ("env_steps", "return", "kill")}
-                         for seed, curves in by_seed.items()} for c, by_seed in existing["runs"].items()}
+        run_facts = {
+            c: {
+                seed: {k: v for k, v in curves.items() if k not in ("env_steps", "return", "kill")}
+                for seed, curves in by_seed.items()
+            }
+            for c, by_seed in existing["runs"].items()
+        }
         wall_before = float(existing.get("wall_s") or 0.0)
         # The file keeps every run it held: settings cover the union.
         old = existing["settings"]
         settings["conditions"] = [c for c in CONDITIONS if c in set(conditions) | set(old.get("conditions", []))]
         settings["seeds"] = max(args.seeds, int(old.get("seeds", 0)))
-        print(f"[learning] resuming {args.output}: {sum(len(v) for v in runs.values())} run(s) already done",
-              file=sys.stderr)
+        print(
+            f"[learning] resuming {args.output}: {sum(len(v) for v in runs.values())} run(s) already done",
+            file=sys.stderr,
+        )
 
     # Interleaved (for each seed, every condition) so that drift in machine load hits every condition.
     todo = [(c, seed) for seed in range(args.seeds) for c in conditions if str(seed) not in runs.get(c, {})]

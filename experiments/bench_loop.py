@@ -49,10 +49,21 @@ TICK10_RESULT = "tick10"
 def _experiment(paced: bool, scenario: str, extra: dict[str, Any] | None = None):
     from experiments.schema import experiment_from_dict
 
-    device = {"device_id": "bench", "backend": "sim", "realtime": paced, "seed": 1,
-              "artifact_wait_ms": 50.0 if paced else 0.0, "collect_window_ms": 50.0 if paced else 0.0}
-    data = {"name": "bench-loop", "devices": [device], "env": {"scenario": scenario},
-            "resources": {"num_env_runners": 1}, "loop": {"timeout_s": 1.0}} | (extra or {})
+    device = {
+        "device_id": "bench",
+        "backend": "sim",
+        "realtime": paced,
+        "seed": 1,
+        "artifact_wait_ms": 50.0 if paced else 0.0,
+        "collect_window_ms": 50.0 if paced else 0.0,
+    }
+    data = {
+        "name": "bench-loop",
+        "devices": [device],
+        "env": {"scenario": scenario},
+        "resources": {"num_env_runners": 1},
+        "loop": {"timeout_s": 1.0},
+    } | (extra or {})
     return experiment_from_dict(data, source="bench loop")
 
 
@@ -84,6 +95,7 @@ def _sample_rate(experiment, steps: int, warmup_steps: int, repeats: int = 1) ->
         url = f"http://127.0.0.1:{experiment.view.port}/doom.mjpeg"
         threading.Thread(target=_watch_stream, args=(url, stop, frames), daemon=True).start()
     try:
+
         def timed(runner, n=steps, w=warmup_steps, k=repeats):
             runner.sample(num_timesteps=w, explore=True)
             windows = []
@@ -95,8 +107,11 @@ def _sample_rate(experiment, steps: int, warmup_steps: int, repeats: int = 1) ->
 
         (windows,) = algo.env_runner_group.foreach_env_runner(timed, local_env_runner=False)
         rates = [n / elapsed for n, elapsed in windows]
-        result = {"steps": sum(n for n, _ in windows), "seconds": sum(e for _, e in windows),
-                  "steps_per_s": statistics.median(rates)}
+        result = {
+            "steps": sum(n for n, _ in windows),
+            "seconds": sum(e for _, e in windows),
+            "steps_per_s": statistics.median(rates),
+        }
         if repeats > 1:
             result |= {"steps_per_s_each": rates, "steps_per_s_min": min(rates), "steps_per_s_max": max(rates)}
         return result | ({"frames_streamed": frames[0]} if experiment.view.enabled else {})
@@ -135,11 +150,15 @@ def run(paced_steps: int, unpaced_steps: int, scenario: str, repeats: int = 3) -
         print(f"paced, live view on and watched: {paced_steps} steps...", file=sys.stderr)
         paced_viewed = _sample_rate(
             _experiment(True, scenario, {"view": {"enabled": True, "port": free_port(kind="tcp")}}),
-            paced_steps, warmup_steps=20)
+            paced_steps,
+            warmup_steps=20,
+        )
         print(f"unpaced, live view on and watched: {unpaced_steps} steps...", file=sys.stderr)
         viewed = _sample_rate(
             _experiment(False, scenario, {"view": {"enabled": True, "port": free_port(kind="tcp")}}),
-            unpaced_steps, warmup_steps=200)
+            unpaced_steps,
+            warmup_steps=200,
+        )
     finally:
         ray.shutdown()
     return paced_figures(paced, limit=1.0 / (0.050 + 0.050), prefix="paced_") | {
@@ -154,18 +173,40 @@ def run(paced_steps: int, unpaced_steps: int, scenario: str, repeats: int = 3) -
         "unpaced": unpaced,
         "unpaced_view_on": viewed,
         "target": {"paced_steps_per_s": 9.5, "view_on_fraction_of_off": 0.95},
-        "settings": {"scenario": scenario, "device": "sim backend via the device program and CL1Bridge actor",
-                     "env_runners": 1, "feedback": "on (reference)", "explore": True},
+        "settings": {
+            "scenario": scenario,
+            "device": "sim backend via the device program and CL1Bridge actor",
+            "env_runners": 1,
+            "feedback": "on (reference)",
+            "explore": True,
+        },
     }
 
 
 def _start_tick_device(ports: dict[str, int], log_path: Path) -> subprocess.Popen:
     """`spikeloop device` as a third-party hardware loop, in its own process; returns once it serves."""
-    argv = [sys.executable, "-m", "experiments.cli", "device", "--backend", "sim", "--realtime", "--tick-quantised",
-            "--tick-frequency", f"{TICK10['tick_frequency_hz']:g}", "--artifact-wait-ms",
-            f"{TICK10['artifact_wait_ms']:g}", "--collect-window-ms", f"{TICK10['collect_window_ms']:g}",
-            "--own-clock", "--reply-from", "ephemeral", "--training-host", "127.0.0.1",
-            *[arg for name, port in ports.items() for arg in (f"--{name.replace('_', '-')}", str(port))]]
+    argv = [
+        sys.executable,
+        "-m",
+        "experiments.cli",
+        "device",
+        "--backend",
+        "sim",
+        "--realtime",
+        "--tick-quantised",
+        "--tick-frequency",
+        f"{TICK10['tick_frequency_hz']:g}",
+        "--artifact-wait-ms",
+        f"{TICK10['artifact_wait_ms']:g}",
+        "--collect-window-ms",
+        f"{TICK10['collect_window_ms']:g}",
+        "--own-clock",
+        "--reply-from",
+        "ephemeral",
+        "--training-host",
+        "127.0.0.1",
+        *[arg for name, port in ports.items() for arg in (f"--{name.replace('_', '-')}", str(port))],
+    ]
     log = log_path.open("w")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 120
@@ -189,17 +230,31 @@ def run_tick10(steps: int, scenario: str, repeats: int = 3) -> dict[str, Any]:
     ports = {name: free_port() for name in ("stim_port", "spike_port", "event_port", "feedback_port")}
     device = {"device_id": "bench-tick10", "backend": "cl1", "host": "127.0.0.1", "bind_host": "127.0.0.1", **ports}
     # A reply comes 100-200 ms after its stimulation: 1 s leaves a loaded machine room.
-    experiment = experiment_from_dict({"name": "bench-loop-tick10", "devices": [device], "env": {"scenario": scenario},
-                                       "resources": {"num_env_runners": 1}, "loop": {"timeout_s": 1.0}},
-                                      source="bench loop --device tick10")
+    experiment = experiment_from_dict(
+        {
+            "name": "bench-loop-tick10",
+            "devices": [device],
+            "env": {"scenario": scenario},
+            "resources": {"num_env_runners": 1},
+            "loop": {"timeout_s": 1.0},
+        },
+        source="bench loop --device tick10",
+    )
     with tempfile.TemporaryDirectory() as tmp:
         proc = _start_tick_device(ports, Path(tmp) / "device.log")
         try:
-            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-                     resources=experiment.culture_settings().node_resources())
+            ray.init(
+                address="local",
+                num_cpus=2,
+                include_dashboard=False,
+                log_to_driver=False,
+                resources=experiment.culture_settings().node_resources(),
+            )
             try:
-                print(f"tick10: {repeats} x {steps} steps against a 10 Hz tick-quantised device (own clock)...",
-                      file=sys.stderr)
+                print(
+                    f"tick10: {repeats} x {steps} steps against a 10 Hz tick-quantised device (own clock)...",
+                    file=sys.stderr,
+                )
                 measured = _sample_rate(experiment, steps, warmup_steps=20, repeats=repeats)
             finally:
                 ray.shutdown()
@@ -209,16 +264,28 @@ def run_tick10(steps: int, scenario: str, repeats: int = 3) -> dict[str, Any]:
                 os.killpg(proc.pid, signal.SIGTERM)
                 proc.wait(timeout=30)
         device_log = (Path(tmp) / "device.log").read_text()
-    summary = next((json.loads(line)["spikeloop_device"] for line in reversed(device_log.splitlines())
-                    if line.startswith('{"spikeloop_device"')), {})
+    summary = next(
+        (
+            json.loads(line)["spikeloop_device"]
+            for line in reversed(device_log.splitlines())
+            if line.startswith('{"spikeloop_device"')
+        ),
+        {},
+    )
     return paced_figures(measured, limit=tick_loop_limit_steps_per_s(**TICK10)) | {
         "measured": measured,
         "device_counters": {k: v for k, v in summary.items() if k != "recording_files"},
         "target": {"fraction_of_limit": 0.97},
-        "settings": {"scenario": scenario, "device": "spikeloop device --backend sim --realtime --tick-quantised "
-                     "--tick-frequency 10 --artifact-wait-ms 50 --collect-window-ms 50 --own-clock --reply-from "
-                     "ephemeral, its own process, reached as a cl1 device", "env_runners": 1,
-                     "feedback": "on (reference)", "explore": True, "loop.timeout_s": 1.0},
+        "settings": {
+            "scenario": scenario,
+            "device": "spikeloop device --backend sim --realtime --tick-quantised "
+            "--tick-frequency 10 --artifact-wait-ms 50 --collect-window-ms 50 --own-clock --reply-from "
+            "ephemeral, its own process, reached as a cl1 device",
+            "env_runners": 1,
+            "feedback": "on (reference)",
+            "explore": True,
+            "loop.timeout_s": 1.0,
+        },
     }
 
 
@@ -237,17 +304,23 @@ def _merge(path: Path, result: dict[str, Any], keep: str | None) -> dict[str, An
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and write its JSON."""
-    parser = argparse.ArgumentParser(prog="spikeloop bench loop", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="spikeloop bench loop", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--paced-steps", type=int, default=300, help="steps timed against the paced device (300)")
     parser.add_argument("--unpaced-steps", type=int, default=3000, help="steps timed as fast as possible (3000)")
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="timed paced windows; the median is reported, with the range (default 3)")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="timed paced windows; the median is reported, with the range (default 3)"
+    )
     parser.add_argument("--scenario", default="basic", help="VizDoom scenario (default basic)")
-    parser.add_argument("--device", choices=DEVICES, default="sim",
-                        help="sim: the paced, unpaced and live-view conditions (default); tick10: only the paced loop "
-                        "against a 10 Hz tick-quantised device program with its own clock, 50 + 50 ms windows, "
-                        "--paced-steps steps x --repeats, added to the output file beside the others")
+    parser.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="sim",
+        help="sim: the paced, unpaced and live-view conditions (default); tick10: only the paced loop "
+        "against a 10 Hz tick-quantised device program with its own clock, 50 + 50 ms windows, "
+        "--paced-steps steps x --repeats, added to the output file beside the others",
+    )
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help=f"result file (default {DEFAULT_OUTPUT})")
     args = parser.parse_args(argv)
     if args.paced_steps < 10 or args.unpaced_steps < 10:
@@ -258,18 +331,22 @@ def main(argv: list[str] | None = None) -> int:
         tick10 = run_tick10(args.paced_steps, args.scenario, args.repeats) | provenance("loop", argv)
         write_result(args.output, _merge(args.output, {TICK10_RESULT: tick10}, keep="all"))
         low, high = tick10["steps_per_s_range"]
-        print(f"tick10 {tick10['steps_per_s']:.2f} steps/s (median of {args.repeats}, range {low:.2f}-{high:.2f}); "
-              f"that device's limit {tick10['limit_steps_per_s']:.1f}: {tick10['fraction_of_limit']:.1%} of it "
-              f"(target 97%); written to {args.output}")
+        print(
+            f"tick10 {tick10['steps_per_s']:.2f} steps/s (median of {args.repeats}, range {low:.2f}-{high:.2f}); "
+            f"that device's limit {tick10['limit_steps_per_s']:.1f}: {tick10['fraction_of_limit']:.1%} of it "
+            f"(target 97%); written to {args.output}"
+        )
         return 0
     result = run(args.paced_steps, args.unpaced_steps, args.scenario, args.repeats)
     result |= provenance("loop", argv)
     write_result(args.output, _merge(args.output, result, keep=TICK10_RESULT))
     low, high = result["paced_steps_per_s_range"]
-    print(f"paced {result['paced_steps_per_s']:.2f} steps/s (median of {args.repeats}, range {low:.2f}-{high:.2f}; "
-          f"limit {result['limit_steps_per_s']:.1f}, target 9.5); "
-          f"with the view on and watched {result['view_on_paced_steps_per_s']:.2f} "
-          f"({result['view_on_paced_fraction_of_off']:.1%}); unpaced {result['unpaced_steps_per_s']:.1f} steps/s, "
-          f"view on {result['view_on_unpaced_steps_per_s']:.1f} ({result['view_on_unpaced_fraction_of_off']:.1%}); "
-          f"written to {args.output}")
+    print(
+        f"paced {result['paced_steps_per_s']:.2f} steps/s (median of {args.repeats}, range {low:.2f}-{high:.2f}; "
+        f"limit {result['limit_steps_per_s']:.1f}, target 9.5); "
+        f"with the view on and watched {result['view_on_paced_steps_per_s']:.2f} "
+        f"({result['view_on_paced_fraction_of_off']:.1%}); unpaced {result['unpaced_steps_per_s']:.1f} steps/s, "
+        f"view on {result['view_on_unpaced_steps_per_s']:.1f} ({result['view_on_unpaced_fraction_of_off']:.1%}); "
+        f"written to {args.output}"
+    )
     return 0

@@ -25,16 +25,28 @@ COMMANDS: dict[str, tuple[str, str]] = {
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "bridge": ("bridge.bench", "added latency of one exchange through the bridge actor vs a raw UDP round trip"),
     "device": ("bridge.bench_device", "device reply latency and simulated-culture speed"),
-    "culture": ("bridge.bench_culture", "how much of its stimulation the simulated culture passes on to the spike groups"),
+    "culture": (
+        "bridge.bench_culture",
+        "how much of its stimulation the simulated culture passes on to the spike groups",
+    ),
     "env": ("envs.bench", "VizDoom env steps/s against raw DoomGame.make_action"),
     "ablation": ("experiments.bench_ablation", "the learning benchmark's sim, zero and random conditions only"),
     "loop": ("experiments.bench_loop", "closed-loop env steps/s against a paced (50+50 ms) and an unpaced device"),
-    "learning": ("experiments.bench_learning", "learning curves: direct, transparent, sim, zero, random over seeds, with statistics"),
+    "learning": (
+        "experiments.bench_learning",
+        "learning curves: direct, transparent, sim, zero, random over seeds, with statistics",
+    ),
 }
 
 
 def _usage() -> str:
-    lines = ["usage: spikeloop COMMAND [ARGS...]", "", "Closed-loop RL with a neural culture in the loop.", "", "commands:"]
+    lines = [
+        "usage: spikeloop COMMAND [ARGS...]",
+        "",
+        "Closed-loop RL with a neural culture in the loop.",
+        "",
+        "commands:",
+    ]
     for name, (_, text) in COMMANDS.items():
         lines.append(f"  {name:<22}{text}")
     lines.append(f"  {'bench NAME':<22}run a benchmark and write docs/benchmarks/NAME.json:")

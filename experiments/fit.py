@@ -58,28 +58,36 @@ def shortfall(experiment: Experiment, available: dict[str, float], where: str = 
         return None
     r = experiment.resources
     have = ", ".join(f"{_fmt(available.get(k, 0.0))} {k}" for k in need)
-    lines = [f"a trial of this experiment needs {', '.join(f'{_fmt(v)} {k}' for k, v in need.items())}; "
-             f"{where} has {have}, so Tune would wait for ever."]
+    lines = [
+        f"a trial of this experiment needs {', '.join(f'{_fmt(v)} {k}' for k, v in need.items())}; "
+        f"{where} has {have}, so Tune would wait for ever."
+    ]
     if "CPU" in short:
         cpu_per_runner = 1 if r.num_env_runners else 0
         deficit = math.ceil(need["CPU"] - available.get("CPU", 0.0))
         fit = max(0, r.num_env_runners - (math.ceil(deficit / cpu_per_runner) if cpu_per_runner else 0))
-        lines.append(f"  CPU: 1 for the trial itself, 1 for each of resources.num_env_runners={r.num_env_runners}"
-                     + (f" and each of resources.num_learners={r.num_learners}" if r.num_learners else "")
-                     + f". To fit: resources.num_env_runners: {fit}"
-                     + (" (the trial then samples in its own process)" if fit == 0 else "")
-                     + (", resources.num_learners: 0" if r.num_learners else "")
-                     + ", or run on a cluster (RAY_ADDRESS).")
+        lines.append(
+            f"  CPU: 1 for the trial itself, 1 for each of resources.num_env_runners={r.num_env_runners}"
+            + (f" and each of resources.num_learners={r.num_learners}" if r.num_learners else "")
+            + f". To fit: resources.num_env_runners: {fit}"
+            + (" (the trial then samples in its own process)" if fit == 0 else "")
+            + (", resources.num_learners: 0" if r.num_learners else "")
+            + ", or run on a cluster (RAY_ADDRESS)."
+        )
     if "GPU" in short:
-        lines.append(f"  GPU: resources.num_gpus_per_learner={_fmt(r.num_gpus_per_learner)} for each learner. To fit: "
-                     "resources.num_gpus_per_learner: 0, or run where GPUs are (RAY_ADDRESS).")
+        lines.append(
+            f"  GPU: resources.num_gpus_per_learner={_fmt(r.num_gpus_per_learner)} for each learner. To fit: "
+            "resources.num_gpus_per_learner: 0, or run where GPUs are (RAY_ADDRESS)."
+        )
     for name in sorted(short - {"CPU", "GPU"}):
         devices = [d for d in experiment.devices if not d.simulated]
-        lines.append(f"  {name}: each env runner drives one cl1 device and runs on a node that advertises it. "
-                     "Start Ray on each device's node with `ray start --address=... --resources='{\""
-                     + (devices[0].resource if devices else "cl1:<device_id>")
-                     + "\": 1, \"cl1_slot\": 1}'`, or run without RAY_ADDRESS on the machine beside the "
-                     "devices (spikeloop's own Ray then advertises them).")
+        lines.append(
+            f"  {name}: each env runner drives one cl1 device and runs on a node that advertises it. "
+            "Start Ray on each device's node with `ray start --address=... --resources='{\""
+            + (devices[0].resource if devices else "cl1:<device_id>")
+            + '": 1, "cl1_slot": 1}\'`, or run without RAY_ADDRESS on the machine beside the '
+            "devices (spikeloop's own Ray then advertises them)."
+        )
     return "\n".join(lines)
 
 

@@ -94,8 +94,10 @@ def metric_tag(name: str) -> str:
     by_path = {path: tag for tag, path in RESULT_TAGS.items()}
     if name in by_path:
         return by_path[name]
-    raise ValueError(f"unknown metric {name!r}: use a TensorBoard tag of the run, e.g. "
-                     f"{', '.join(list(RESULT_TAGS)[:4])}, loop/latency_p50_ms (all: experiments/run_log.py)")
+    raise ValueError(
+        f"unknown metric {name!r}: use a TensorBoard tag of the run, e.g. "
+        f"{', '.join(list(RESULT_TAGS)[:4])}, loop/latency_p50_ms (all: experiments/run_log.py)"
+    )
 
 
 def metric_key(tag: str) -> str:
@@ -137,11 +139,11 @@ def scalars(result: dict[str, Any]) -> dict[str, float]:
     learner = _lookup(result, "learners/*") or {}
     for key, value in learner.items():
         if key.startswith(SPIKE_MEAN_PREFIX) and _is_number(value):
-            out[f"spikes/mean_{key[len(SPIKE_MEAN_PREFIX):]}"] = float(value)
+            out[f"spikes/mean_{key[len(SPIKE_MEAN_PREFIX) :]}"] = float(value)
     # Per feedback name (reward_positive, each event, episode_negative, step, episode): count and mean scales.
     for path, value in _flatten(result.get("env_runners") or {}).items():
         if path.startswith(FEEDBACK_BY_NAME) and _is_number(value) and math.isfinite(float(value)):
-            out["feedback/" + path[len(FEEDBACK_BY_NAME):]] = float(value)
+            out["feedback/" + path[len(FEEDBACK_BY_NAME) :]] = float(value)
     return out
 
 
@@ -220,8 +222,11 @@ class RunLog:
                 for record in records:
                     self.episodes_logged += 1
                     index = int(record.get("episode") or self.episodes_logged)
-                    line = {"episode_index": index, "iteration": result.get("training_iteration"),
-                            "env_steps_lifetime": step} | record
+                    line = {
+                        "episode_index": index,
+                        "iteration": result.get("training_iteration"),
+                        "env_steps_lifetime": step,
+                    } | record
                     steps = line.pop("steps", None)
                     if steps is not None:
                         line["step_log"] = self._write_steps(index, steps)
@@ -249,8 +254,10 @@ class RunLog:
         window = max(1, min(100, len(y) // 5))
 
         def rolling(values: list[float]) -> list[float]:
-            return [sum(values[max(0, i - window + 1): i + 1]) / len(values[max(0, i - window + 1): i + 1])
-                    for i in range(len(values))]
+            return [
+                sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
+                for i in range(len(values))
+            ]
 
         fig, (ax, ax_kills) = plt.subplots(1, 2, figsize=(11, 4), dpi=100)
         ax.plot(x, y, ".", alpha=0.35, label="episode reward")
@@ -278,9 +285,11 @@ class RunLog:
         kills = values.get("episode/kills", float("nan"))
         p50 = values.get("loop/latency_p50_ms", float("nan"))
         timeouts = int(values.get("loop/timeouts", 0))
-        return (f"[iter {it}] episodes {self.episodes_logged}  reward {reward:.1f}  kills/episode {kills:.2f}  "
-                f"steps/s {steps / dt if dt else float('nan'):.1f}  loop p50 {p50:.2f} ms  timeouts {timeouts}  "
-                f"elapsed {time.monotonic() - self._started:.0f} s")
+        return (
+            f"[iter {it}] episodes {self.episodes_logged}  reward {reward:.1f}  kills/episode {kills:.2f}  "
+            f"steps/s {steps / dt if dt else float('nan'):.1f}  loop p50 {p50:.2f} ms  timeouts {timeouts}  "
+            f"elapsed {time.monotonic() - self._started:.0f} s"
+        )
 
     def close(self) -> None:
         """Flush and close the event file."""

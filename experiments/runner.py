@@ -44,8 +44,13 @@ RESOLVED_FILE = "experiment.yaml"
 CHECKPOINT_REQUEST = "checkpoint.request"
 SCORE_TAG = "episode/return_mean"
 """The default `tune.metric`: trials and checkpoints are ranked by it unless the experiment names another."""
-SEARCH_FUNCTIONS = {"grid": "grid_search", "choice": "choice", "uniform": "uniform",
-                    "loguniform": "loguniform", "randint": "randint"}
+SEARCH_FUNCTIONS = {
+    "grid": "grid_search",
+    "choice": "choice",
+    "uniform": "uniform",
+    "loguniform": "loguniform",
+    "randint": "randint",
+}
 
 
 def _trial_experiment(tune_config: dict[str, Any]) -> Experiment:
@@ -178,17 +183,25 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
             values = log.log_iteration(result, _pull_episode_records(algo))
             print(log.progress_line(result, values), flush=True)
             iteration = algo.iteration
-            done = stop_reached(stop, iteration, int(result.get("num_env_steps_sampled_lifetime", 0) or 0),
-                                log.episodes_logged, elapsed_s=time.monotonic() - t0)
+            done = stop_reached(
+                stop,
+                iteration,
+                int(result.get("num_env_steps_sampled_lifetime", 0) or 0),
+                log.episodes_logged,
+                elapsed_s=time.monotonic() - t0,
+            )
             # Not "done": Tune reserves that key and stops the trial thread (SystemExit inside
             # tune.report) before the cleanup below can tell the culture training completed.
             # The tune.metric key is in every report (its worst value until it has one): Tune ranks checkpoints
             # and trials by it.
-            metrics = {score: worst, "finished": done,
-                       "episodes_logged": log.episodes_logged} | {metric_key(k): v for k, v in values.items()}
+            metrics = {score: worst, "finished": done, "episodes_logged": log.episodes_logged} | {
+                metric_key(k): v for k, v in values.items()
+            }
             requested = _request_pending(trial_dir)  # first, so a request is taken even when a save is due anyway
-            save = requested or iteration % experiment.checkpoint.every_iterations == 0 or (
-                done and experiment.checkpoint.at_end
+            save = (
+                requested
+                or iteration % experiment.checkpoint.every_iterations == 0
+                or (done and experiment.checkpoint.at_end)
             )
             if save:
                 with tempfile.TemporaryDirectory() as tmp:
@@ -206,8 +219,13 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
         log.close()
         try:
             # Simulated devices end with the trial; hardware ones hear training_complete from the driver at the end.
-            finish(algo, reason=reason, total_steps=int(algo.metrics.peek("num_env_steps_sampled_lifetime", default=0)),
-                   total_episodes=log.episodes_logged, hardware=False)
+            finish(
+                algo,
+                reason=reason,
+                total_steps=int(algo.metrics.peek("num_env_steps_sampled_lifetime", default=0)),
+                total_episodes=log.episodes_logged,
+                hardware=False,
+            )
         finally:
             algo.stop()
             ray.kill(counter)
@@ -248,8 +266,11 @@ def _train_iteration(algo) -> dict[str, Any]:
 def _search_space(experiment: Experiment) -> dict[str, Any]:
     from ray import tune
 
-    return {key: getattr(tune, SEARCH_FUNCTIONS[kind])(arg)
-            for key, spec in experiment.tune.search_space.items() for kind, arg in spec.items()}
+    return {
+        key: getattr(tune, SEARCH_FUNCTIONS[kind])(arg)
+        for key, spec in experiment.tune.search_space.items()
+        for kind, arg in spec.items()
+    }
 
 
 def _resources(experiment: Experiment):
@@ -321,8 +342,10 @@ def check_fit(experiment: Experiment) -> None:
                 try:
                     sock.bind((dev.address.bind_host, 0))
                 except OSError as exc:
-                    raise DoesNotFit(f"devices.{i}.bind_host: cannot bind {dev.address.bind_host!r} on this machine "
-                                     f"({exc.strerror or exc}); a simulated device runs here: use 127.0.0.1") from None
+                    raise DoesNotFit(
+                        f"devices.{i}.bind_host: cannot bind {dev.address.bind_host!r} on this machine "
+                        f"({exc.strerror or exc}); a simulated device runs here: use 127.0.0.1"
+                    ) from None
 
 
 def _check_cluster_fit(experiment: Experiment) -> None:
@@ -395,8 +418,7 @@ def run(experiment: Experiment, *, sweep: bool, resume: bool = False) -> Path:
     errors = [r for r in results if r.error]
     setup_errors = [r.metrics[SETUP_ERROR] for r in results if r.metrics and SETUP_ERROR in r.metrics]
     lost = [r.metrics[DEVICE_LOST] for r in results if r.metrics and DEVICE_LOST in r.metrics]
-    summary = {"run_dir": str(run_dir), "trials": len(results),
-               "errored": len(errors) + len(setup_errors) + len(lost)}
+    summary = {"run_dir": str(run_dir), "trials": len(results), "errored": len(errors) + len(setup_errors) + len(lost)}
     if setup_errors:
         summary["failed_before_first_iteration"] = setup_errors
     if lost:
@@ -405,9 +427,12 @@ def run(experiment: Experiment, *, sweep: bool, resume: bool = False) -> Path:
     _tell_hardware(experiment, "error: a trial failed" if failed else "completed", results)
     try:
         best = results.get_best_result(metric=score, mode=mode)
-        summary["best"] = {"metric": experiment.tune.metric, "mode": mode,
-                           "value": float(best.metrics[score]) if best.metrics and score in best.metrics else None,
-                           "trial_dir": best.path}
+        summary["best"] = {
+            "metric": experiment.tune.metric,
+            "mode": mode,
+            "value": float(best.metrics[score]) if best.metrics and score in best.metrics else None,
+            "trial_dir": best.path,
+        }
         if best.checkpoint is not None:
             summary["best_checkpoint"] = best.checkpoint.path
         summary["final_checkpoints"] = [r.checkpoint.path for r in results if r.checkpoint is not None]
@@ -420,12 +445,15 @@ def run(experiment: Experiment, *, sweep: bool, resume: bool = False) -> Path:
         print(f"trial failed: {r.error}", file=sys.stderr)
     print(f"run directory: {run_dir}", flush=True)
     if lost:
-        raise RuntimeError(f"{len(lost)} of {len(results)} trial(s) stopped because a device was lost (not retried: "
-                           f"see {run_dir}): {lost[-1]}")
+        raise RuntimeError(
+            f"{len(lost)} of {len(results)} trial(s) stopped because a device was lost (not retried: "
+            f"see {run_dir}): {lost[-1]}"
+        )
     if setup_errors:
         raise RuntimeError(
             f"{len(setup_errors)} of {len(results)} trial(s) failed before their first iteration and were not "
-            f"retried (the same settings would fail the same way): {setup_errors[0]}; see {run_dir}")
+            f"retried (the same settings would fail the same way): {setup_errors[0]}; see {run_dir}"
+        )
     if errors:
         raise RuntimeError(f"{len(errors)} of {len(results)} trial(s) failed; see {run_dir}")
     return run_dir

@@ -48,8 +48,16 @@ from models.module_config import ClosedLoopModelConfig
 # No NaN or infinity anywhere: no setting means either, and YAML's `.inf` is one typo away.
 STRICT = ConfigDict(extra="forbid", arbitrary_types_allowed=True, allow_inf_nan=False)
 # Settings dataclasses validate strictly too: a typo is an error, not a silent default.
-for _cls in (SafetyEnvelope, FeedbackSettings, FeedbackSpec, EventFeedbackSpec, SurpriseSettings, DeviceSettings,
-             DeviceAddress, ClosedLoopModelConfig):
+for _cls in (
+    SafetyEnvelope,
+    FeedbackSettings,
+    FeedbackSpec,
+    EventFeedbackSpec,
+    SurpriseSettings,
+    DeviceSettings,
+    DeviceAddress,
+    ClosedLoopModelConfig,
+):
     _cls.__pydantic_config__ = STRICT
 
 
@@ -77,7 +85,8 @@ class PPOSection(BaseModel):
 
     model_config = STRICT
     lr: float | list[tuple[int, float]] | None = Field(
-        None, description="a rate, or a schedule [[env_steps, rate], ...] from 0, rates interpolated linearly")
+        None, description="a rate, or a schedule [[env_steps, rate], ...] from 0, rates interpolated linearly"
+    )
     gamma: float | None = Field(None, gt=0, le=1)
     lambda_: float | None = Field(None, ge=0, le=1)
     clip_param: float | None = Field(None, gt=0, le=1)
@@ -103,13 +112,18 @@ class PPOSection(BaseModel):
         if isinstance(lr, list):
             steps = [step for step, _ in lr]
             if not lr or steps[0] != 0 or any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
-                raise ValueError("a schedule is [[0, rate], [env_steps, rate], ...] with env_steps rising from 0, "
-                                 f"got {lr}")
+                raise ValueError(
+                    f"a schedule is [[0, rate], [env_steps, rate], ...] with env_steps rising from 0, got {lr}"
+                )
         return lr
 
     @model_validator(mode="after")
     def _minibatch_fits(self) -> PPOSection:
-        if self.minibatch_size and self.train_batch_size_per_learner and self.minibatch_size > self.train_batch_size_per_learner:
+        if (
+            self.minibatch_size
+            and self.train_batch_size_per_learner
+            and self.minibatch_size > self.train_batch_size_per_learner
+        ):
             raise ValueError("minibatch_size is larger than train_batch_size_per_learner")
         return self
 
@@ -140,8 +154,12 @@ class StopSection(BaseModel):
     model_config = STRICT
     iterations: int | None = Field(None, ge=1)
     env_steps: int | None = Field(None, ge=1)
-    episodes: int | None = Field(None, ge=1, description="finished episodes of the trial, counted across resumes "
-                                 "(the reference trainer's --max-episodes); checked after each iteration")
+    episodes: int | None = Field(
+        None,
+        ge=1,
+        description="finished episodes of the trial, counted across resumes "
+        "(the reference trainer's --max-episodes); checked after each iteration",
+    )
     time_s: float | None = Field(None, gt=0)
 
     @model_validator(mode="after")
@@ -168,9 +186,12 @@ class TuneSection(BaseModel):
     num_samples: int = Field(1, ge=1)
     max_concurrent_trials: int | None = Field(None, ge=1)
     max_failures: int = Field(2, ge=0, description="retries of a failed trial from its last checkpoint")
-    metric: str = Field("episode/return_mean", description="a TensorBoard tag of the trial (episode/return_mean, "
-                        "episode/kills, loop/latency_p50_ms, ...) or the RLlib result path it is read from: picks the "
-                        "best trial and the best checkpoints kept")
+    metric: str = Field(
+        "episode/return_mean",
+        description="a TensorBoard tag of the trial (episode/return_mean, "
+        "episode/kills, loop/latency_p50_ms, ...) or the RLlib result path it is read from: picks the "
+        "best trial and the best checkpoints kept",
+    )
     mode: Literal["max", "min"] = "max"
 
     @model_validator(mode="after")
@@ -235,7 +256,8 @@ class Experiment(BaseModel):
     model: ClosedLoopModelConfig = Field(default_factory=ClosedLoopModelConfig)
     ablation: Literal["none", "zero", "random"] = "none"
     policy: Literal["closed_loop", "direct"] = Field(
-        "closed_loop", description="direct: features straight to actions, no culture (the no-neurons control)")
+        "closed_loop", description="direct: features straight to actions, no culture (the no-neurons control)"
+    )
     ppo: PPOSection = Field(default_factory=PPOSection)
     resources: ResourcesSection = Field(default_factory=ResourcesSection)
     stop: StopSection = Field(default_factory=lambda: StopSection(iterations=DEFAULT_STOP_ITERATIONS))
@@ -262,8 +284,10 @@ class Experiment(BaseModel):
         """A device's flat address keys (host, stim_port, ...) become its `address`."""
         devices = data.get("devices") if isinstance(data, dict) else None
         if isinstance(devices, list) and any(isinstance(dev, dict) for dev in devices):
-            data = {**data, "devices": [nest_address(dev, i) if isinstance(dev, dict) else dev
-                                        for i, dev in enumerate(devices)]}
+            data = {
+                **data,
+                "devices": [nest_address(dev, i) if isinstance(dev, dict) else dev for i, dev in enumerate(devices)],
+            }
         return data
 
     @model_validator(mode="before")
@@ -273,10 +297,18 @@ class Experiment(BaseModel):
         feedback = data.get("feedback") if isinstance(data, dict) else None
         events = feedback.get("events") if isinstance(feedback, dict) else None
         if isinstance(events, dict):
-            data = {**data, "feedback": {**feedback, "events": {
-                name: {**dataclasses.asdict(EventFeedbackSpec.reference(name)), **row}
-                if name in EVENT_SURPRISE_REFERENCE and isinstance(row, dict) else row
-                for name, row in events.items()}}}
+            data = {
+                **data,
+                "feedback": {
+                    **feedback,
+                    "events": {
+                        name: {**dataclasses.asdict(EventFeedbackSpec.reference(name)), **row}
+                        if name in EVENT_SURPRISE_REFERENCE and isinstance(row, dict)
+                        else row
+                        for name, row in events.items()
+                    },
+                },
+            }
         return data
 
     @model_validator(mode="after")
@@ -291,11 +323,15 @@ class Experiment(BaseModel):
         _check_env(self.env)
         self.model = dataclasses.replace(self.model, ablation=self.ablation)
         if self.policy == "direct" and self.model.same_frame_rounds != 1:
-            raise ValueError("model.same_frame_rounds: the direct policy stimulates nothing, so it has no rounds; "
-                             "use 1 (the default) with policy: direct")
+            raise ValueError(
+                "model.same_frame_rounds: the direct policy stimulates nothing, so it has no rounds; "
+                "use 1 (the default) with policy: direct"
+            )
         if self.policy == "direct" and self.ablation != "none":
-            raise ValueError("ablation: the direct policy has no culture whose spikes could be ablated; "
-                             "use ablation: none with policy: direct")
+            raise ValueError(
+                "ablation: the direct policy has no culture whose spikes could be ablated; "
+                "use ablation: none with policy: direct"
+            )
         forbidden = self.safety.forbidden_electrodes
         for path, spec in _feedback_specs(self.feedback):
             for channel in spec.channels:
@@ -323,7 +359,9 @@ class Experiment(BaseModel):
                 "device(s) are listed: one culture serves one game"
             )
         if self.resources.num_env_runners == 0 and hardware:
-            raise ValueError("resources.num_env_runners must be >= 1 with cl1 devices (env runners sit on device nodes)")
+            raise ValueError(
+                "resources.num_env_runners must be >= 1 with cl1 devices (env runners sit on device nodes)"
+            )
         for key, spec in self.tune.search_space.items():
             _check_search_entry(self, key, spec)
         return self
@@ -379,8 +417,9 @@ ADDRESS_KEYS = DeviceAddress.field_names()
 def nest_address(device: dict[str, Any], index: int) -> dict[str, Any]:
     """A `devices:` entry as the YAML writes it -> DeviceSettings' shape: the address keys under `address`."""
     if "address" in device:
-        raise ValueError(f"devices.{index}.address: unknown key; write {', '.join(ADDRESS_KEYS)} directly under "
-                         "the device")
+        raise ValueError(
+            f"devices.{index}.address: unknown key; write {', '.join(ADDRESS_KEYS)} directly under the device"
+        )
     nested = {k: v for k, v in device.items() if k not in ADDRESS_KEYS}
     address = {k: device[k] for k in ADDRESS_KEYS if k in device}
     return {**nested, "address": address} if address else nested
@@ -419,25 +458,32 @@ def _check_feedback(feedback: FeedbackSettings) -> None:
 
     for name in feedback.events:
         if name not in EVENTS:
-            raise ValueError(f"feedback.events.{name}: not a game event, so it would never be sent; "
-                             f"events are {', '.join(EVENTS)}")
+            raise ValueError(
+                f"feedback.events.{name}: not a game event, so it would never be sent; events are {', '.join(EVENTS)}"
+            )
     if feedback.max_datagrams_per_step < 1:
-        raise ValueError(f"feedback.max_datagrams_per_step: must be >= 1, got {feedback.max_datagrams_per_step} "
-                         "(to send no feedback, set feedback.enabled: false)")
+        raise ValueError(
+            f"feedback.max_datagrams_per_step: must be >= 1, got {feedback.max_datagrams_per_step} "
+            "(to send no feedback, set feedback.enabled: false)"
+        )
     if feedback.max_datagrams_per_step < 2 and feedback.interrupt_before_negative:
-        raise ValueError(f"feedback.max_datagrams_per_step: {feedback.max_datagrams_per_step} cannot carry negative "
-                         "feedback, which is an interrupt and its command (2 datagrams); use 2 or more, or "
-                         "interrupt_before_negative: false")
+        raise ValueError(
+            f"feedback.max_datagrams_per_step: {feedback.max_datagrams_per_step} cannot carry negative "
+            "feedback, which is an interrupt and its command (2 datagrams); use 2 or more, or "
+            "interrupt_before_negative: false"
+        )
     if not feedback.max_amplitude_ua > 0:
         raise ValueError(f"feedback.max_amplitude_ua: must be > 0 uA, got {feedback.max_amplitude_ua}")
     s = feedback.surprise
     for name in ("step_baseline_beta", "episode_baseline_beta"):
         if not 0 <= getattr(s, name) < 1:
-            raise ValueError(f"feedback.surprise.{name}: must be in [0, 1) (the old value's weight), "
-                             f"got {getattr(s, name)}")
+            raise ValueError(
+                f"feedback.surprise.{name}: must be in [0, 1) (the old value's weight), got {getattr(s, name)}"
+            )
     if not s.baseline_floor > 0:
-        raise ValueError(f"feedback.surprise.baseline_floor: must be > 0 (a ratio divides by it), "
-                         f"got {s.baseline_floor}")
+        raise ValueError(
+            f"feedback.surprise.baseline_floor: must be > 0 (a ratio divides by it), got {s.baseline_floor}"
+        )
     for name in ("ratio_cap", "amplitude_scale_max", "pulse_scale_max"):
         if not getattr(s, name) > 0:
             raise ValueError(f"feedback.surprise.{name}: must be > 0, got {getattr(s, name)}")
@@ -446,8 +492,10 @@ def _check_feedback(feedback: FeedbackSettings) -> None:
             raise ValueError(f"feedback.surprise.{name}: must be >= 0, got {getattr(s, name)}")
     low, high = s.frequency_scale_range
     if not 0 < low <= high:
-        raise ValueError(f"feedback.surprise.frequency_scale_range: must be [low, high] with 0 < low <= high, "
-                         f"got {list(s.frequency_scale_range)}")
+        raise ValueError(
+            f"feedback.surprise.frequency_scale_range: must be [low, high] with 0 < low <= high, "
+            f"got {list(s.frequency_scale_range)}"
+        )
     for name, row in feedback.events.items():
         where = f"feedback.events.{name}"
         if not 0 <= row.ema_beta < 1:
@@ -465,13 +513,20 @@ def _check_feedback(feedback: FeedbackSettings) -> None:
         if not spec.frequency_hz > 0:
             raise ValueError(f"{where}.frequency_hz: must be > 0 Hz, got {spec.frequency_hz}")
         if spec.amplitude_ua < 0:
-            raise ValueError(f"{where}.amplitude_ua: must be >= 0 uA (0 turns this feedback off), got "
-                             f"{spec.amplitude_ua}; a negative amplitude is not a polarity on the wire")
+            raise ValueError(
+                f"{where}.amplitude_ua: must be >= 0 uA (0 turns this feedback off), got "
+                f"{spec.amplitude_ua}; a negative amplitude is not a polarity on the wire"
+            )
         if spec.pulses < 1:
-            raise ValueError(f"{where}.pulses: must be >= 1 (to turn this feedback off, set its amplitude_ua: 0 "
-                             f"or feedback.enabled: false), got {spec.pulses}")
-        most = ((spec.frequency_scale_max, spec.amplitude_scale_max, spec.pulse_scale_max)
-                if isinstance(spec, EventFeedbackSpec) else (high, s.amplitude_scale_max, s.pulse_scale_max))
+            raise ValueError(
+                f"{where}.pulses: must be >= 1 (to turn this feedback off, set its amplitude_ua: 0 "
+                f"or feedback.enabled: false), got {spec.pulses}"
+            )
+        most = (
+            (spec.frequency_scale_max, spec.amplitude_scale_max, spec.pulse_scale_max)
+            if isinstance(spec, EventFeedbackSpec)
+            else (high, s.amplitude_scale_max, s.pulse_scale_max)
+        )
         for name, scale in zip(("frequency_hz", "amplitude_ua", "pulses"), most, strict=True):
             if not math.isfinite(getattr(spec, name) * scale):
                 raise ValueError(f"{where}.{name}: {getattr(spec, name)} times its surprise scale is not finite")
@@ -488,13 +543,17 @@ def _check_reach(experiment: Experiment) -> None:
         ("stim_amplitude_range_ua", model.stim_amplitude_range_ua, (env.min_amplitude_ua, amp_max)),
     ):
         if low < lo_env or high > hi_env:
-            raise ValueError(f"model.{name}: {low:g}-{high:g} leaves the safety envelope's {lo_env:g}-{hi_env:g}, "
-                             f"and loop.envelope_policy is raise: the run would stop at such a stimulation; {advice}")
+            raise ValueError(
+                f"model.{name}: {low:g}-{high:g} leaves the safety envelope's {lo_env:g}-{hi_env:g}, "
+                f"and loop.envelope_policy is raise: the run would stop at such a stimulation; {advice}"
+            )
     driven = sorted(set(ENCODING_ELECTRODES) & env.forbidden_electrodes)
     if driven:
-        raise ValueError(f"safety.forbidden_electrodes: includes encoding electrode(s) {driven}, which every "
-                         "stimulation drives; with loop.envelope_policy: raise every exchange would stop the run "
-                         "(clamp turns them off instead)")
+        raise ValueError(
+            f"safety.forbidden_electrodes: includes encoding electrode(s) {driven}, which every "
+            "stimulation drives; with loop.envelope_policy: raise every exchange would stop the run "
+            "(clamp turns them off instead)"
+        )
     fb = experiment.feedback
     if not fb.enabled:
         return
@@ -511,7 +570,8 @@ def _check_reach(experiment: Experiment) -> None:
                 raise ValueError(
                     f"feedback.{row.key}: surprise scaling can make it send {command.frequency_hz:g} Hz, "
                     f"{command.amplitude_ua:g} uA, {command.pulses:g} pulses: {exc}; loop.envelope_policy is "
-                    f"raise, so the run would stop there: {advice}") from None
+                    f"raise, so the run would stop there: {advice}"
+                ) from None
 
 
 def _check_search_entry(experiment: Experiment, key: str, spec: Any) -> None:
@@ -525,15 +585,21 @@ def _check_search_entry(experiment: Experiment, key: str, spec: Any) -> None:
         raise ValueError(f"{where}: {key!r} is not a setting of the experiment") from None
     if kind in ("grid", "choice"):
         if not isinstance(arg, list) or not arg:
-            raise ValueError(f"{where}.{kind}: must be a non-empty list of values, e.g. {{{kind}: [0.1, 0.2]}} "
-                             f"(got {arg!r})")
+            raise ValueError(
+                f"{where}.{kind}: must be a non-empty list of values, e.g. {{{kind}: [0.1, 0.2]}} (got {arg!r})"
+            )
         values = arg
     else:
-        numbers = isinstance(arg, list) and len(arg) == 2 and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in arg)
+        numbers = (
+            isinstance(arg, list)
+            and len(arg) == 2
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in arg)
+        )
         if not numbers or not arg[0] < arg[1]:
-            raise ValueError(f"{where}.{kind}: must be [low, high], two finite numbers with low < high, "
-                             f"e.g. {{{kind}: [0.1, 0.5]}} (got {arg!r})")
+            raise ValueError(
+                f"{where}.{kind}: must be [low, high], two finite numbers with low < high, "
+                f"e.g. {{{kind}: [0.1, 0.5]}} (got {arg!r})"
+            )
         if kind == "loguniform" and arg[0] <= 0:
             raise ValueError(f"{where}.loguniform: low must be > 0 (got {arg!r})")
         if kind == "randint" and not all(isinstance(v, int) for v in arg):
@@ -585,7 +651,7 @@ def set_path(tree: dict[str, Any], dotted: str, value: Any, defaults: dict[str, 
     for i, part in enumerate(parts[:-1]):
         if isinstance(node, list):
             if not part.isdigit() or int(part) >= len(node):
-                raise ExperimentError(f"--set {dotted}: {'.'.join(parts[:i + 1])} is not an index of that list")
+                raise ExperimentError(f"--set {dotted}: {'.'.join(parts[: i + 1])} is not an index of that list")
             node = node[int(part)]
             default = default[int(part)] if isinstance(default, list) and int(part) < len(default) else None
         else:
@@ -594,7 +660,7 @@ def set_path(tree: dict[str, Any], dotted: str, value: Any, defaults: dict[str, 
                 node[part] = copy.deepcopy(default) if isinstance(default, dict) else {}
             node = node[part]
         if not isinstance(node, (dict, list)):
-            raise ExperimentError(f"--set {dotted}: {'.'.join(parts[:i + 1])} is a value, not a section")
+            raise ExperimentError(f"--set {dotted}: {'.'.join(parts[: i + 1])} is a value, not a section")
     last = parts[-1]
     if isinstance(node, list):
         if not last.isdigit() or int(last) >= len(node):
@@ -628,9 +694,19 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def _settings_fields() -> frozenset[str]:
     """Field names of the settings dataclasses, whose own checks start their messages with one."""
-    return frozenset(f.name for cls in (SafetyEnvelope, FeedbackSettings, EventFeedbackSpec, SurpriseSettings,
-                                        DeviceSettings, DeviceAddress, ClosedLoopModelConfig)
-                     for f in dataclasses.fields(cls))
+    return frozenset(
+        f.name
+        for cls in (
+            SafetyEnvelope,
+            FeedbackSettings,
+            EventFeedbackSpec,
+            SurpriseSettings,
+            DeviceSettings,
+            DeviceAddress,
+            ClosedLoopModelConfig,
+        )
+        for f in dataclasses.fields(cls)
+    )
 
 
 def _is_union_tag(part: Any) -> bool:
@@ -656,8 +732,11 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
             lines.append(f"  {message}")
         elif err["type"] == "missing":
             lines.append(f"  {path}: {message}")
-        elif err["type"] == "value_error" and re.match(r"[a-z_]+", message) and (
-                re.match(r"[a-z_]+", message).group() in _settings_fields()):
+        elif (
+            err["type"] == "value_error"
+            and re.match(r"[a-z_]+", message)
+            and (re.match(r"[a-z_]+", message).group() in _settings_fields())
+        ):
             lines.append(f"  {path}.{message}")  # a settings dataclass's own check names the field first
         elif isinstance(given, (dict, list)):
             lines.append(f"  {path}: {message}")
@@ -675,8 +754,9 @@ def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode, d
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
-            raise yaml.constructor.ConstructorError(None, None, f"key {key!r} appears twice in one mapping",
-                                                    key_node.start_mark)
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark
+            )
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
 
@@ -698,15 +778,18 @@ def load_experiment(path: str | Path, overrides: list[str] | tuple[str, ...] = (
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ExperimentError(f"{path}: not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start}); "
-                              "save the file as UTF-8") from None
+        raise ExperimentError(
+            f"{path}: not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start}); save the file as UTF-8"
+        ) from None
     try:
         data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise ExperimentError(f"{path}: not valid YAML: {exc}") from None
     if data is None:
-        raise ExperimentError(f"{path}: the file is empty (or only comments); an experiment file needs at least one "
-                              "section, e.g. `name: my-run` (see experiments/quickstart.yaml)")
+        raise ExperimentError(
+            f"{path}: the file is empty (or only comments); an experiment file needs at least one "
+            "section, e.g. `name: my-run` (see experiments/quickstart.yaml)"
+        )
     if not isinstance(data, dict):
         raise ExperimentError(f"{path}: the top level must be a mapping of sections (name, devices, env, ...)")
     return experiment_from_dict(data, overrides, source=str(path))

@@ -241,8 +241,11 @@ def episode_scalars(record: dict[str, Any], runner_metrics: dict[str, Any]) -> d
     training (what the env runner logged since the last episode)."""
     from experiments.run_log import scalars
 
-    out = {tag: value for tag, value in scalars({"env_runners": _peek(runner_metrics)}).items()
-           if tag.startswith(("feedback/", "loop/"))}
+    out = {
+        tag: value
+        for tag, value in scalars({"env_runners": _peek(runner_metrics)}).items()
+        if tag.startswith(("feedback/", "loop/"))
+    }
     actions = record.get("episode_actions") or {}
     own = {
         "episode/return": record.get("episode_reward"),
@@ -263,10 +266,12 @@ def episode_scalars(record: dict[str, Any], runner_metrics: dict[str, Any]) -> d
 
 def progress_line(record: dict[str, Any], total: int) -> str:
     """One line per finished episode."""
-    return (f"[episode {record['watch_episode']}/{total}] length {record.get('episode_length', 0)}  "
-            f"return {record.get('episode_reward', float('nan')):.1f}  kills {record.get('kill_count', 0)}  "
-            f"timeouts {record.get('timeouts_in_episode', 0)}  "
-            f"episode feedback commands {record.get('episode_feedback_commands', 0)}  {record['wall_s']:.1f} s")
+    return (
+        f"[episode {record['watch_episode']}/{total}] length {record.get('episode_length', 0)}  "
+        f"return {record.get('episode_reward', float('nan')):.1f}  kills {record.get('kill_count', 0)}  "
+        f"timeouts {record.get('timeouts_in_episode', 0)}  "
+        f"episode feedback commands {record.get('episode_feedback_commands', 0)}  {record['wall_s']:.1f} s"
+    )
 
 
 # --- the whole watch --------------------------------------------------------------------
@@ -299,9 +304,11 @@ def watch(settings: WatchSettings, log: Callable[[str], None] = print) -> Path:
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     (out / WATCH_FILE).write_text(yaml.safe_dump(description, sort_keys=False))
-    log(f"watching {checkpoint}\n  -> {out}\n  {settings.episodes} episode(s), explore={settings.explore}, "
+    log(
+        f"watching {checkpoint}\n  -> {out}\n  {settings.episodes} episode(s), explore={settings.explore}, "
         f"update_spike_mean={settings.update_spike_mean}, "
-        f"feedback {'on' if experiment.feedback.enabled else 'off'}, no training")
+        f"feedback {'on' if experiment.feedback.enabled else 'off'}, no training"
+    )
 
     started_ray = init_ray_for(experiment)
     algo = None
@@ -328,8 +335,10 @@ def watch(settings: WatchSettings, log: Callable[[str], None] = print) -> Path:
             description["spike_statistics_changed"] = [n for n in changed if is_spike_statistic(n)]
             changed = [n for n in changed if not is_spike_statistic(n)]
         description |= {"weights_compared": len(before), "weights_changed": changed}
-        log(f"weights: {len(before)} tensors compared before/after (env runner and learner module): "
-            + ("unchanged" if not changed else f"CHANGED: {', '.join(changed)}"))
+        log(
+            f"weights: {len(before)} tensors compared before/after (env runner and learner module): "
+            + ("unchanged" if not changed else f"CHANGED: {', '.join(changed)}")
+        )
         if changed:
             raise RuntimeError(f"watch changed {len(changed)} weight tensor(s): {', '.join(changed)}")
     except BaseException as exc:
@@ -344,8 +353,11 @@ def watch(settings: WatchSettings, log: Callable[[str], None] = print) -> Path:
                 description["training_complete_sent_to"] = told
             finally:
                 algo.stop()
-        description |= {"finished": time.strftime("%Y-%m-%d %H:%M:%S"), "episodes_done": len(records),
-                        "end_reason": reason}
+        description |= {
+            "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "episodes_done": len(records),
+            "end_reason": reason,
+        }
         (out / WATCH_FILE).write_text(yaml.safe_dump(description, sort_keys=False))
         if started_ray:
             ray.shutdown()

@@ -30,9 +30,19 @@ from models.module_config import ClosedLoopModelConfig
 from models.value import NormalizedValueNet
 
 MODE_DEPENDENT_LAYERS = (
-    nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout,
-    nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm,
-    nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d,
+    nn.Dropout,
+    nn.Dropout1d,
+    nn.Dropout2d,
+    nn.Dropout3d,
+    nn.AlphaDropout,
+    nn.FeatureAlphaDropout,
+    nn.BatchNorm1d,
+    nn.BatchNorm2d,
+    nn.BatchNorm3d,
+    nn.SyncBatchNorm,
+    nn.InstanceNorm1d,
+    nn.InstanceNorm2d,
+    nn.InstanceNorm3d,
 )
 """Layers whose output depends on train/eval mode; the module has none (see forward_exploration)."""
 
@@ -40,9 +50,13 @@ MODE_DEPENDENT_LAYERS = (
 def feature_normalizer(observation_space, settings: ClosedLoopModelConfig) -> FeatureNormalizer:
     """The running normaliser of the observation's feature vector (the screen is scaled by the CNN itself)."""
     features_space, _ = split_observation_space(observation_space)
-    return FeatureNormalizer(int(np.prod(features_space.shape)), enabled=settings.feature_normalization,
-                             momentum=settings.feature_norm_momentum, std_floor=settings.feature_std_floor,
-                             clip=settings.feature_clip)
+    return FeatureNormalizer(
+        int(np.prod(features_space.shape)),
+        enabled=settings.feature_normalization,
+        momentum=settings.feature_norm_momentum,
+        std_floor=settings.feature_std_floor,
+        clip=settings.feature_clip,
+    )
 
 
 def build_value_net(observation_space, settings: ClosedLoopModelConfig) -> NormalizedValueNet:
@@ -54,9 +68,14 @@ def build_value_net(observation_space, settings: ClosedLoopModelConfig) -> Norma
             raise ValueError("model.value_sees_screen needs a screen in the observation: set env.screen: true")
         screen_size = int(np.prod(screen_space.shape))
         screen_scale = 1.0 / 255.0 if screen_space.dtype == np.uint8 else 1.0
-    return NormalizedValueNet(int(np.prod(features_space.shape)), settings.value_hiddens,
-                              normalize=settings.value_normalization, momentum=settings.value_norm_momentum,
-                              screen_size=screen_size, screen_scale=screen_scale)
+    return NormalizedValueNet(
+        int(np.prod(features_space.shape)),
+        settings.value_hiddens,
+        normalize=settings.value_normalization,
+        momentum=settings.value_norm_momentum,
+        screen_size=screen_size,
+        screen_scale=screen_scale,
+    )
 
 
 class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
@@ -153,12 +172,17 @@ class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
     def encoder_distribution(self, stim_dist_inputs: torch.Tensor) -> TorchRangedBeta | FixedStimulation:
         """Distribution over the stimulation [.., 16 R]: per round 8 frequencies (Hz), then 8 amplitudes (uA); a fixed
         one if the encoder is frozen."""
-        beta = TorchRangedBeta.from_logits(stim_dist_inputs, low=self.stim_low, high=self.stim_high,
-                                           parametrization=self.settings.encoder_parametrization)
+        beta = TorchRangedBeta.from_logits(
+            stim_dist_inputs,
+            low=self.stim_low,
+            high=self.stim_high,
+            parametrization=self.settings.encoder_parametrization,
+        )
         return beta if self.settings.encoder_trainable else FixedStimulation(beta.deterministic_sample())
 
-    def decode(self, spikes: torch.Tensor, spike_mean: torch.Tensor | None = None,
-               spike_std: torch.Tensor | None = None) -> torch.Tensor:
+    def decode(
+        self, spikes: torch.Tensor, spike_mean: torch.Tensor | None = None, spike_std: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Action logits from spike counts, centred by spike_mean and divided by spike_std (default: the running ones)."""
         if spike_mean is None:
             spike_mean = self.spike_mean

@@ -92,8 +92,10 @@ class DirectRLModule(TorchRLModule, ValueFunctionAPI):
         """Action logits and values."""
         features, screen = features_and_screen(batch[Columns.OBS])
         features = self.feature_norm(features)
-        return {Columns.ACTION_DIST_INPUTS: self.encoder(features, screen),
-                Columns.VF_PREDS: self.value_net(features, screen)}
+        return {
+            Columns.ACTION_DIST_INPUTS: self.encoder(features, screen),
+            Columns.VF_PREDS: self.value_net(features, screen),
+        }
 
     @override(ValueFunctionAPI)
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:

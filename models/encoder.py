@@ -106,9 +106,16 @@ class ScreenCNN(nn.Module):
             # over the whole screen, so the output size does not depend on the screen's.
             c = settings.screen_cnn_channels
             self.convs = nn.Sequential(
-                nn.Conv2d(channels, c, 3, padding=1), nn.SiLU(), nn.MaxPool2d(2),
-                nn.Conv2d(c, 2 * c, 3, padding=1), nn.SiLU(), nn.MaxPool2d(2),
-                nn.Conv2d(2 * c, 4 * c, 3, padding=1), nn.SiLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                nn.Conv2d(channels, c, 3, padding=1),
+                nn.SiLU(),
+                nn.MaxPool2d(2),
+                nn.Conv2d(c, 2 * c, 3, padding=1),
+                nn.SiLU(),
+                nn.MaxPool2d(2),
+                nn.Conv2d(2 * c, 4 * c, 3, padding=1),
+                nn.SiLU(),
+                nn.AdaptiveAvgPool2d(1),
+                nn.Flatten(),
             )
             self.project: nn.Module = nn.Identity()
             self.out_size = 4 * c
@@ -183,9 +190,14 @@ class StimEncoder(nn.Module):
         if self.rounds == 1 or set(self.views) == {"raw"}:
             return self.head(self.trunk(torch.cat([x, self.screen_cnn(screen)], dim=-1)))
         # Each round sees the screen through its own view: its block of the head's outputs comes from that view.
-        by_view = {view: self.head(self.trunk(torch.cat([x, self.screen_cnn(screen, view)], dim=-1)))
-                   for view in dict.fromkeys(self.views)}
+        by_view = {
+            view: self.head(self.trunk(torch.cat([x, self.screen_cnn(screen, view)], dim=-1)))
+            for view in dict.fromkeys(self.views)
+        }
         n_modes = N_STIM * self.rounds
-        blocks = [by_view[view][:, half * n_modes + r * N_STIM:half * n_modes + (r + 1) * N_STIM]
-                  for half in (0, 1) for r, view in enumerate(self.views)]
+        blocks = [
+            by_view[view][:, half * n_modes + r * N_STIM : half * n_modes + (r + 1) * N_STIM]
+            for half in (0, 1)
+            for r, view in enumerate(self.views)
+        ]
         return torch.cat(blocks, dim=-1)

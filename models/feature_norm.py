@@ -67,7 +67,7 @@ class FeatureNormalizer(nn.Module):
         if self._staged.numel() == 0:
             return
         size = self.mean.numel()
-        batch_mean, batch_sq, n = self._staged[:size], self._staged[size:2 * size], self._staged[-1]
+        batch_mean, batch_sq, n = self._staged[:size], self._staged[size : 2 * size], self._staged[-1]
         if self.count.item() == 0:
             mean, sq = batch_mean, batch_sq
         else:

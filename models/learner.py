@@ -185,7 +185,9 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
         advantages = batch[Postprocessing.ADVANTAGES]
 
         def clipped_surrogate(r: torch.Tensor) -> torch.Tensor:
-            return torch.min(advantages * r, advantages * torch.clamp(r, 1.0 - config.clip_param, 1.0 + config.clip_param))
+            return torch.min(
+                advantages * r, advantages * torch.clamp(r, 1.0 - config.clip_param, 1.0 + config.clip_param)
+            )
 
         if config.ratio_clipping == "factored":
             # Each factor gets its own trust region: a stimulation that moved far (16 dimensions) no longer
@@ -227,7 +229,8 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
                 part_metrics[f"{part}_ratio_mean"] = part_mean
                 part_metrics[f"{part}_ratio_std"] = masked_mean((part_ratio - part_mean) ** 2).sqrt()
                 part_metrics[f"{part}_ratio_clip_fraction"] = masked_mean(
-                    ((part_ratio - 1.0).abs() > config.clip_param).float())
+                    ((part_ratio - 1.0).abs() > config.clip_param).float()
+                )
         if config.use_kl_loss:
             kl_coeff = _as_tensor(self.curr_kl_coeffs_per_module[module_id])
             total_loss = total_loss + kl_coeff * masked_mean(ratio - 1.0 - log_ratio)
@@ -284,5 +287,6 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
             for i, value in enumerate(module.spike_mean.tolist()):
                 round_index, group = divmod(i, len(SPIKE_GROUP_NAMES))
                 suffix = f"_r{round_index + 1}" if round_index else ""
-                self.metrics.log_value((module_id, SPIKE_MEAN_KEY_PREFIX + SPIKE_GROUP_NAMES[group] + suffix), value,
-                                       window=1)
+                self.metrics.log_value(
+                    (module_id, SPIKE_MEAN_KEY_PREFIX + SPIKE_GROUP_NAMES[group] + suffix), value, window=1
+                )

@@ -152,8 +152,10 @@ class ClosedLoopModelConfig:
         if self.encoder_init_concentration <= 2.0:
             raise ValueError("encoder_init_concentration must be > 2 (alpha and beta are each > 1)")
         if self.encoder_parametrization not in ("mode_concentration", "alpha_beta"):
-            raise ValueError("encoder_parametrization must be mode_concentration or alpha_beta, "
-                             f"got {self.encoder_parametrization!r}")
+            raise ValueError(
+                "encoder_parametrization must be mode_concentration or alpha_beta, "
+                f"got {self.encoder_parametrization!r}"
+            )
         if not 0.0 < self.feature_norm_momentum <= 1.0:
             raise ValueError("feature_norm_momentum must lie in (0, 1]")
         if not self.feature_std_floor > 0.0 or not self.feature_clip > 0.0:

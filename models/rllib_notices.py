@@ -49,7 +49,11 @@ def install() -> None:
             logger.addFilter(_DropNotice(fragment))
 
 
-TUNE_BANNER = ("Configuration for experiment", "View detailed results here", "To visualize your results with TensorBoard")
+TUNE_BANNER = (
+    "Configuration for experiment",
+    "View detailed results here",
+    "To visualize your results with TensorBoard",
+)
 """Fragments of the banner Tune prints at the start of a run, which `quiet_tune_output` keeps out."""
 
 

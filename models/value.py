@@ -33,8 +33,16 @@ class NormalizedValueNet(nn.Module):
     target_std: torch.Tensor
     target_count: torch.Tensor
 
-    def __init__(self, in_size: int, hiddens: Sequence[int], *, normalize: bool, momentum: float,
-                 screen_size: int = 0, screen_scale: float = 1.0) -> None:
+    def __init__(
+        self,
+        in_size: int,
+        hiddens: Sequence[int],
+        *,
+        normalize: bool,
+        momentum: float,
+        screen_size: int = 0,
+        screen_scale: float = 1.0,
+    ) -> None:
         super().__init__()
         self.screen_size = screen_size
         """Pixels of the screen appended to the features (0: the value net does not see the screen)."""

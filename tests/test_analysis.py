@@ -25,31 +25,49 @@ from tests.support.analysis_runs import ABLATIONS
 def _steps(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     stim = np.concatenate([rng.uniform(4, 40, (n, 8)), rng.uniform(1, 2.5, (n, 8))], axis=1).astype(np.float32)
     raw = rng.poisson(2.0 * stim[:, :8] / 10).astype(np.float32)
-    return {"stim": stim, "raw_spikes": raw, "spikes": raw, "action": rng.integers(0, 3, n),
-            "reward": rng.normal(size=n).astype(np.float32), "exchange_ok": np.ones(n, np.float32),
-            "stim_timestamp_us": np.arange(n, dtype=np.uint64), "latency_ms": rng.uniform(1, 3, n).astype(np.float32)}
+    return {
+        "stim": stim,
+        "raw_spikes": raw,
+        "spikes": raw,
+        "action": rng.integers(0, 3, n),
+        "reward": rng.normal(size=n).astype(np.float32),
+        "exchange_ok": np.ones(n, np.float32),
+        "stim_timestamp_us": np.arange(n, dtype=np.uint64),
+        "latency_ms": rng.uniform(1, 3, n).astype(np.float32),
+    }
 
 
-def write_trial(run_dir: Path, name: str, ablation: str, seed: int, rewards: list[float],
-                step_log: bool = True) -> Path:
+def write_trial(
+    run_dir: Path, name: str, ablation: str, seed: int, rewards: list[float], step_log: bool = True
+) -> Path:
     """A trial dir as a run leaves it: experiment.yaml, events, episodes.jsonl and steps/ (via RunLog)."""
     trial_dir = run_dir / name
     trial_dir.mkdir(parents=True)
     (trial_dir / "experiment.yaml").write_text(yaml.safe_dump({"name": "t", "seed": seed, "ablation": ablation}))
     log = RunLog(trial_dir)
     rng = np.random.default_rng(seed)
-    for iteration, chunk in enumerate((rewards[: len(rewards) // 2], rewards[len(rewards) // 2:]), start=1):
+    for iteration, chunk in enumerate((rewards[: len(rewards) // 2], rewards[len(rewards) // 2 :]), start=1):
         records = []
         for reward in chunk:
             length = 5
-            record = {"episode_reward": reward, "episode_length": length, "kill_count": int(reward > 0),
-                      "timeouts_in_episode": 0, "episode_feedback_commands": 2}
+            record = {
+                "episode_reward": reward,
+                "episode_length": length,
+                "kill_count": int(reward > 0),
+                "timeouts_in_episode": 0,
+                "episode_feedback_commands": 2,
+            }
             if step_log:
                 record["steps"] = _steps(length, rng)
             records.append(record)
-        result = {"training_iteration": iteration, "num_env_steps_sampled_lifetime": 100 * iteration,
-                  "env_runners": {"episode_return_mean": float(np.mean(chunk)),
-                                  "culture": {"latency_p50_ms": 2.0, "latency_p99_ms": 4.0, "latency_max_ms": 9.0}}}
+        result = {
+            "training_iteration": iteration,
+            "num_env_steps_sampled_lifetime": 100 * iteration,
+            "env_runners": {
+                "episode_return_mean": float(np.mean(chunk)),
+                "culture": {"latency_p50_ms": 2.0, "latency_p99_ms": 4.0, "latency_max_ms": 9.0},
+            },
+        }
         log.log_iteration(result, records)
     log.close()
     return trial_dir
@@ -67,8 +85,11 @@ def synthetic_root(tmp_path: Path) -> Path:
 
 def test_find_and_group_trials(synthetic_root: Path) -> None:
     trials = analysis.find_trials(synthetic_root)
-    assert [(t.ablation, t.seed, t.run) for t in trials] == [("none", 0, "run-a"), ("zero", 0, "run-a"),
-                                                              ("zero", 1, "run-b")]
+    assert [(t.ablation, t.seed, t.run) for t in trials] == [
+        ("none", 0, "run-a"),
+        ("zero", 0, "run-a"),
+        ("zero", 1, "run-b"),
+    ]
     assert analysis.find_trials([synthetic_root / "run-a" / "trial_1"]) == [trials[1]]
     groups = analysis.group_trials(trials)
     assert {k: len(v) for k, v in groups.items()} == {"none": 1, "zero": 2}
@@ -114,8 +135,9 @@ def test_latency_falls_back_to_tensorboard(synthetic_root: Path) -> None:
 
 def test_smoothing_bands_and_final_return(synthetic_root: Path) -> None:
     np.testing.assert_allclose(analysis.smooth([1, 3, np.nan, 5], 2), [1, 2, 3, 5])
-    band = analysis.seed_band([(np.array([0, 10]), np.array([0.0, 10.0])), (np.array([0, 5]), np.array([2.0, 2.0]))],
-                              points=3)
+    band = analysis.seed_band(
+        [(np.array([0, 10]), np.array([0.0, 10.0])), (np.array([0, 5]), np.array([2.0, 2.0]))], points=3
+    )
     np.testing.assert_allclose(band.x, [0, 5, 10])
     np.testing.assert_allclose(band.mean, [1, 3.5, 10])
     np.testing.assert_allclose(band.low, [0, 2, 10])
@@ -237,8 +259,11 @@ def test_real_runs_read_back(runs_root: Path) -> None:
         log = analysis.read_steps(trial)
         assert len(log["reward"]) == sum(e["episode_length"] for e in episodes)
         assert log["stim"].shape[1] == 16 and log["raw_spikes"].shape[1] == 8
-        np.testing.assert_allclose([log["reward"][log["episode_index"] == e["episode_index"]].sum()
-                                    for e in episodes], [e["episode_reward"] for e in episodes], rtol=1e-5)
+        np.testing.assert_allclose(
+            [log["reward"][log["episode_index"] == e["episode_index"]].sum() for e in episodes],
+            [e["episode_reward"] for e in episodes],
+            rtol=1e-5,
+        )
         assert np.isfinite(log["latency_ms"]).all() and (log["latency_ms"] > 0).all()
         assert log["raw_spikes"].sum() > 0  # the culture answers in every ablation
         if trial.ablation == "zero":

@@ -29,8 +29,10 @@ def test_pattern_pairs_are_what_they_say() -> None:
 
 def test_a_tiny_run_writes_its_result(tmp_path: Path) -> None:
     out = tmp_path / "culture.json"
-    assert bench_culture.main(["--seeds", "1", "--pairs", "1", "--ticks", "60", "--pulses", "2",
-                               "--output", str(out)]) == 0
+    assert (
+        bench_culture.main(["--seeds", "1", "--pairs", "1", "--ticks", "60", "--pulses", "2", "--output", str(out)])
+        == 0
+    )
     result = json.loads(out.read_text())
     assert set(result["separability_mean"]) == {"one_electrode", "random_full", "random_mid"}
     assert all(0.0 <= v <= 1.0 for v in result["separability_mean"].values())

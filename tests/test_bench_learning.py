@@ -41,8 +41,9 @@ def _runs(seeds: int = SEEDS, conditions=bl.CONDITIONS, switch=None, high=None) 
                 runs[condition][str(seed)] = _chance(seed)
             else:
                 s = switch[condition]
-                runs[condition][str(seed)] = _learner(s(seed) if callable(s) else s + 10 * seed, seed,
-                                                      (high or {}).get((condition, seed), HIGH))
+                runs[condition][str(seed)] = _learner(
+                    s(seed) if callable(s) else s + 10 * seed, seed, (high or {}).get((condition, seed), HIGH)
+                )
     return runs
 
 
@@ -166,8 +167,13 @@ def test_direct_not_above_chance_gives_no_mark():
 
 
 def _result(runs: bl.Runs) -> dict:
-    settings = {"scenario": "basic", "conditions": list(runs), "seeds": SEEDS, "env_steps_per_run": 60000,
-                "base_experiment": {"env": {"scenario": "basic"}}}
+    settings = {
+        "scenario": "basic",
+        "conditions": list(runs),
+        "seeds": SEEDS,
+        "env_steps_per_run": 60000,
+        "base_experiment": {"env": {"scenario": "basic"}},
+    }
     # Round trip through JSON, as from the file.
     return json.loads(json.dumps(bl._json_safe(bl.build_result(settings, runs, {}, 12.0))))
 
@@ -175,8 +181,17 @@ def _result(runs: bl.Runs) -> dict:
 def test_result_layout_and_curves_round_trip():
     runs = _runs()
     result = _result(runs)
-    assert {"settings", "runs", "summary", "chance_return", "chance_from", "targets", "verdicts",
-            "min_seeds_per_group", "wall_s"} <= set(result)
+    assert {
+        "settings",
+        "runs",
+        "summary",
+        "chance_return",
+        "chance_from",
+        "targets",
+        "verdicts",
+        "min_seeds_per_group",
+        "wall_s",
+    } <= set(result)
     assert set(result["runs"]["sim"]["0"]) >= {"env_steps", "return", "kill"}
     assert bl.runs_from_result(result) == runs
     assert result["summary"]["zero"]["p_value_vs_zero"] is None
@@ -218,15 +233,19 @@ def test_resume_accepts_same_settings_and_refuses_others():
 
 
 def test_experiment_dicts():
-    base = {"env": {"scenario": "x", "frame_skip": 4}, "resources": {"num_env_runners": 1},
-            "sim_device": {"artifact_wait_ms": 10.0}}
+    base = {
+        "env": {"scenario": "x", "frame_skip": 4},
+        "resources": {"num_env_runners": 1},
+        "sim_device": {"artifact_wait_ms": 10.0},
+    }
     direct = bl.experiment_dict("direct", 3, "basic", base)
     assert direct["policy"] == "direct" and direct["name"] == "learning-direct-3" and direct["seed"] == 3
     assert direct["env"] == {"scenario": "basic", "frame_skip": 4} and "sim_device" not in direct
     zero = bl.experiment_dict("zero", 2, "basic", base)
     assert zero["ablation"] == "zero"
-    assert zero["devices"] == [{"device_id": "sim", "backend": "sim", "realtime": False, "seed": 2,
-                                "artifact_wait_ms": 10.0}]
+    assert zero["devices"] == [
+        {"device_id": "sim", "backend": "sim", "realtime": False, "seed": 2, "artifact_wait_ms": 10.0}
+    ]
     transparent = bl.experiment_dict("transparent", 1, "basic", base)
     assert transparent["devices"] == [{"device_id": "transparent", "backend": "transparent", "seed": 1}]
     assert "sim_device" in base  # the caller's dict is left alone

@@ -19,8 +19,12 @@ def committed() -> dict:
 
 def test_sim_paced_figures_rebuild_the_committed_keys(committed):
     figures = paced_figures(committed["paced"], committed["limit_steps_per_s"], prefix="paced_")
-    assert list(figures) == ["paced_steps_per_s", "limit_steps_per_s", "paced_fraction_of_limit",
-                             "paced_steps_per_s_range"]
+    assert list(figures) == [
+        "paced_steps_per_s",
+        "limit_steps_per_s",
+        "paced_fraction_of_limit",
+        "paced_steps_per_s_range",
+    ]
     assert figures == {k: committed[k] for k in figures}
 
 
@@ -33,5 +37,9 @@ def test_tick10_figures_rebuild_the_committed_keys(committed):
 
 def test_a_single_window_has_a_range_of_one_value():
     figures = paced_figures({"steps_per_s": 4.0}, limit=5.0)
-    assert figures == {"steps_per_s": 4.0, "limit_steps_per_s": 5.0, "fraction_of_limit": 0.8,
-                       "steps_per_s_range": [4.0, 4.0]}
+    assert figures == {
+        "steps_per_s": 4.0,
+        "limit_steps_per_s": 5.0,
+        "fraction_of_limit": 0.8,
+        "steps_per_s_range": [4.0, 4.0],
+    }

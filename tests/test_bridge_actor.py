@@ -24,7 +24,13 @@ ROOT = Path(__file__).resolve().parent.parent
 def ray_with_device_resource():
     import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, resources={device_resource("dish-a"): 1})
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        resources={device_resource("dish-a"): 1},
+    )
     yield ray
     ray.shutdown()
 
@@ -38,8 +44,9 @@ def device():
 
 
 def config_for(dev: LoopbackDevice, device_id: str) -> BridgeConfig:
-    address = DeviceAddress(spike_port=dev.spike_port, stim_port=dev.stim_port, feedback_port=dev.feedback_port,
-                            event_port=dev.event_port)
+    address = DeviceAddress(
+        spike_port=dev.spike_port, stim_port=dev.stim_port, feedback_port=dev.feedback_port, event_port=dev.event_port
+    )
     return BridgeConfig(device_id=device_id, address=address, timeout_s=0.5)
 
 
@@ -90,8 +97,13 @@ def test_missing_bridge_is_a_clear_error(ray_with_device_resource):
 @pytest.mark.parametrize("path", ["local-socket", "actor-calls"])
 def test_killed_bridge_is_restarted_and_keeps_serving(path):
     # In a process of its own (see tests/support/bridge_restart_check.py for why and for the checks).
-    proc = subprocess.run([sys.executable, "-m", "tests.support.bridge_restart_check", path], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.support.bridge_restart_check", path],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert f"ok: {path}" in proc.stdout
 

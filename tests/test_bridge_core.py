@@ -20,8 +20,9 @@ LATE_GRACE_S = 0.5  # plain devices: how long the bridge waits for a reply it is
 
 def make_rig(device_reply_port: int | str | None = "stim_port", **device_kwargs) -> tuple[BridgeCore, LoopbackDevice]:
     device = LoopbackDevice(**device_kwargs)
-    address = DeviceAddress(spike_port=0, stim_port=device.stim_port, feedback_port=device.feedback_port,
-                            event_port=device.event_port)
+    address = DeviceAddress(
+        spike_port=0, stim_port=device.stim_port, feedback_port=device.feedback_port, event_port=device.event_port
+    )
     bridge = BridgeCore(
         BridgeConfig(
             address=address,
@@ -88,9 +89,14 @@ def test_reply_port_pinning_counts_other_ports_as_foreign():
     device = LoopbackDevice()
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as intruder:
         intruder.bind(("127.0.0.1", 0))
-        bridge = BridgeCore(BridgeConfig(address=DeviceAddress(spike_port=0, stim_port=device.stim_port),
-                                         timeout_s=0.05, device_reply_port=intruder.getsockname()[1] + 1,
-                                         correlation="echo"))
+        bridge = BridgeCore(
+            BridgeConfig(
+                address=DeviceAddress(spike_port=0, stim_port=device.stim_port),
+                timeout_s=0.05,
+                device_reply_port=intruder.getsockname()[1] + 1,
+                correlation="echo",
+            )
+        )
         device.spike_port = bridge.spike_port
         device.start()
         try:
@@ -104,9 +110,14 @@ def test_reply_port_pinning_counts_other_ports_as_foreign():
 
 def test_timeout_policy_raise_names_the_device():
     bridge, device = make_rig(fault_for=lambda i: "drop")
-    raising = BridgeCore(BridgeConfig(device_id="dish-3",
-                                      address=DeviceAddress(spike_port=0, stim_port=device.stim_port),
-                                      timeout_s=0.02, timeout_policy="raise"))
+    raising = BridgeCore(
+        BridgeConfig(
+            device_id="dish-3",
+            address=DeviceAddress(spike_port=0, stim_port=device.stim_port),
+            timeout_s=0.02,
+            timeout_policy="raise",
+        )
+    )
     try:
         with pytest.raises(DeviceTimeout, match="dish-3.*did not answer within 20 ms"):
             raising.exchange([10.0] * 8, [1.5] * 8)
@@ -171,9 +182,13 @@ def test_feedback_and_events_reach_the_device():
 
 @pytest.mark.parametrize(
     "kwargs, message",
-    [({"timeout_s": 0}, "timeout_s"), ({"timeout_policy": "retry"}, "timeout_policy"),
-     ({"correlation": "seq"}, "correlation"), ({"address": DeviceAddress(stim_port=0)}, "stim_port=0"),
-     ({"address": ("127.0.0.1", 12345)}, "DeviceAddress")],
+    [
+        ({"timeout_s": 0}, "timeout_s"),
+        ({"timeout_policy": "retry"}, "timeout_policy"),
+        ({"correlation": "seq"}, "correlation"),
+        ({"address": DeviceAddress(stim_port=0)}, "stim_port=0"),
+        ({"address": ("127.0.0.1", 12345)}, "DeviceAddress"),
+    ],
 )
 def test_bad_bridge_config_is_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -216,8 +231,13 @@ def test_a_stale_reply_first_does_not_decide_the_correlation(echo):
 def test_replies_from_another_port_of_the_device_host_are_refused_with_reply_port_stim_port():
     """A same-host process cannot answer for the device when only its stimulation port may."""
     device = LoopbackDevice(fault_for=lambda i: "drop")  # the device itself never answers
-    bridge = BridgeCore(BridgeConfig(address=DeviceAddress(spike_port=0, stim_port=device.stim_port), timeout_s=0.1,
-                                     device_reply_port="stim_port"))
+    bridge = BridgeCore(
+        BridgeConfig(
+            address=DeviceAddress(spike_port=0, stim_port=device.stim_port),
+            timeout_s=0.1,
+            device_reply_port="stim_port",
+        )
+    )
     device.spike_port = bridge.spike_port
     device.start()
     forged = []

@@ -29,10 +29,12 @@ LATE_GRACE_S = 0.1  # horizon 0.3 s: a plain device's reply is owed that long af
 
 def make_rig(reply_port="auto", timeout_s: float = TIMEOUT_S, **device_kwargs) -> tuple[BridgeCore, LoopbackDevice]:
     device = LoopbackDevice(**device_kwargs)
-    address = DeviceAddress(spike_port=0, stim_port=device.stim_port, feedback_port=device.feedback_port,
-                            event_port=device.event_port)
-    bridge = BridgeCore(BridgeConfig(address=address, timeout_s=timeout_s, late_grace_s=LATE_GRACE_S,
-                                     device_reply_port=reply_port))
+    address = DeviceAddress(
+        spike_port=0, stim_port=device.stim_port, feedback_port=device.feedback_port, event_port=device.event_port
+    )
+    bridge = BridgeCore(
+        BridgeConfig(address=address, timeout_s=timeout_s, late_grace_s=LATE_GRACE_S, device_reply_port=reply_port)
+    )
     device.spike_port = bridge.spike_port
     device.start()
     return bridge, device
@@ -62,8 +64,8 @@ def _backwards():
 
 CLOCKS = {
     "own": lambda: now_us,
-    "coarse-16ms": lambda: (lambda: now_us() // 16_000 * 16_000),
-    "constant": lambda: (lambda: 1_000_000_000_000),
+    "coarse-16ms": lambda: lambda: now_us() // 16_000 * 16_000,
+    "constant": lambda: lambda: 1_000_000_000_000,
     "backwards": _backwards,
 }
 
@@ -186,8 +188,9 @@ def test_reply_port_auto_follows_a_restarted_device_program():
         assert run_exchanges(bridge, 3)["ok"] == 3
         stim_port = first.stim_port
         first.stop()
-        second = LoopbackDevice(stim_port=stim_port, spike_port=bridge.spike_port, clock=now_us,
-                                reply_from_own_socket=True).start()
+        second = LoopbackDevice(
+            stim_port=stim_port, spike_port=bridge.spike_port, clock=now_us, reply_from_own_socket=True
+        ).start()
         tally = run_exchanges(bridge, AUTO_REPIN_TIMEOUTS + 5, seed=2)
         stats = bridge.stats()
     finally:

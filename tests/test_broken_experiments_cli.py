@@ -31,14 +31,23 @@ def _expected(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory) -> dict[tuple[str, str], dict]:
-    jobs = [[command, str(path), *(["--exchanges", "2"] if command == "check" else [])]
-            for path in BROKEN for command in COMMANDS]
+    jobs = [
+        [command, str(path), *(["--exchanges", "2"] if command == "check" else [])]
+        for path in BROKEN
+        for command in COMMANDS
+    ]
     jobs_file = tmp_path_factory.mktemp("cli") / "jobs.json"
     jobs_file.write_text(json.dumps(jobs))
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
     env["RAY_USAGE_STATS_ENABLED"] = "0"
-    proc = subprocess.run([sys.executable, "-m", "tests.support.cli_batch", str(jobs_file)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.support.cli_batch", str(jobs_file)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     return {(r["argv"][0], Path(r["argv"][1]).name): r for r in results}

@@ -17,8 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.slow
 def test_cl_backend_against_cl_sdk_under_python_312():
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "cl_sdk_tests.sh")], cwd=ROOT, capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "cl_sdk_tests.sh")], cwd=ROOT, capture_output=True, text=True, timeout=900
+    )
     if proc.returncode == 0 and "SKIPPED" in proc.stdout:
         pytest.skip(proc.stdout.strip().splitlines()[-1])
     # pytest's report is on stdout; pip's chatter on stderr would bury it.

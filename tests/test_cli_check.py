@@ -22,27 +22,45 @@ QUICKSTART = str(ROOT / "experiments" / "quickstart.yaml")
 
 def spikeloop_check(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
     """`spikeloop check ...` in a fresh interpreter."""
-    return subprocess.run([sys.executable, "-m", "experiments.cli", "check", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout_s)
+    return subprocess.run(
+        [sys.executable, "-m", "experiments.cli", "check", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
 
 
 def cl1_device(device_id: str, stim_port: int, spike_port: int = 0, feedback_port: int = 9, event_port: int = 9) -> str:
     """A --set that replaces the devices with one cl1 device on loopback."""
-    return (f"devices=[{{device_id: {device_id}, backend: cl1, host: 127.0.0.1, stim_port: {stim_port}, "
-            f"spike_port: {spike_port}, feedback_port: {feedback_port}, event_port: {event_port}}}]")
+    return (
+        f"devices=[{{device_id: {device_id}, backend: cl1, host: 127.0.0.1, stim_port: {stim_port}, "
+        f"spike_port: {spike_port}, feedback_port: {feedback_port}, event_port: {event_port}}}]"
+    )
 
 
 def test_quickstart_passes_and_prints_latency_and_envelope():
     result = spikeloop_check(QUICKSTART, "--exchanges", "10")
     out = result.stdout
     assert result.returncode == 0, out + result.stderr
-    assert re.search(r"device 'sim' \(sim\) .*10/10 answered, 0 timeout\(s\); latency p50 [\d.]+ ms  "
-                     r"p99 [\d.]+ ms  max [\d.]+ ms", out), out
+    assert re.search(
+        r"device 'sim' \(sim\) .*10/10 answered, 0 timeout\(s\); latency p50 [\d.]+ ms  "
+        r"p99 [\d.]+ ms  max [\d.]+ ms",
+        out,
+    ), out
     assert "scenario 'basic': reset and one step ok" in out
     assert SafetyEnvelope().describe() in out
     assert "envelope MINIMUM only" in out
-    for group in ("step_positive", "step_negative", "episode_positive", "episode_negative",
-                  "enemy_kill", "armor_pickup", "took_damage", "ammo_waste"):
+    for group in (
+        "step_positive",
+        "step_negative",
+        "episode_positive",
+        "episode_negative",
+        "enemy_kill",
+        "armor_pickup",
+        "took_damage",
+        "ammo_waste",
+    ):
         assert re.search(rf"{group}\s+channels \[[\d, ]+\]  [\d.]+ Hz  [\d.]+ uA  \d+ pulses", out), group
     assert "check passed" in out
 
@@ -52,9 +70,16 @@ def test_check_prints_every_feedback_row_what_it_sends_and_which_switch_keeps_it
 
     reference = ROOT / "experiments" / "reference.yaml"
     lines = check.feedback_lines(load_experiment(reference))
-    rows = {"step_positive": "reward_positive", "step_negative": "reward_negative",
-            "episode_positive": "episode_positive", "episode_negative": "episode_negative",
-            "enemy_kill": None, "armor_pickup": None, "took_damage": None, "ammo_waste": None}
+    rows = {
+        "step_positive": "reward_positive",
+        "step_negative": "reward_negative",
+        "episode_positive": "episode_positive",
+        "episode_negative": "episode_negative",
+        "enemy_kill": None,
+        "armor_pickup": None,
+        "took_damage": None,
+        "ammo_waste": None,
+    }
     for key, name in rows.items():
         (i,) = [i for i, line in enumerate(lines) if re.search(rf"^  \w+\s+{key}\s+channels \[", line)]
         if name is None:  # the event table: off while reward feedback is on
@@ -66,8 +91,9 @@ def test_check_prints_every_feedback_row_what_it_sends_and_which_switch_keeps_it
             low, high = re.search(r"Hz  ([\d.]+)(?:-([\d.]+))? uA", lines[i + 1]).groups()
             assert float(low) == 2.0 and float(high) == 2.5  # base 2 uA; surprise scaling capped at 2.5 uA
     assert "step beta 0.999, episode beta 0.9" in lines[0] and "amplitude capped at 2.5 uA" in lines[0]
-    switched = check.feedback_lines(load_experiment(reference, ["feedback.use_reward_feedback=false",
-                                                                "feedback.use_episode_feedback=false"]))
+    switched = check.feedback_lines(
+        load_experiment(reference, ["feedback.use_reward_feedback=false", "feedback.use_episode_feedback=false"])
+    )
     text = "\n".join(switched)
     assert text.count("NOT SENT (use_reward_feedback: false") == 2
     assert text.count("NOT SENT (use_episode_feedback: false)") == 2
@@ -91,9 +117,15 @@ def test_probe_stimulates_only_at_the_envelope_minimum():
     spike_port = free_port()
     with LoopbackDevice(spike_port=spike_port) as device:
         result = spikeloop_check(
-            QUICKSTART, "--exchanges", "5",
-            "--set", cl1_device("loop-cl1", device.stim_port, spike_port, device.feedback_port, device.event_port),
-            "--set", "safety.min_frequency_hz=2", "--set", "safety.min_amplitude_ua=0.75",
+            QUICKSTART,
+            "--exchanges",
+            "5",
+            "--set",
+            cl1_device("loop-cl1", device.stim_port, spike_port, device.feedback_port, device.event_port),
+            "--set",
+            "safety.min_frequency_hz=2",
+            "--set",
+            "safety.min_amplitude_ua=0.75",
         )
         assert result.returncode == 0, result.stdout + result.stderr
         stims = [decode_stim(d) for d in device.received_stims]
@@ -149,8 +181,10 @@ def test_a_device_replying_from_another_port_works_and_check_names_the_port(caps
         assert check.main([QUICKSTART, "--exchanges", "3", "--set", device, "--set", "loop.timeout_s=0.2"]) == 0
         out = capsys.readouterr().out
         assert "[ok]   resources:" in out and "its own Ray will advertise 1 cl1:third-party, 1 cl1_slot" in out
-        assert f"replies came from 127.0.0.1:{port} (reply_port auto pins it at the first answer; " \
-               f"devices.0.reply_port: {port} requires it from the first reply on)" in out
+        assert (
+            f"replies came from 127.0.0.1:{port} (reply_port auto pins it at the first answer; "
+            f"devices.0.reply_port: {port} requires it from the first reply on)" in out
+        )
         pinned = device.replace("}]", ", reply_port: stim_port}]")
         assert check.main([QUICKSTART, "--exchanges", "3", "--set", pinned, "--set", "loop.timeout_s=0.2"]) == 1
         err = capsys.readouterr().err

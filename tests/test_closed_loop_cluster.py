@@ -31,8 +31,9 @@ def cluster():
     from ray.cluster_utils import Cluster
 
     lab = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    nodes = {dev: lab.add_node(num_cpus=1, resources={device_resource(dev): 1, DEVICE_SLOT_RESOURCE: 1})
-             for dev in DEVICES}
+    nodes = {
+        dev: lab.add_node(num_cpus=1, resources={device_resource(dev): 1, DEVICE_SLOT_RESOURCE: 1}) for dev in DEVICES
+    }
     ray.init(address=lab.address, log_to_driver=False)
     lab.wait_for_nodes()
     yield ray, {dev: node.node_id for dev, node in nodes.items()}
@@ -46,8 +47,11 @@ def _runner_report(runner) -> dict:
     from experiments.closed_loop.link import current_link
 
     steps = sample_and_replay(runner, 40, True)
-    return {"node_id": ray.get_runtime_context().get_node_id(), "device_id": current_link().device.device_id,
-            "steps": steps}
+    return {
+        "node_id": ray.get_runtime_context().get_node_id(),
+        "device_id": current_link().device.device_id,
+        "steps": steps,
+    }
 
 
 def test_env_runners_and_bridges_share_the_device_node(cluster):
@@ -58,7 +62,11 @@ def test_env_runners_and_bridges_share_the_device_node(cluster):
     loopbacks = {dev: start_loopback() for dev in DEVICES}
     culture = CultureSettings(devices=tuple(cl1_device(dev, loopbacks[dev]) for dev in DEVICES), timeout_s=0.5)
     algo = closed_loop_config(
-        culture=culture, env_config={"scenario": "basic"}, model_config=SMALL_MODEL, num_env_runners=2, seed=3,
+        culture=culture,
+        env_config={"scenario": "basic"},
+        model_config=SMALL_MODEL,
+        num_env_runners=2,
+        seed=3,
         training={"train_batch_size_per_learner": 128, "minibatch_size": 64, "num_epochs": 1},
     ).build_algo()
     try:

@@ -40,8 +40,11 @@ N_GREEDY = 60
 # which on_device_loss="continue" rides through. 120/121 is a delay right after a drop.
 DROPS = (25, 97, 120, 211, 300, 301, 302, 480)
 DELAYS = (46, 121, 160, 333, 420)
-FAULTS = ({i: "drop" for i in DROPS} | {i: "delay" for i in DELAYS}
-          | {60: "duplicate", 250: "duplicate", 70: "foreign", 260: "foreign", 80: "corrupt", 270: "corrupt"})
+FAULTS = (
+    {i: "drop" for i in DROPS}
+    | {i: "delay" for i in DELAYS}
+    | {60: "duplicate", 250: "duplicate", 70: "foreign", 260: "foreign", 80: "corrupt", 270: "corrupt"}
+)
 TIMED_OUT = frozenset(DROPS + DELAYS)
 
 
@@ -50,17 +53,30 @@ def ray_devices():
     """One Ray session whose only node owns both test devices and one device slot."""
     import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=True,
-             resources={f"cl1:{DEVICE}": 1, f"cl1:{DEAD}": 1, DEVICE_SLOT_RESOURCE: 1})
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=True,
+        resources={f"cl1:{DEVICE}": 1, f"cl1:{DEAD}": 1, DEVICE_SLOT_RESOURCE: 1},
+    )
     yield ray
     ray.shutdown()
 
 
 def _config(device_settings, *, on_device_loss: str, timeout_s: float = TIMEOUT_S, seed: int = 7):
-    culture = CultureSettings(devices=(device_settings,), timeout_s=timeout_s, max_consecutive_timeouts=MAX_CONSECUTIVE,
-                              on_device_loss=on_device_loss)
+    culture = CultureSettings(
+        devices=(device_settings,),
+        timeout_s=timeout_s,
+        max_consecutive_timeouts=MAX_CONSECUTIVE,
+        on_device_loss=on_device_loss,
+    )
     return closed_loop_config(
-        culture=culture, env_config={"scenario": "basic"}, model_config=SMALL_MODEL, num_env_runners=1, seed=seed,
+        culture=culture,
+        env_config={"scenario": "basic"},
+        model_config=SMALL_MODEL,
+        num_env_runners=1,
+        seed=seed,
         training={"train_batch_size_per_learner": 128, "minibatch_size": 64, "num_epochs": 1},
     )
 
@@ -206,4 +222,3 @@ def test_device_loss_stop_ends_training_instead_of_hanging(ray_devices, capfd):
         algo.stop()
         assert time.monotonic() - t0 < 20, "stopping the algorithm does not wait on a stuck env runner"
         device.stop()
-

@@ -24,8 +24,14 @@ LOSS_KEYS = ("total_loss", "policy_loss", "vf_loss")
 
 def _config(seed: int = 11):
     return closed_loop_config(
-        culture=CultureSettings(devices=(DeviceSettings(backend="sim", artifact_wait_ms=10.0, collect_window_ms=20.0),)),
-        env_config={"scenario": "basic"}, model_config=SMALL_MODEL, num_env_runners=1, training=TRAINING, seed=seed,
+        culture=CultureSettings(
+            devices=(DeviceSettings(backend="sim", artifact_wait_ms=10.0, collect_window_ms=20.0),)
+        ),
+        env_config={"scenario": "basic"},
+        model_config=SMALL_MODEL,
+        num_env_runners=1,
+        training=TRAINING,
+        seed=seed,
     )
 
 
@@ -76,7 +82,9 @@ def test_two_iterations_checkpoint_and_restore(ray_session, tmp_path):
         assert math.isfinite(float(again["learners"]["default_policy"]["total_loss"]))
         resumed = _learner_state(restored)
         assert not np.array_equal(resumed["spike_mean"], trained["spike_mean"])
-        assert resumed["spike_mean_count"] == trained["spike_mean_count"] + again["env_runners"]["num_env_steps_sampled"]
+        assert (
+            resumed["spike_mean_count"] == trained["spike_mean_count"] + again["env_runners"]["num_env_steps_sampled"]
+        )
         (restored_acting,) = restored.env_runner_group.foreach_env_runner(_runner_state, local_env_runner=False)
         _assert_same(restored_acting, resumed)
         finish(restored)

@@ -111,8 +111,9 @@ def test_sim_culture_carries_stimulation_information_over_udp(trainer: Trainer) 
 
 @pytest.mark.parametrize("backend", ["random", "zero"])
 def test_ablation_backends_carry_no_information(trainer: Trainer, backend: str) -> None:
-    acc = classification_accuracy(trainer, backend=backend, seed=1, artifact_wait_ms=0.0, collect_window_ms=0.0,
-                                  random_spike_rate_hz=200.0)
+    acc = classification_accuracy(
+        trainer, backend=backend, seed=1, artifact_wait_ms=0.0, collect_window_ms=0.0, random_spike_rate_hz=200.0
+    )
     print(f"{backend} held-out accuracy {acc:.3f} (chance 0.125)")
     assert acc <= 0.30
 
@@ -138,8 +139,9 @@ def test_transparent_backend_replies_a_fixed_function_of_the_stimulation(trainer
 
 
 def test_random_backend_counts_follow_the_configured_rate(trainer: Trainer) -> None:
-    device, thread = start_device(trainer, backend="random", seed=2, artifact_wait_ms=0.0, collect_window_ms=20.0,
-                                  random_spike_rate_hz=50.0)
+    device, thread = start_device(
+        trainer, backend="random", seed=2, artifact_wait_ms=0.0, collect_window_ms=20.0, random_spike_rate_hz=50.0
+    )
     counts = np.array([trainer.exchange(device, i + 1, *pattern(0)) for i in range(100)])
     device.stop()
     thread.join(5)  # type: ignore[attr-defined]
@@ -148,8 +150,9 @@ def test_random_backend_counts_follow_the_configured_rate(trainer: Trainer) -> N
 
 
 def test_fuzzed_datagrams_are_counted_and_skipped(trainer: Trainer) -> None:
-    device, thread = start_device(trainer, backend="sim", seed=3, realtime=False, artifact_wait_ms=5.0,
-                                  collect_window_ms=5.0)
+    device, thread = start_device(
+        trainer, backend="sim", seed=3, realtime=False, artifact_wait_ms=5.0, collect_window_ms=5.0
+    )
     rng = np.random.default_rng(0)
     good = {
         device.stim_port: encode_stim(StimCommand(1, *pattern(0))),
@@ -174,15 +177,18 @@ def test_fuzzed_datagrams_are_counted_and_skipped(trainer: Trainer) -> None:
 
 
 def test_every_waiting_datagram_is_handled_and_feedback_interrupts(trainer: Trainer) -> None:
-    device, thread = start_device(trainer, backend="sim", seed=4, realtime=False, artifact_wait_ms=0.0,
-                                  collect_window_ms=1.0)
+    device, thread = start_device(
+        trainer, backend="sim", seed=4, realtime=False, artifact_wait_ms=0.0, collect_window_ms=1.0
+    )
     dest = ("127.0.0.1", device.feedback_port)
     # A long burst, then an interrupt for it, then many feedbacks queued at once.
     trainer.tx.sendto(encode_feedback(FeedbackCommand(1, FeedbackType.REWARD, (19,), 20, 2.0, 1000)), dest)
     trainer.tx.sendto(encode_feedback(FeedbackCommand(2, FeedbackType.INTERRUPT, (19,))), dest)
     for i in range(50):
-        trainer.tx.sendto(encode_feedback(FeedbackCommand(3 + i, FeedbackType.EVENT, (35, 36, 38), 20, 2.5, 1,
-                                                          True, "enemy_kill")), dest)
+        trainer.tx.sendto(
+            encode_feedback(FeedbackCommand(3 + i, FeedbackType.EVENT, (35, 36, 38), 20, 2.5, 1, True, "enemy_kill")),
+            dest,
+        )
     time.sleep(0.3)
     trainer.exchange(device, 99, *pattern(0))
     assert device.counters["feedback"] == 52
@@ -193,15 +199,19 @@ def test_every_waiting_datagram_is_handled_and_feedback_interrupts(trainer: Trai
 
 
 def test_training_complete_stops_and_closes_the_recording(trainer: Trainer, tmp_path: Path) -> None:
-    device, thread = start_device(trainer, backend="zero", recording_path=tmp_path, artifact_wait_ms=1.0,
-                                  collect_window_ms=1.0)
+    device, thread = start_device(
+        trainer, backend="zero", recording_path=tmp_path, artifact_wait_ms=1.0, collect_window_ms=1.0
+    )
     for i in range(5):
         trainer.exchange(device, i + 1, *pattern(i))
-    trainer.tx.sendto(encode_event(EventMessage(7, "episode_end", {"episode": 0, "episode_reward": 1.5})),
-                      ("127.0.0.1", device.event_port))
+    trainer.tx.sendto(
+        encode_event(EventMessage(7, "episode_end", {"episode": 0, "episode_reward": 1.5})),
+        ("127.0.0.1", device.event_port),
+    )
     time.sleep(0.1)
-    trainer.tx.sendto(encode_event(EventMessage(8, "training_complete", {"reason": "done"})),
-                      ("127.0.0.1", device.event_port))
+    trainer.tx.sendto(
+        encode_event(EventMessage(8, "training_complete", {"reason": "done"})), ("127.0.0.1", device.event_port)
+    )
     thread.join(5)  # type: ignore[attr-defined]
     assert not thread.is_alive()  # type: ignore[attr-defined]
     assert device.exit_reason == "training_complete"
@@ -215,21 +225,60 @@ def test_training_complete_stops_and_closes_the_recording(trainer: Trainer, tmp_
 
 def test_help_explains_every_flag() -> None:
     text = build_parser().format_help()
-    for flag in ("--training-host", "--stim-port", "--spike-port", "--event-port", "--feedback-port",
-                 "--tick-frequency", "--artifact-wait-ms", "--collect-window-ms", "--recording-path", "--backend",
-                 "--seed", "--random-spike-rate-hz", "--realtime", "--as-fast-as-possible", "--bind-host",
-                 "--accept-from", "--max-amplitude-ua", "--max-frequency-hz", "--max-pulses", "--forbid-electrode"):
+    for flag in (
+        "--training-host",
+        "--stim-port",
+        "--spike-port",
+        "--event-port",
+        "--feedback-port",
+        "--tick-frequency",
+        "--artifact-wait-ms",
+        "--collect-window-ms",
+        "--recording-path",
+        "--backend",
+        "--seed",
+        "--random-spike-rate-hz",
+        "--realtime",
+        "--as-fast-as-possible",
+        "--bind-host",
+        "--accept-from",
+        "--max-amplitude-ua",
+        "--max-frequency-hz",
+        "--max-pulses",
+        "--forbid-electrode",
+    ):
         assert flag in text
 
 
 def test_cli_process_exits_zero_on_sigterm_and_prints_counters(trainer: Trainer, tmp_path: Path) -> None:
     stim_port, event_port, feedback_port = free_port(), free_port(), free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "experiments.cli", "device", "--backend", "random", "--stim-port", str(stim_port),
-         "--event-port", str(event_port), "--feedback-port", str(feedback_port), "--spike-port",
-         str(trainer.spike_port), "--artifact-wait-ms", "1", "--collect-window-ms", "1", "--recording-path",
-         str(tmp_path)],
-        stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1], env=os.environ.copy(),
+        [
+            sys.executable,
+            "-m",
+            "experiments.cli",
+            "device",
+            "--backend",
+            "random",
+            "--stim-port",
+            str(stim_port),
+            "--event-port",
+            str(event_port),
+            "--feedback-port",
+            str(feedback_port),
+            "--spike-port",
+            str(trainer.spike_port),
+            "--artifact-wait-ms",
+            "1",
+            "--collect-window-ms",
+            "1",
+            "--recording-path",
+            str(tmp_path),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        env=os.environ.copy(),
     )
     try:
         deadline = time.monotonic() + 20
@@ -256,13 +305,19 @@ def test_cli_process_exits_zero_on_sigterm_and_prints_counters(trainer: Trainer,
 
 
 def test_feedback_the_device_refuses_or_ignores_never_reaches_the_culture(trainer: Trainer) -> None:
-    device, thread = start_device(trainer, backend="sim", seed=4, realtime=False, artifact_wait_ms=0.0,
-                                  collect_window_ms=1.0)
+    device, thread = start_device(
+        trainer, backend="sim", seed=4, realtime=False, artifact_wait_ms=0.0, collect_window_ms=1.0
+    )
     dest = ("127.0.0.1", device.feedback_port)
     culture = device.backend.culture  # type: ignore[attr-defined]
     try:
-        for freq, amp, pulses in ((0, 2.0, 30), (20, -2.0, 30), (20, 2.0, 2**32 - 1), (2**32 - 1, 2.0, 30),
-                                  (20, 3e38, 30)):
+        for freq, amp, pulses in (
+            (0, 2.0, 30),
+            (20, -2.0, 30),
+            (20, 2.0, 2**32 - 1),
+            (2**32 - 1, 2.0, 30),
+            (20, 3e38, 30),
+        ):
             trainer.tx.sendto(encode_feedback(FeedbackCommand(1, FeedbackType.REWARD, (19,), 20, 2.0, 30)), dest)
             trainer.tx.sendto(encode_feedback(FeedbackCommand(2, FeedbackType.INTERRUPT, (19,))), dest)
             slots = [19] + [0xFF] * 63  # packed by hand: the encoder itself refuses negative pulses etc.
@@ -277,8 +332,9 @@ def test_feedback_the_device_refuses_or_ignores_never_reaches_the_culture(traine
 
 
 def test_accept_from_spike_port_takes_commands_from_the_bridge_socket_only(trainer: Trainer) -> None:
-    device, thread = start_device(trainer, backend="zero", artifact_wait_ms=0.0, collect_window_ms=0.0,
-                                  accept_from="spike_port")
+    device, thread = start_device(
+        trainer, backend="zero", artifact_wait_ms=0.0, collect_window_ms=0.0, accept_from="spike_port"
+    )
     try:
         stim = encode_stim(StimCommand(3, *pattern(1)))
         trainer.tx.sendto(stim, ("127.0.0.1", device.stim_port))  # same host, another port: refused
@@ -292,9 +348,13 @@ def test_accept_from_spike_port_takes_commands_from_the_bridge_socket_only(train
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"tick_frequency_hz": 0.0}, "tick_frequency_hz"), ({"artifact_wait_ms": -1.0}, "artifact_wait_ms"),
-     ({"address": ("127.0.0.1", 12345)}, "DeviceAddress"),
-     ({"tick_frequency_hz": 0.5}, "max_pulses"), ({"accept_from": "everyone"}, "accept_from")],
+    [
+        ({"tick_frequency_hz": 0.0}, "tick_frequency_hz"),
+        ({"artifact_wait_ms": -1.0}, "artifact_wait_ms"),
+        ({"address": ("127.0.0.1", 12345)}, "DeviceAddress"),
+        ({"tick_frequency_hz": 0.5}, "max_pulses"),
+        ({"accept_from": "everyone"}, "accept_from"),
+    ],
 )
 def test_device_config_that_cannot_work_is_refused(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -302,17 +362,33 @@ def test_device_config_that_cannot_work_is_refused(kwargs: dict, message: str) -
 
 
 def test_cli_refuses_an_envelope_that_contradicts_itself() -> None:
-    proc = subprocess.run([sys.executable, "-m", "experiments.cli", "device", "--max-charge-per-phase-nc", "0.03",
-                           "--min-amplitude-ua", "0.5"], capture_output=True, text=True, timeout=60,
-                          cwd=Path(__file__).resolve().parents[1])
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiments.cli",
+            "device",
+            "--max-charge-per-phase-nc",
+            "0.03",
+            "--min-amplitude-ua",
+            "0.5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert proc.returncode == 2
     assert "max_charge_per_phase_nc=0.03" in proc.stderr and "Traceback" not in proc.stderr
 
 
 @pytest.mark.parametrize(("accept_from", "answered"), [("host", False), ("any", True)])
-def test_another_host_is_ignored_unless_the_device_is_opened(trainer: Trainer, accept_from: str, answered: bool) -> None:
-    device, thread = start_device(trainer, backend="zero", artifact_wait_ms=0.0, collect_window_ms=0.0,
-                                  accept_from=accept_from)
+def test_another_host_is_ignored_unless_the_device_is_opened(
+    trainer: Trainer, accept_from: str, answered: bool
+) -> None:
+    device, thread = start_device(
+        trainer, backend="zero", artifact_wait_ms=0.0, collect_window_ms=0.0, accept_from=accept_from
+    )
     other_host = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     other_host.bind(("127.0.0.2", 0))
     try:

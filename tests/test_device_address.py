@@ -18,17 +18,24 @@ from experiments.schema import ADDRESS_KEYS, ExperimentError, default_experiment
 def test_defaults_are_the_channel_map_ports():
     a = DeviceAddress()
     assert (a.stim_port, a.spike_port, a.event_port, a.feedback_port) == (
-        channels.STIM_PORT, channels.SPIKE_PORT, channels.EVENT_PORT, channels.FEEDBACK_PORT)
+        channels.STIM_PORT,
+        channels.SPIKE_PORT,
+        channels.EVENT_PORT,
+        channels.FEEDBACK_PORT,
+    )
     assert (a.host, a.bind_host) == ("127.0.0.1", "127.0.0.1")
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"stim_port": 70000}, r"stim_port=70000: a UDP port is 1-65535"),
-    ({"spike_port": -1}, r"spike_port=-1: a UDP port"),
-    ({"event_port": True}, r"event_port=True: a UDP port"),
-    ({"host": ""}, r"host='': give a host name or IP address"),
-    ({"bind_host": " "}, r"bind_host=' ': give a host name"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"stim_port": 70000}, r"stim_port=70000: a UDP port is 1-65535"),
+        ({"spike_port": -1}, r"spike_port=-1: a UDP port"),
+        ({"event_port": True}, r"event_port=True: a UDP port"),
+        ({"host": ""}, r"host='': give a host name or IP address"),
+        ({"bind_host": " "}, r"bind_host=' ': give a host name"),
+    ],
+)
 def test_a_bad_address_names_the_field_and_the_fix(kwargs, message):
     with pytest.raises(ValueError, match=message):
         DeviceAddress(**kwargs)
@@ -71,11 +78,16 @@ def test_a_simulated_device_reads_the_same_address_from_its_end():
 
 
 def test_device_flags_fill_the_address_from_the_device_end():
-    args = build_parser().parse_args(["--bind-host", "0.0.0.0", "--training-host", "10.0.0.2", "--stim-port", "5000",
-                                      "--spike-port", "5001"])
+    args = build_parser().parse_args(
+        ["--bind-host", "0.0.0.0", "--training-host", "10.0.0.2", "--stim-port", "5000", "--spike-port", "5001"]
+    )
     address = config_from_args(args).address
     assert (address.host, address.bind_host, address.stim_port, address.spike_port) == (
-        "0.0.0.0", "10.0.0.2", 5000, 5001)
+        "0.0.0.0",
+        "10.0.0.2",
+        5000,
+        5001,
+    )
     with pytest.raises(ValueError, match=r"^--training-host '': give a host name"):
         config_from_args(build_parser().parse_args(["--training-host", ""]))
     with pytest.raises(ValueError, match=r"^--feedback-port 70000: a UDP port"):
@@ -86,8 +98,13 @@ def test_the_yaml_keeps_the_address_flat():
     assert ADDRESS_KEYS == tuple(f.name for f in dataclasses.fields(DeviceAddress))
     tree = default_experiment_tree()
     assert "address" not in tree["devices"][0] and set(ADDRESS_KEYS) <= set(tree["devices"][0])
-    e = experiment_from_dict({"devices": [{"device_id": "d", "backend": "cl1", "host": "10.0.0.7", "stim_port": 5000}],
-                              "resources": {"num_env_runners": 1}}, source="t")
+    e = experiment_from_dict(
+        {
+            "devices": [{"device_id": "d", "backend": "cl1", "host": "10.0.0.7", "stim_port": 5000}],
+            "resources": {"num_env_runners": 1},
+        },
+        source="t",
+    )
     assert e.devices[0].address == DeviceAddress(host="10.0.0.7", stim_port=5000)
     assert e.plain()["devices"][0]["host"] == "10.0.0.7"
     assert experiment_from_dict(e.plain(), source="again") == e

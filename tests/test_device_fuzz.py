@@ -43,8 +43,9 @@ from tests.support.device_fuzz import (
 ROOT = Path(__file__).resolve().parents[1]
 PER_PORT = 5000
 # Narrower than the default so that ordinary-looking values (3 uA, 150 Hz) are outside it too.
-ENVELOPE = SafetyEnvelope(min_frequency_hz=2.0, max_frequency_hz=120.0, min_amplitude_ua=0.5, max_amplitude_ua=2.6,
-                          max_pulses=150)
+ENVELOPE = SafetyEnvelope(
+    min_frequency_hz=2.0, max_frequency_hz=120.0, min_amplitude_ua=0.5, max_amplitude_ua=2.6, max_pulses=150
+)
 
 
 def _rx() -> socket.socket:
@@ -62,21 +63,37 @@ def _transparent_check(freqs, amps, counts) -> None:
 def test_device_survives_thousands_of_hostile_datagrams_per_port(backend: str, tmp_path: Path) -> None:
     rx = _rx()
     address = DeviceAddress(stim_port=0, event_port=0, feedback_port=0, spike_port=rx.getsockname()[1])
-    device = Device(DeviceConfig(address=address,
-                                 backend=backend, seed=3, realtime=False, artifact_wait_ms=0.5,
-                                 collect_window_ms=0.5, recording_path=tmp_path, envelope=ENVELOPE))
+    device = Device(
+        DeviceConfig(
+            address=address,
+            backend=backend,
+            seed=3,
+            realtime=False,
+            artifact_wait_ms=0.5,
+            collect_window_ms=0.5,
+            recording_path=tmp_path,
+            envelope=ENVELOPE,
+        )
+    )
     thread = device.start()
     try:
-        report = fuzz_device(device, rx, PER_PORT, seed=sum(map(ord, backend)),
-                             check_counts=_transparent_check if backend == "transparent" else None)
+        report = fuzz_device(
+            device,
+            rx,
+            PER_PORT,
+            seed=sum(map(ord, backend)),
+            check_counts=_transparent_check if backend == "transparent" else None,
+        )
         counters = settle(device, report)
         alive = thread.is_alive() and not device.stopped
     finally:
         device.stop()
         thread.join(10)
         rx.close()
-    print(f"{backend}: {report.sent} hostile + {report.foreign_sent} foreign datagrams, {report.valid_stims} valid "
-          f"stimulations in {report.seconds:.1f} s; counters {counters}")
+    print(
+        f"{backend}: {report.sent} hostile + {report.foreign_sent} foreign datagrams, {report.valid_stims} valid "
+        f"stimulations in {report.seconds:.1f} s; counters {counters}"
+    )
     assert alive, f"the device stopped: {device.exit_reason}"
     assert all(n == PER_PORT for n in report.sent.values())
     # Every valid stimulation answered, with its own timestamp, from the stimulation port.
@@ -100,11 +117,35 @@ def test_spikeloop_device_process_outlives_the_killers_from_the_issue(tmp_path: 
     rx.settimeout(0.2)
     stim_port, event_port, feedback_port = free_port(), free_port(), free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "experiments.cli", "device", "--backend", "sim", "--as-fast-as-possible",
-         "--stim-port", str(stim_port), "--event-port", str(event_port), "--feedback-port", str(feedback_port),
-         "--spike-port", str(rx.getsockname()[1]), "--artifact-wait-ms", "1", "--collect-window-ms", "1",
-         "--recording-path", str(tmp_path), "--log-level", "ERROR"],
-        stderr=subprocess.PIPE, text=True, cwd=ROOT, env=os.environ.copy(),
+        [
+            sys.executable,
+            "-m",
+            "experiments.cli",
+            "device",
+            "--backend",
+            "sim",
+            "--as-fast-as-possible",
+            "--stim-port",
+            str(stim_port),
+            "--event-port",
+            str(event_port),
+            "--feedback-port",
+            str(feedback_port),
+            "--spike-port",
+            str(rx.getsockname()[1]),
+            "--artifact-wait-ms",
+            "1",
+            "--collect-window-ms",
+            "1",
+            "--recording-path",
+            str(tmp_path),
+            "--log-level",
+            "ERROR",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=os.environ.copy(),
     )
     tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     foreign = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -125,7 +166,8 @@ def test_spikeloop_device_process_outlives_the_killers_from_the_issue(tmp_path: 
     try:
         assert exchange(1, 60), "the device did not come up"
         killers = [
-            (stim_port, struct_stim(1e20)), (stim_port, struct_stim(3.4028234663852886e38)),
+            (stim_port, struct_stim(1e20)),
+            (stim_port, struct_stim(3.4028234663852886e38)),
             (stim_port, np.random.default_rng(0).bytes(72)),
             (event_port, _event_bytes(b'{"event_type":"x","data":' + b"[" * 2000 + b"]" * 2000 + b"}")),
             (event_port, _event_bytes(b'{"event_type":"episode_end","data":{"r":1e400}}')),

@@ -31,11 +31,20 @@ def feedback(name: str) -> FeedbackCommand:
     [("sim", (1.0, 1.0)), ("random", (0.0, 0.0)), ("zero", (0.0, 0.0))],
 )
 def test_bridge_runs_1000_aligned_exchanges_through_fuzz(backend: str, windows_ms: tuple[float, float]) -> None:
-    device = Device(DeviceConfig(address=DeviceAddress(stim_port=0, event_port=0, feedback_port=0, spike_port=0),
-                                 backend=backend, seed=11, realtime=False, artifact_wait_ms=windows_ms[0],
-                                 collect_window_ms=windows_ms[1], random_spike_rate_hz=100.0))
-    address = DeviceAddress(spike_port=0, stim_port=device.stim_port, feedback_port=device.feedback_port,
-                            event_port=device.event_port)
+    device = Device(
+        DeviceConfig(
+            address=DeviceAddress(stim_port=0, event_port=0, feedback_port=0, spike_port=0),
+            backend=backend,
+            seed=11,
+            realtime=False,
+            artifact_wait_ms=windows_ms[0],
+            collect_window_ms=windows_ms[1],
+            random_spike_rate_hz=100.0,
+        )
+    )
+    address = DeviceAddress(
+        spike_port=0, stim_port=device.stim_port, feedback_port=device.feedback_port, event_port=device.event_port
+    )
     bridge = BridgeCore(BridgeConfig(address=address, timeout_s=1.0, correlation="echo"))
     device.spike_port = bridge.spike_port
     thread = device.start()

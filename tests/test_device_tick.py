@@ -30,18 +30,43 @@ REPO = Path(__file__).resolve().parents[1]
 
 def start_device(*flags: str) -> subprocess.Popen:
     """`spikeloop device FLAGS...` as its own process (stderr kept for its exit summary)."""
-    return subprocess.Popen([sys.executable, "-m", "experiments.cli", "device", *flags], cwd=REPO,
-                            env=os.environ | {"RAY_USAGE_STATS_ENABLED": "0"}, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "experiments.cli", "device", *flags],
+        cwd=REPO,
+        env=os.environ | {"RAY_USAGE_STATS_ENABLED": "0"},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_tick_quantised_device_with_its_own_clock_and_socket() -> None:
     stim_port, event_port, feedback_port = free_port(), free_port(), free_port()
     address = DeviceAddress(spike_port=0, stim_port=stim_port, event_port=event_port, feedback_port=feedback_port)
     bridge = BridgeCore(BridgeConfig(address=address, timeout_s=0.35))
-    proc = start_device("--backend", "random", "--tick-quantised", "--tick-frequency", "10", "--artifact-wait-ms", "50",
-                        "--collect-window-ms", "50", "--own-clock", "--clock-resolution-ms", "16", "--reply-from",
-                        "ephemeral", "--stim-port", str(stim_port), "--event-port", str(event_port),
-                        "--feedback-port", str(feedback_port), "--spike-port", str(bridge.spike_port))
+    proc = start_device(
+        "--backend",
+        "random",
+        "--tick-quantised",
+        "--tick-frequency",
+        "10",
+        "--artifact-wait-ms",
+        "50",
+        "--collect-window-ms",
+        "50",
+        "--own-clock",
+        "--clock-resolution-ms",
+        "16",
+        "--reply-from",
+        "ephemeral",
+        "--stim-port",
+        str(stim_port),
+        "--event-port",
+        str(event_port),
+        "--feedback-port",
+        str(feedback_port),
+        "--spike-port",
+        str(bridge.spike_port),
+    )
     try:
         deadline = time.monotonic() + 60
         while not bridge.exchange([10.0] * 8, [1.5] * 8).ok:  # the process is up once it answers
@@ -85,14 +110,22 @@ def test_tick_quantised_device_with_its_own_clock_and_socket() -> None:
     assert summary["replies"] == summary["stim"] - 1
 
 
-@pytest.mark.parametrize(("flags", "message"), [
-    (["--tick-quantised", "--as-fast-as-possible"], "use it with --realtime"),
-    (["--tick-quantised", "--backend", "cl"], "cl backend already runs on its own ticks"),
-    (["--own-clock", "--clock-resolution-ms", "-1"], "clock_resolution_ms"),
-])
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--tick-quantised", "--as-fast-as-possible"], "use it with --realtime"),
+        (["--tick-quantised", "--backend", "cl"], "cl backend already runs on its own ticks"),
+        (["--own-clock", "--clock-resolution-ms", "-1"], "clock_resolution_ms"),
+    ],
+)
 def test_device_flags_that_cannot_work_are_refused(flags: list[str], message: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "experiments.cli", "device", *flags], cwd=REPO, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.cli", "device", *flags],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
 
 

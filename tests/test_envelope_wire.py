@@ -71,8 +71,22 @@ def build(draw: dict) -> SafetyEnvelope:
 
 def hostile_floats(lo: float, hi: float, wild: bool):
     """Values that test a bound (either side of it, as float32 rounds them) and, when wild, anything at all."""
-    edges = [lo, hi, lo * (1 - 1e-7), hi * (1 + 1e-7), math.nextafter(lo, 0), math.nextafter(hi, math.inf),
-             (lo + hi) / 2, -lo, 1e-45, 5e-324, -0.0, 0.0, 1e300, 3.4e38]
+    edges = [
+        lo,
+        hi,
+        lo * (1 - 1e-7),
+        hi * (1 + 1e-7),
+        math.nextafter(lo, 0),
+        math.nextafter(hi, math.inf),
+        (lo + hi) / 2,
+        -lo,
+        1e-45,
+        5e-324,
+        -0.0,
+        0.0,
+        1e300,
+        3.4e38,
+    ]
     finite = st.sampled_from(edges) | st.floats(lo * 0.5, hi * 2) | st.floats(lo, hi)
     if not wild:
         return finite
@@ -91,10 +105,12 @@ def inside(envelope: SafetyEnvelope, freq: float, amp: float) -> bool:
     """Plain comparisons: off (0), or within every bound including the charge per phase."""
     if freq == 0.0 or amp == 0.0:
         return freq == 0.0 and amp == 0.0  # what the envelope sends for "off"
-    return (envelope.min_frequency_hz <= freq <= envelope.max_frequency_hz
-            and envelope.min_amplitude_ua <= amp <= envelope.max_amplitude_ua
-            # charge per phase; 1e-12 relative: the product's own rounding, not a physical excess
-            and amp * envelope.phase_width_us / 1000.0 <= envelope.max_charge_per_phase_nc * (1 + 1e-12))
+    return (
+        envelope.min_frequency_hz <= freq <= envelope.max_frequency_hz
+        and envelope.min_amplitude_ua <= amp <= envelope.max_amplitude_ua
+        # charge per phase; 1e-12 relative: the product's own rounding, not a physical excess
+        and amp * envelope.phase_width_us / 1000.0 <= envelope.max_charge_per_phase_nc * (1 + 1e-12)
+    )
 
 
 def _wait_for(items: list, n: int) -> None:
@@ -103,8 +119,11 @@ def _wait_for(items: list, n: int) -> None:
         time.sleep(0.0005)
 
 
-@settings(max_examples=EXAMPLES, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(draw=envelopes(), policy=st.sampled_from(["clamp", "raise"]), data=st.data())
 def test_nothing_outside_a_random_envelope_reaches_the_wire(device, draw, policy, data):
     try:
@@ -114,8 +133,9 @@ def test_nothing_outside_a_random_envelope_reaches_the_wire(device, draw, policy
         assert str(exc).split("=")[0].split(" ")[0] in {f.name for f in dataclasses.fields(SafetyEnvelope)}
         return
     TRIED["envelopes"] += 1
-    address = DeviceAddress(spike_port=0, stim_port=device.stim_port, feedback_port=device.feedback_port,
-                            event_port=device.event_port)
+    address = DeviceAddress(
+        spike_port=0, stim_port=device.stim_port, feedback_port=device.feedback_port, event_port=device.event_port
+    )
     bridge = BridgeCore(BridgeConfig(address=address, timeout_s=0.5, envelope=envelope, envelope_policy=policy))
     device.spike_port = bridge.spike_port
     first = len(device.received_stims), len(device.received_feedback)  # what this example's bridge sends
@@ -124,8 +144,11 @@ def test_nothing_outside_a_random_envelope_reaches_the_wire(device, draw, policy
             wild = data.draw(st.integers(0, 4), label="wild?") == 0  # one command in five may carry NaN/inf
             freqs_st = hostile_floats(envelope.min_frequency_hz, envelope.max_frequency_hz, wild)
             amps_st = hostile_floats(envelope.min_amplitude_ua, envelope.effective_max_amplitude_ua, wild)
-            pulses_st = (st.integers(0, envelope.max_pulses + 2) | st.integers(-10, 2**40)
-                         | st.sampled_from([envelope.max_pulses, envelope.max_pulses + 1, 2**32 - 1, 0.5]))
+            pulses_st = (
+                st.integers(0, envelope.max_pulses + 2)
+                | st.integers(-10, 2**40)
+                | st.sampled_from([envelope.max_pulses, envelope.max_pulses + 1, 2**32 - 1, 0.5])
+            )
             if wild:
                 pulses_st |= st.floats(allow_nan=True, allow_infinity=True)
             channel = st.integers(0, N_ELECTRODES - 1) | st.sampled_from(sorted(envelope.forbidden_electrodes))
@@ -165,7 +188,7 @@ def test_nothing_outside_a_random_envelope_reaches_the_wire(device, draw, policy
                 _wait_for(device.received_feedback, fb_before + 1)
     finally:
         bridge.close()
-    check_wire(device.received_stims[first[0]:], device.received_feedback[first[1]:], envelope)
+    check_wire(device.received_stims[first[0] :], device.received_feedback[first[1] :], envelope)
 
 
 def check_wire(stims: list[bytes], feedback: list[bytes], envelope: SafetyEnvelope) -> None:
@@ -188,8 +211,11 @@ def check_wire(stims: list[bytes], feedback: list[bytes], envelope: SafetyEnvelo
         if fb.feedback_type == FeedbackType.INTERRUPT:
             assert (fb.frequency_hz, fb.amplitude_ua, fb.pulses) == (0, 0.0, 0)
             continue
-        if not (inside(envelope, fb.frequency_hz, fb.amplitude_ua) and fb.frequency_hz > 0
-                and 1 <= fb.pulses <= envelope.max_pulses):
+        if not (
+            inside(envelope, fb.frequency_hz, fb.amplitude_ua)
+            and fb.frequency_hz > 0
+            and 1 <= fb.pulses <= envelope.max_pulses
+        ):
             TRIED["outside"] += 1
             pytest.fail(f"feedback on the wire outside the envelope: {fb}, envelope {envelope}")
 
@@ -200,17 +226,29 @@ SPECIALS = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, 5e-324, -1.0, 1e
 
 
 @pytest.mark.parametrize("policy", ["clamp", "raise"])
-@pytest.mark.parametrize("envelope", [
-    SafetyEnvelope(),
-    SafetyEnvelope(min_frequency_hz=4.0, max_frequency_hz=40.0, min_amplitude_ua=1.0, max_amplitude_ua=2.5),
-    SafetyEnvelope(min_frequency_hz=10.3, max_frequency_hz=11.7, min_amplitude_ua=0.7, max_amplitude_ua=2.2,
-                   max_charge_per_phase_nc=0.25, max_pulses=7, forbidden_electrodes=FORBIDDEN_ELECTRODES | {9, 19}),
-], ids=["default", "reference", "narrow"])
+@pytest.mark.parametrize(
+    "envelope",
+    [
+        SafetyEnvelope(),
+        SafetyEnvelope(min_frequency_hz=4.0, max_frequency_hz=40.0, min_amplitude_ua=1.0, max_amplitude_ua=2.5),
+        SafetyEnvelope(
+            min_frequency_hz=10.3,
+            max_frequency_hz=11.7,
+            min_amplitude_ua=0.7,
+            max_amplitude_ua=2.2,
+            max_charge_per_phase_nc=0.25,
+            max_pulses=7,
+            forbidden_electrodes=FORBIDDEN_ELECTRODES | {9, 19},
+        ),
+    ],
+    ids=["default", "reference", "narrow"],
+)
 def test_seeded_sweep_of_hostile_commands_stays_inside(device, envelope, policy):
     """Thousands of commands per envelope, values drawn around its bounds and from the special values."""
     rng = np.random.default_rng(14)
-    address = DeviceAddress(spike_port=0, stim_port=device.stim_port, feedback_port=device.feedback_port,
-                            event_port=device.event_port)
+    address = DeviceAddress(
+        spike_port=0, stim_port=device.stim_port, feedback_port=device.feedback_port, event_port=device.event_port
+    )
     bridge = BridgeCore(BridgeConfig(address=address, timeout_s=0.5, envelope=envelope, envelope_policy=policy))
     device.spike_port = bridge.spike_port
     first = len(device.received_stims), len(device.received_feedback)
@@ -226,8 +264,10 @@ def test_seeded_sweep_of_hostile_commands_stays_inside(device, envelope, policy)
             if i % 2:
                 TRIED["stim"] += 1
                 try:
-                    bridge.exchange(values(envelope.min_frequency_hz, envelope.max_frequency_hz, N_ENCODING),
-                                    values(envelope.min_amplitude_ua, envelope.max_amplitude_ua, N_ENCODING))
+                    bridge.exchange(
+                        values(envelope.min_frequency_hz, envelope.max_frequency_hz, N_ENCODING),
+                        values(envelope.min_amplitude_ua, envelope.max_amplitude_ua, N_ENCODING),
+                    )
                 except (SafetyViolation, ProtocolError):
                     TRIED["refused"] += 1
                 continue
@@ -236,10 +276,16 @@ def test_seeded_sweep_of_hostile_commands_stays_inside(device, envelope, policy)
             channels = tuple(int(c) for c in rng.integers(0, N_ELECTRODES, int(rng.integers(0, 6))))
             pulses = float(rng.choice([rng.integers(0, 2 * envelope.max_pulses + 2), 2**32 - 1, -3, np.nan]))
             try:
-                sent = bridge.feedback(FeedbackCommand(
-                    0, FeedbackType(int(rng.integers(0, 3))), channels,
-                    float(values(envelope.min_frequency_hz, envelope.max_frequency_hz, 1)[0]),
-                    float(values(envelope.min_amplitude_ua, envelope.max_amplitude_ua, 1)[0]), pulses))
+                sent = bridge.feedback(
+                    FeedbackCommand(
+                        0,
+                        FeedbackType(int(rng.integers(0, 3))),
+                        channels,
+                        float(values(envelope.min_frequency_hz, envelope.max_frequency_hz, 1)[0]),
+                        float(values(envelope.min_amplitude_ua, envelope.max_amplitude_ua, 1)[0]),
+                        pulses,
+                    )
+                )
             except (SafetyViolation, ProtocolError):
                 TRIED["refused"] += 1
                 continue
@@ -247,7 +293,7 @@ def test_seeded_sweep_of_hostile_commands_stays_inside(device, envelope, policy)
                 _wait_for(device.received_feedback, n_fb + 1)
     finally:
         bridge.close()
-    check_wire(device.received_stims[first[0]:], device.received_feedback[first[1]:], envelope)
+    check_wire(device.received_stims[first[0] :], device.received_feedback[first[1] :], envelope)
 
 
 def test_the_fuzz_tried_enough_and_found_nothing_outside():

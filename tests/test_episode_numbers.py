@@ -47,22 +47,50 @@ def test_episode_end_counts_across_a_resume_and_carries_the_game_reward(tmp_path
     recording = tmp_path / "recording"
     device_log = tmp_path / "device.log"
     with device_log.open("w") as log:
-        device = subprocess.Popen(_cli("device", "--backend", "random", "--as-fast-as-possible", "--training-host",
-                                       "127.0.0.1", "--recording-path", str(recording), *ports.device_flags()),
-                                  cwd=REPO, env=cli_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        device = subprocess.Popen(
+            _cli(
+                "device",
+                "--backend",
+                "random",
+                "--as-fast-as-possible",
+                "--training-host",
+                "127.0.0.1",
+                "--recording-path",
+                str(recording),
+                *ports.device_flags(),
+            ),
+            cwd=REPO,
+            env=cli_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     root = tmp_path / "runs"
     exp = tmp_path / "episodes.yaml"
-    exp.write_text(yaml.safe_dump({
-        "name": "episodes",
-        "devices": [{"device_id": "dish", "backend": "cl1", "host": "127.0.0.1", "stim_port": ports.stim,
-                     "spike_port": ports.spike, "event_port": ports.event, "feedback_port": ports.feedback}],
-        "loop": {"timeout_s": 1.0},
-        "env": {"scenario": "basic", "frame_skip": 4, "reward_mode": "scenario"},
-        "ppo": {"train_batch_size_per_learner": 64, "minibatch_size": 32, "num_epochs": 1},
-        "stop": {"episodes": STOP_EPISODES},
-        "checkpoint": {"every_iterations": 1},
-        "output": {"root_dir": str(root)},
-    }))
+    exp.write_text(
+        yaml.safe_dump(
+            {
+                "name": "episodes",
+                "devices": [
+                    {
+                        "device_id": "dish",
+                        "backend": "cl1",
+                        "host": "127.0.0.1",
+                        "stim_port": ports.stim,
+                        "spike_port": ports.spike,
+                        "event_port": ports.event,
+                        "feedback_port": ports.feedback,
+                    }
+                ],
+                "loop": {"timeout_s": 1.0},
+                "env": {"scenario": "basic", "frame_skip": 4, "reward_mode": "scenario"},
+                "ppo": {"train_batch_size_per_learner": 64, "minibatch_size": 32, "num_epochs": 1},
+                "stop": {"episodes": STOP_EPISODES},
+                "checkpoint": {"every_iterations": 1},
+                "output": {"root_dir": str(root)},
+            }
+        )
+    )
     try:
         deadline = time.monotonic() + 120
         while "device up" not in device_log.read_text():
@@ -71,8 +99,14 @@ def test_episode_end_counts_across_a_resume_and_carries_the_game_reward(tmp_path
 
         first_log = tmp_path / "first.log"
         with first_log.open("w") as log:
-            driver = subprocess.Popen(_cli("train", str(exp)), cwd=REPO, env=cli_env(), stdout=log,
-                                      stderr=subprocess.STDOUT, start_new_session=True)
+            driver = subprocess.Popen(
+                _cli("train", str(exp)),
+                cwd=REPO,
+                env=cli_env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         try:
             deadline = time.monotonic() + 300
             while True:
@@ -81,7 +115,9 @@ def test_episode_end_counts_across_a_resume_and_carries_the_game_reward(tmp_path
                 if trials and len(_episodes(trials[0])) >= 2 and recorded_checkpoint(run_dirs):
                     break
                 assert driver.poll() is None, f"the run ended before it was killed:\n{first_log.read_text()[-6000:]}"
-                assert time.monotonic() < deadline, f"no episodes and checkpoint in time:\n{first_log.read_text()[-6000:]}"
+                assert time.monotonic() < deadline, (
+                    f"no episodes and checkpoint in time:\n{first_log.read_text()[-6000:]}"
+                )
                 time.sleep(0.3)
         finally:
             sigkill_all(group_and_descendants(driver.pid))
@@ -91,8 +127,9 @@ def test_episode_end_counts_across_a_resume_and_carries_the_game_reward(tmp_path
         sent_before = len(_episode_ends(recording))
         assert sent_before >= logged_before >= 2
 
-        resume = subprocess.run(_cli("train", str(exp), "--resume"), cwd=REPO, env=cli_env(), capture_output=True,
-                                text=True, timeout=400)
+        resume = subprocess.run(
+            _cli("train", str(exp), "--resume"), cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=400
+        )
         assert resume.returncode == 0, (resume.stdout + resume.stderr)[-6000:]
         device.wait(timeout=60)  # training_complete, sent once at the end of the run
     finally:

@@ -103,8 +103,9 @@ def test_td_error_uses_gamma_and_terminal_flag():
 def test_events_follow_the_table_and_unknown_events_are_ignored():
     settings = FeedbackSettings(surprise=SurpriseSettings(enabled=False), use_reward_feedback=False)
     policy = FeedbackPolicy(settings, gamma=0.997)
-    commands, _ = policy.for_step(0.0, {"enemy_kill": 1, "armor_pickup": 1, "ammo_waste": 0, "bogus": 1},
-                                  0.0, 0.0, False)
+    commands, _ = policy.for_step(
+        0.0, {"enemy_kill": 1, "armor_pickup": 1, "ammo_waste": 0, "bogus": 1}, 0.0, 0.0, False
+    )
     assert [c.event_name for c in commands] == ["enemy_kill", "armor_pickup"]  # positive events: no interrupt
     assert [c.feedback_type for c in commands] == [FeedbackType.EVENT] * 2
     assert commands[0].amplitude_ua == 2.5 and commands[1].channels == (39, 40, 43)
@@ -125,8 +126,12 @@ def _named(names: str) -> list:
     """Commands by letter; a lower-case letter is an interrupt that goes with the next command."""
     from bridge.protocol import FeedbackCommand
 
-    return [FeedbackCommand(0, FeedbackType.INTERRUPT if n.islower() else FeedbackType.REWARD, (19,), 20, 2.0, 10,
-                            event_name=n) for n in names]
+    return [
+        FeedbackCommand(
+            0, FeedbackType.INTERRUPT if n.islower() else FeedbackType.REWARD, (19,), 20, 2.0, 10, event_name=n
+        )
+        for n in names
+    ]
 
 
 def _letters(commands) -> str:

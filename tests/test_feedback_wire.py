@@ -33,8 +33,12 @@ class Wire:
 
     def __init__(self, settings: FeedbackSettings, gamma: float = 1.0) -> None:
         self.device = LoopbackDevice()
-        address = DeviceAddress(spike_port=0, stim_port=self.device.stim_port, feedback_port=self.device.feedback_port,
-                                event_port=self.device.event_port)
+        address = DeviceAddress(
+            spike_port=0,
+            stim_port=self.device.stim_port,
+            feedback_port=self.device.feedback_port,
+            event_port=self.device.event_port,
+        )
         self.bridge = BridgeCore(BridgeConfig(address=address, timeout_s=1.0, device_reply_port="stim_port"))
         self.device.spike_port = self.bridge.spike_port
         self.device.start()
@@ -55,8 +59,9 @@ class Wire:
             time.sleep(0.002)
         return [decode_feedback(data) for data in self.device.received_feedback[before:]]
 
-    def step(self, reward: float, events: dict[str, float] | None = None, value_s: float = 0.0,
-             value_next: float = 0.0) -> list[FeedbackCommand]:
+    def step(
+        self, reward: float, events: dict[str, float] | None = None, value_s: float = 0.0, value_next: float = 0.0
+    ) -> list[FeedbackCommand]:
         """One game step's feedback, as the device receives it before the next stimulation."""
         commands, _ = self.policy.for_step(reward, events or {}, value_s, value_next, False)
         return self.exchange(commands)
@@ -177,8 +182,12 @@ def test_episode_feedback_switches(wire):
     plain = wire(episode_feedback_surprise_scaling=False)
     for _ in range(2):
         (got,) = plain.episode_end(5.0, value_s0=-20.0)
-        assert (got.channels, got.frequency_hz, got.amplitude_ua, got.pulses) == (POSITIVE_FEEDBACK_ELECTRODES,
-                                                                                  40, 2.0, 80)
+        assert (got.channels, got.frequency_hz, got.amplitude_ua, got.pulses) == (
+            POSITIVE_FEEDBACK_ELECTRODES,
+            40,
+            2.0,
+            80,
+        )
     assert kinds(wire().episode_end(0.0)) == []  # a return of 0 sends nothing
 
 
@@ -195,9 +204,11 @@ def test_scaled_amplitude_is_capped_at_2_5_ua_by_default(wire):
     assert got.amplitude_ua == pytest.approx(2.5 * (1 + 0.2 * G1), rel=1e-6)
 
 
-@pytest.mark.parametrize("switches", [{}, {"use_reward_feedback": False},
-                                      {"use_episode_feedback": False, "episode_feedback_surprise_scaling": False}],
-                         ids=["reward", "events", "no-episode"])
+@pytest.mark.parametrize(
+    "switches",
+    [{}, {"use_reward_feedback": False}, {"use_episode_feedback": False, "episode_feedback_surprise_scaling": False}],
+    ids=["reward", "events", "no-episode"],
+)
 def test_no_step_sends_more_than_the_budget(wire, switches):
     """A random game of rewards, events and episode ends: never more than 2 datagrams between stimulations."""
     w = wire(**switches)
@@ -205,8 +216,9 @@ def test_no_step_sends_more_than_the_budget(wire, switches):
     per_step = []
     for t in range(300):
         events = {name: float(rng.random() < 0.3) for name in EVENTS}
-        commands, _ = w.policy.for_step(rng.choice([-10.0, -1.0, 0.0, 0.0, 1.0, 100.0]), events,
-                                        rng.uniform(-5, 5), rng.uniform(-5, 5), False)
+        commands, _ = w.policy.for_step(
+            rng.choice([-10.0, -1.0, 0.0, 0.0, 1.0, 100.0]), events, rng.uniform(-5, 5), rng.uniform(-5, 5), False
+        )
         episode = w.policy.for_episode(rng.uniform(-50, 50), rng.uniform(-5, 5))[0] if t % 30 == 29 else []
         got = w.exchange(commands, episode)
         per_step.append(len(got))
@@ -218,12 +230,25 @@ def test_no_step_sends_more_than_the_budget(wire, switches):
 
 def test_experiment_files_set_every_switch_and_row():
     """The YAML reaches the same settings: the switches, a row given in part keeps its reference values."""
-    e = experiment_from_dict({"feedback": {"use_reward_feedback": False, "use_episode_feedback": False,
-                                           "episode_feedback_surprise_scaling": False, "max_amplitude_ua": 2.2,
-                                           "events": {"took_damage": {"td_sign": "absolute", "ema_beta": 0.9}}}})
+    e = experiment_from_dict(
+        {
+            "feedback": {
+                "use_reward_feedback": False,
+                "use_episode_feedback": False,
+                "episode_feedback_surprise_scaling": False,
+                "max_amplitude_ua": 2.2,
+                "events": {"took_damage": {"td_sign": "absolute", "ema_beta": 0.9}},
+            }
+        }
+    )
     fb = e.feedback
     assert (fb.use_reward_feedback, fb.use_episode_feedback, fb.episode_feedback_surprise_scaling) == (False,) * 3
     row = fb.events["took_damage"]
     assert (row.td_sign, row.ema_beta, row.channels, row.frequency_hz, row.amplitude_gain) == (
-        "absolute", 0.9, (44, 47, 48), 90.0, 0.18)
+        "absolute",
+        0.9,
+        (44, 47, 48),
+        90.0,
+        0.18,
+    )
     assert list(fb.events) == ["took_damage"]  # the table is what the file lists

@@ -58,16 +58,37 @@ print(json.dumps({"nodes": nodes, "actors": [{"class": a.class_name, "name": a.n
 
 def _local_ports() -> list[str]:
     """Ports of one Ray node of its own, so that three nodes share one machine."""
-    return ["--node-ip-address", "127.0.0.1", "--disable-usage-stats", "--object-store-memory", OBJECT_STORE_BYTES,
-            *(arg for flag in ("--node-manager-port", "--object-manager-port", "--metrics-export-port",
-                               "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
-                               "--runtime-env-agent-port")
-              for arg in (flag, str(free_port(kind="tcp"))))]
+    return [
+        "--node-ip-address",
+        "127.0.0.1",
+        "--disable-usage-stats",
+        "--object-store-memory",
+        OBJECT_STORE_BYTES,
+        *(
+            arg
+            for flag in (
+                "--node-manager-port",
+                "--object-manager-port",
+                "--metrics-export-port",
+                "--dashboard-agent-listen-port",
+                "--dashboard-agent-grpc-port",
+                "--runtime-env-agent-port",
+            )
+            for arg in (flag, str(free_port(kind="tcp")))
+        ),
+    ]
 
 
 def _ray_start(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen:
-    proc = subprocess.Popen([str(BIN / "ray"), *argv[1:]], env=env, cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(BIN / "ray"), *argv[1:]],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     out, _ = proc.communicate(timeout=240)
     assert proc.returncode == 0, out[-4000:]
     proc.output = out
@@ -89,25 +110,48 @@ def lab(tmp_path_factory):
     devices: dict[str, DeviceProgram] = {}
     try:
         head = with_options(readme_argv(HEAD), {"--port": str(gcs_port), "--dashboard-host": "127.0.0.1"})
-        started.append(_ray_start(head + _local_ports() + [
-            "--dashboard-port", str(dashboard_port), "--include-dashboard", "true", "--num-cpus", "1",
-            "--temp-dir", str(temp_dir), "--ray-client-server-port", str(free_port(kind="tcp"))],
-            base_env | {"RAY_AUTH_TOKEN_PATH": str(token_file)}, tmp))
+        started.append(
+            _ray_start(
+                head
+                + _local_ports()
+                + [
+                    "--dashboard-port",
+                    str(dashboard_port),
+                    "--include-dashboard",
+                    "true",
+                    "--num-cpus",
+                    "1",
+                    "--temp-dir",
+                    str(temp_dir),
+                    "--ray-client-server-port",
+                    str(free_port(kind="tcp")),
+                ],
+                base_env | {"RAY_AUTH_TOKEN_PATH": str(token_file)},
+                tmp,
+            )
+        )
         assert "Token authentication is enabled" in started[-1].output, started[-1].output[-4000:]
         for n, device_id in enumerate(DEVICES):
-            node_env, node = split_env(readme_argv(DEVICE_NODE, {"HEAD:6379": f"127.0.0.1:{gcs_port}",
-                                                                 "<device_id>": device_id}))
+            node_env, node = split_env(
+                readme_argv(DEVICE_NODE, {"HEAD:6379": f"127.0.0.1:{gcs_port}", "<device_id>": device_id})
+            )
             assert node_env == {"RAY_AUTH_MODE": "token"}
             # A temp dir of its own, as on a machine of its own: nodes sharing one would share (and garbage-
             # collect) each other's unpacked working directories, the job driver's current directory included.
             own_temp = temp_dir / f"n{n}"
             own_temp.mkdir()
-            started.append(_ray_start(node + _local_ports() + ["--num-cpus", "1", "--temp-dir", str(own_temp)],
-                                      base_env | node_env | {"RAY_AUTH_TOKEN_PATH": str(token_file)}, tmp))
+            started.append(
+                _ray_start(
+                    node + _local_ports() + ["--num-cpus", "1", "--temp-dir", str(own_temp)],
+                    base_env | node_env | {"RAY_AUTH_TOKEN_PATH": str(token_file)},
+                    tmp,
+                )
+            )
         ports = {device_id: DevicePorts() for device_id in DEVICES}
         for device_id, device_ports in ports.items():
-            devices[device_id] = DeviceProgram(readme_argv(DEVICE_PROGRAM) + device_ports.device_flags(),
-                                               tmp / f"{device_id}.log")
+            devices[device_id] = DeviceProgram(
+                readme_argv(DEVICE_PROGRAM) + device_ports.device_flags(), tmp / f"{device_id}.log"
+            )
         yield {
             "address": f"http://127.0.0.1:{dashboard_port}",
             "token": token,
@@ -131,22 +175,47 @@ def test_multi_device_job_on_a_cluster_with_token_auth(lab, tmp_path: Path) -> N
     at = submit.index("--")
     submit[at:at] = ["--submission-id", job_id, "--no-wait"]
     overrides = [arg for i, device_id in enumerate(DEVICES) for arg in lab["ports"][device_id].experiment_sets(i)]
-    overrides += ["--set", "stop.iterations=1", "--set", "ppo.train_batch_size_per_learner=64",
-                  "--set", "ppo.minibatch_size=32", "--set", "ppo.num_epochs=1", "--set", "loop.timeout_s=1.0"]
-    submitted = subprocess.run([str(BIN / "ray"), *submit[1:], *overrides], env=lab["client_env"], cwd=REPO,
-                               capture_output=True, text=True, timeout=180)
+    overrides += [
+        "--set",
+        "stop.iterations=1",
+        "--set",
+        "ppo.train_batch_size_per_learner=64",
+        "--set",
+        "ppo.minibatch_size=32",
+        "--set",
+        "ppo.num_epochs=1",
+        "--set",
+        "loop.timeout_s=1.0",
+    ]
+    submitted = subprocess.run(
+        [str(BIN / "ray"), *submit[1:], *overrides],
+        env=lab["client_env"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     try:
-        poll = subprocess.run([sys.executable, "-c", POLL_SCRIPT, lab["address"], lab["token"], job_id,
-                               str(JOB_TIMEOUT_S)], env=lab["env"], capture_output=True, text=True,
-                              timeout=JOB_TIMEOUT_S + 60)
+        poll = subprocess.run(
+            [sys.executable, "-c", POLL_SCRIPT, lab["address"], lab["token"], job_id, str(JOB_TIMEOUT_S)],
+            env=lab["env"],
+            capture_output=True,
+            text=True,
+            timeout=JOB_TIMEOUT_S + 60,
+        )
         assert poll.returncode == 0, poll.stderr[-4000:]
         report = json.loads(poll.stdout.strip().splitlines()[-1])
         logs = report["logs"]
         assert report["status"] == "SUCCEEDED", logs[-8000:]
     finally:
-        subprocess.run([str(BIN / "ray"), "job", "stop", "--address", lab["address"], "--no-wait", job_id],
-                       env=lab["client_env"], cwd=REPO, capture_output=True, timeout=60)
+        subprocess.run(
+            [str(BIN / "ray"), "job", "stop", "--address", lab["address"], "--no-wait", job_id],
+            env=lab["client_env"],
+            cwd=REPO,
+            capture_output=True,
+            timeout=60,
+        )
 
     # The run trained, and each device program heard training_complete once, from the driver, at the end.
     (run_dir,) = root.glob("multi-device-*")
@@ -159,8 +228,13 @@ def test_multi_device_job_on_a_cluster_with_token_auth(lab, tmp_path: Path) -> N
         assert summary["stim"] >= 16 and summary["replies"] + summary.get("replies_discarded", 0) == summary["stim"]
 
     # Placement: every bridge and env runner on the node that advertises its device, one device each.
-    where = subprocess.run([sys.executable, "-c", PLACEMENT_SCRIPT, lab["address"]], env=lab["client_env"],
-                           capture_output=True, text=True, timeout=120)
+    where = subprocess.run(
+        [sys.executable, "-c", PLACEMENT_SCRIPT, lab["address"]],
+        env=lab["client_env"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert where.returncode == 0, where.stderr[-4000:]
     placement = json.loads(where.stdout.strip().splitlines()[-1])
     owner = {resources[0].split(":", 1)[1]: node for node, resources in placement["nodes"].items() if resources}

@@ -28,8 +28,16 @@ CHECK = "spikeloop check experiments/cl1.yaml"
 TRAIN = "spikeloop train experiments/cl1.yaml"
 WATCH = "spikeloop watch runs/cl1-<timestamp>"
 TUNE = "spikeloop tune experiments/cl1.yaml"
-SHORT = ["--set", "ppo.train_batch_size_per_learner=64", "--set", "ppo.minibatch_size=32", "--set", "ppo.num_epochs=1",
-         "--set", "checkpoint.every_iterations=1"]
+SHORT = [
+    "--set",
+    "ppo.train_batch_size_per_learner=64",
+    "--set",
+    "ppo.minibatch_size=32",
+    "--set",
+    "ppo.num_epochs=1",
+    "--set",
+    "checkpoint.every_iterations=1",
+]
 GENEROUS = ["--set", "loop.timeout_s=1.0"]  # cl1.yaml's 0.35 s is for a quiet machine; a loaded one stalls the device
 MAX_TIMEOUTS = 3
 """A device program starved of CPU for seconds (a loaded 2-core test machine) may miss a stimulation or two; the
@@ -39,8 +47,9 @@ RUN_TIMEOUT_S = 420
 
 def run(argv: list[str], timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess:
     """A README `spikeloop ...` command as a user's shell runs it."""
-    return subprocess.run(spikeloop_argv(argv), cwd=REPO, env=user_env(), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        spikeloop_argv(argv), cwd=REPO, env=user_env(), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def trial_dirs(run_dir: Path) -> list[Path]:
@@ -59,8 +68,13 @@ def test_train_then_watch_against_a_device_program_the_experiment_did_not_start(
     try:
         check = run(readme_argv(CHECK) + ports.experiment_sets() + GENEROUS)
         assert check.returncode == 0, (check.stdout + check.stderr)[-6000:]
-        train = run(readme_argv(TRAIN) + ports.experiment_sets() + SHORT + GENEROUS
-                    + ["--set", "stop.iterations=1", "--set", f"output.root_dir={root}"])
+        train = run(
+            readme_argv(TRAIN)
+            + ports.experiment_sets()
+            + SHORT
+            + GENEROUS
+            + ["--set", "stop.iterations=1", "--set", f"output.root_dir={root}"]
+        )
         output = train.stdout + train.stderr
         assert train.returncode == 0, output[-6000:]
         trained = device.summary()  # the device program ends with the run: the driver told it so, once
@@ -105,8 +119,13 @@ def test_tune_two_trials_take_turns_on_one_third_party_device(tmp_path: Path) ->
     device = DeviceProgram(readme_argv(DEVICE) + ports.device_flags() + third_party, tmp_path / "device.log")
     root = tmp_path / "runs"
     try:
-        tune = run(readme_argv(TUNE) + ports.experiment_sets() + SHORT + GENEROUS
-                   + ["--set", "stop.iterations=1", "--set", f"output.root_dir={root}"])
+        tune = run(
+            readme_argv(TUNE)
+            + ports.experiment_sets()
+            + SHORT
+            + GENEROUS
+            + ["--set", "stop.iterations=1", "--set", f"output.root_dir={root}"]
+        )
         output = tune.stdout + tune.stderr
         assert tune.returncode == 0, output[-6000:]
         summary = device.summary()
@@ -137,12 +156,24 @@ def test_device_loss_names_the_device_in_the_last_line(tmp_path: Path) -> None:
     ports = DevicePorts()
     device = DeviceProgram(readme_argv(DEVICE) + ports.device_flags(), tmp_path / "device.log")
     log = tmp_path / "train.log"
-    argv = readme_argv(TRAIN) + ports.experiment_sets() + SHORT + [
-        "--set", "stop.iterations=3", "--set", "loop.max_consecutive_timeouts=5", "--set", f"output.root_dir={tmp_path}"]
+    argv = (
+        readme_argv(TRAIN)
+        + ports.experiment_sets()
+        + SHORT
+        + [
+            "--set",
+            "stop.iterations=3",
+            "--set",
+            "loop.max_consecutive_timeouts=5",
+            "--set",
+            f"output.root_dir={tmp_path}",
+        ]
+    )
     try:
         with log.open("w") as out:
-            train = subprocess.Popen(spikeloop_argv(argv), cwd=REPO, env=user_env(), stdout=out,
-                                     stderr=subprocess.STDOUT, text=True)
+            train = subprocess.Popen(
+                spikeloop_argv(argv), cwd=REPO, env=user_env(), stdout=out, stderr=subprocess.STDOUT, text=True
+            )
         deadline = time.monotonic() + RUN_TIMEOUT_S
         while "[iter 1]" not in log.read_text():  # the device answered a whole iteration; now it vanishes
             assert train.poll() is None, log.read_text()[-6000:]
@@ -158,12 +189,17 @@ def test_device_loss_names_the_device_in_the_last_line(tmp_path: Path) -> None:
     last = text.strip().splitlines()[-1]
     assert train.returncode == 1, text[-6000:]
     assert last.startswith("spikeloop train: 1 of 1 trial(s) stopped because a device was lost (not retried"), last
-    for fact in ("device 'cl1-a' did not answer 5 stimulations in a row (timeout 350 ms each)",
-                 f"cl1 at 127.0.0.1, stimulation port {ports.stim}, feedback port {ports.feedback}, event port "
-                 f"{ports.event}, replies expected on 0.0.0.0:{ports.spike}",
-                 "the last reply came at", "s ago), after", "nothing at all has come from the device host since",
-                 f"Check that the device program is still running on 127.0.0.1 and listening on port {ports.stim}",
-                 f"sends its replies to this machine's port {ports.spike}", "spikeloop check EXP.yaml"):
+    for fact in (
+        "device 'cl1-a' did not answer 5 stimulations in a row (timeout 350 ms each)",
+        f"cl1 at 127.0.0.1, stimulation port {ports.stim}, feedback port {ports.feedback}, event port "
+        f"{ports.event}, replies expected on 0.0.0.0:{ports.spike}",
+        "the last reply came at",
+        "s ago), after",
+        "nothing at all has come from the device host since",
+        f"Check that the device program is still running on 127.0.0.1 and listening on port {ports.stim}",
+        f"sends its replies to this machine's port {ports.spike}",
+        "spikeloop check EXP.yaml",
+    ):
         assert fact in last, (fact, last)
     (run_dir,) = tmp_path.glob("cl1-*")
     summary = yaml.safe_load((run_dir / "summary.yaml").read_text())

@@ -37,11 +37,16 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent  # the venv's bin: `ray`, `spikeloop`, `python`
 JOB_TIMEOUT_S = 420
 SHORT = [
-    "--set", "stop.iterations=2",
-    "--set", "ppo.train_batch_size_per_learner=256",
-    "--set", "ppo.minibatch_size=64",
-    "--set", "checkpoint.every_iterations=1",
+    "--set",
+    "stop.iterations=2",
+    "--set",
+    "ppo.train_batch_size_per_learner=256",
+    "--set",
+    "ppo.minibatch_size=64",
+    "--set",
+    "checkpoint.every_iterations=1",
 ]
+
 
 def _http_status(url: str, token: str | None = None) -> int:
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
@@ -66,13 +71,42 @@ def head_node(tmp_path: Path):
     # The head only needs the token: `ray start` turns token authentication on when one exists.
     head_env = base_env | {"RAY_AUTH_TOKEN_PATH": str(token_file)}
     start = subprocess.Popen(
-        [str(BIN / "ray"), "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(gcs_port),
-         "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard_port), "--include-dashboard", "true",
-         "--num-cpus", "2", "--temp-dir", str(temp_dir), "--disable-usage-stats",
-         *(arg for flag in ("--ray-client-server-port", "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
-                            "--runtime-env-agent-port", "--metrics-export-port")
-           for arg in (flag, str(free_port(kind="tcp"))))],
-        env=head_env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            str(BIN / "ray"),
+            "start",
+            "--head",
+            "--node-ip-address",
+            "127.0.0.1",
+            "--port",
+            str(gcs_port),
+            "--dashboard-host",
+            "127.0.0.1",
+            "--dashboard-port",
+            str(dashboard_port),
+            "--include-dashboard",
+            "true",
+            "--num-cpus",
+            "2",
+            "--temp-dir",
+            str(temp_dir),
+            "--disable-usage-stats",
+            *(
+                arg
+                for flag in (
+                    "--ray-client-server-port",
+                    "--dashboard-agent-listen-port",
+                    "--dashboard-agent-grpc-port",
+                    "--runtime-env-agent-port",
+                    "--metrics-export-port",
+                )
+                for arg in (flag, str(free_port(kind="tcp")))
+            ),
+        ],
+        env=head_env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         start_new_session=True,  # the daemons it leaves behind keep this process group: teardown kills exactly them
     )
     try:
@@ -96,8 +130,7 @@ def head_node(tmp_path: Path):
 
 
 def _ray(args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "ray"), *args], env=env, cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([str(BIN / "ray"), *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.slow
@@ -109,18 +142,43 @@ def test_job_submit_quickstart_with_token_auth(head_node, tmp_path: Path) -> Non
     assert _http_status(f"{address}/api/jobs/", token="0" * 64) == 403
     assert _http_status(f"{address}/api/jobs/", token=token) == 200
     # The CLI with the token file but without RAY_AUTH_MODE=token sends no token, and is refused.
-    refused = _ray(["job", "list", "--address", address], head_node["env"] | {"RAY_AUTH_TOKEN_PATH": str(head_node["token_file"])})
+    refused = _ray(
+        ["job", "list", "--address", address], head_node["env"] | {"RAY_AUTH_TOKEN_PATH": str(head_node["token_file"])}
+    )
     assert refused.returncode != 0 and "Authentication" in refused.stdout + refused.stderr
 
     root = tmp_path / "runs"  # absolute: the job runs in an unpacked copy of the working dir
     job_id = f"spikeloop-test-{secrets.token_hex(4)}"
-    submitted = _ray(["job", "submit", "--address", address, "--working-dir", ".", "--submission-id", job_id,
-                      "--no-wait", "--", "spikeloop", "train", "experiments/quickstart.yaml", *SHORT,
-                      "--set", f"output.root_dir={root}"], head_node["client_env"])
+    submitted = _ray(
+        [
+            "job",
+            "submit",
+            "--address",
+            address,
+            "--working-dir",
+            ".",
+            "--submission-id",
+            job_id,
+            "--no-wait",
+            "--",
+            "spikeloop",
+            "train",
+            "experiments/quickstart.yaml",
+            *SHORT,
+            "--set",
+            f"output.root_dir={root}",
+        ],
+        head_node["client_env"],
+    )
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     try:
-        poll = subprocess.run([sys.executable, "-c", POLL_SCRIPT, address, token, job_id, str(JOB_TIMEOUT_S)],
-                              env=head_node["env"], capture_output=True, text=True, timeout=JOB_TIMEOUT_S + 60)
+        poll = subprocess.run(
+            [sys.executable, "-c", POLL_SCRIPT, address, token, job_id, str(JOB_TIMEOUT_S)],
+            env=head_node["env"],
+            capture_output=True,
+            text=True,
+            timeout=JOB_TIMEOUT_S + 60,
+        )
         assert poll.returncode == 0, poll.stderr[-4000:]
         report = json.loads(poll.stdout.strip().splitlines()[-1])
         logs = report["logs"]
@@ -141,8 +199,9 @@ def test_job_submit_quickstart_with_token_auth(head_node, tmp_path: Path) -> Non
     assert sorted(p.name for p in trial_dir.glob("checkpoint_*")) == ["checkpoint_000000", "checkpoint_000001"]
 
     # `--working-dir .` shipped the sources (the job imported them from its copy), not the venvs or .git.
-    packages = [p for p in head_node["temp_dir"].glob("session_*/runtime_resources/working_dir_files/_ray_pkg_*")
-                if p.is_dir()]
+    packages = [
+        p for p in head_node["temp_dir"].glob("session_*/runtime_resources/working_dir_files/_ray_pkg_*") if p.is_dir()
+    ]
     assert packages, "no unpacked working_dir package found"
     shipped = {p.name for p in packages[0].iterdir()}
     assert {"experiments", "bridge", "envs", "models", "pyproject.toml"} <= shipped

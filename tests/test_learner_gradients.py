@@ -130,8 +130,12 @@ def test_a_far_moved_stimulation_blocks_the_decoder_only_when_clipping_jointly(l
     # action's probability did not change (decoder ratio 1). With positive advantages the joint ratio is
     # clipped, and with it the decoder's whole gradient; factored, only the encoder's part is.
     old_stim_logp = logp_stim - math.log(10.0)
-    moved = {**batch, STIM_LOGP: old_stim_logp, Columns.ACTION_LOGP: old_stim_logp + logp_action,
-             Postprocessing.ADVANTAGES: batch[Postprocessing.ADVANTAGES].abs() + 0.1}
+    moved = {
+        **batch,
+        STIM_LOGP: old_stim_logp,
+        Columns.ACTION_LOGP: old_stim_logp + logp_action,
+        Postprocessing.ADVANTAGES: batch[Postprocessing.ADVANTAGES].abs() + 0.1,
+    }
     total = loss(learner, moved, config_with(learner, clip_param=0.2, ratio_clipping=clipping))
     assert norm(grads(total, enc)) == 0.0  # the encoder's own ratio is out of range either way
     if clipping == "joint":

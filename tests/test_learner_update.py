@@ -198,8 +198,11 @@ def test_gradient_clip_is_one_global_norm_over_encoder_decoder_and_value(learner
     module: ClosedLoopRLModule = learner.module[MID].unwrapped()
     grads, before = {}, {}
     # Very different magnitudes per part: a clip per optimizer would scale each part on its own.
-    for params, value in ((module.encoder_parameters(), 10.0), (module.decoder_parameters(), 0.1),
-                          (module.value_parameters(), 100.0)):
+    for params, value in (
+        (module.encoder_parameters(), 10.0),
+        (module.decoder_parameters(), 0.1),
+        (module.value_parameters(), 100.0),
+    ):
         for param in params:
             key = learner.get_param_ref(param)
             grads[key] = torch.full_like(param, value)
@@ -222,7 +225,12 @@ def test_learning_rate_schedule_reaches_every_optimizer_scaled() -> None:
     episodes = synthetic_episodes(module, ToyClosedLoopEnv(), n_steps=64, seed=4)
     multiplier = ClosedLoopPPOConfig().encoder_lr_multiplier
     for steps, rate in ((0, 1e-2), (500, 5.5e-3), (1000, 1e-3)):
-        results = learner.update(episodes=episodes, num_epochs=1, minibatch_size=64, shuffle_batch_per_epoch=False,
-                                 timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: steps})
+        results = learner.update(
+            episodes=episodes,
+            num_epochs=1,
+            minibatch_size=64,
+            shuffle_batch_per_epoch=False,
+            timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: steps},
+        )
         assert peek(results, MID, "default_optimizer_learning_rate") == pytest.approx(rate), steps
         assert peek(results, MID, "encoder_learning_rate") == pytest.approx(rate * multiplier), steps

@@ -77,8 +77,10 @@ def test_train_through_the_perfect_channel_learns_basic(tmp_path: Path) -> None:
     first, last = kill_rate(episodes[:WINDOW]), kill_rate(episodes[-WINDOW:])
     ratio_mean = scalar_median(trial_dir, "decoder/ratio_mean")
     ratio_std = scalar_median(trial_dir, "decoder/ratio_std")
-    report = (f"kill rate first {WINDOW} episodes {first:.2f}, last {WINDOW} {last:.2f}, {len(episodes)} episodes; "
-              f"decoder ratio mean {ratio_mean:.3g}, std {ratio_std:.3g} (medians over updates)")
+    report = (
+        f"kill rate first {WINDOW} episodes {first:.2f}, last {WINDOW} {last:.2f}, {len(episodes)} episodes; "
+        f"decoder ratio mean {ratio_mean:.3g}, std {ratio_std:.3g} (medians over updates)"
+    )
     assert first <= CHANCE_KILL_RATE_AT_MOST, "the untrained policy already kills too often: " + report
     assert last >= TRAINED_KILL_RATE_AT_LEAST, "the closed loop did not learn basic: " + report
     low, high = DECODER_RATIO_MEAN

@@ -43,7 +43,7 @@ def mjpeg_frames(url: str, count: int, timeout_s: float):
             if line.strip() != b"--" + boundary:
                 continue
             headers = {}
-            while (line := response.readline().strip()):
+            while line := response.readline().strip():
                 key, _, value = line.decode().partition(":")
                 headers[key.strip().lower()] = value.strip()
             assert headers["content-type"] == "image/jpeg"
@@ -53,10 +53,17 @@ def mjpeg_frames(url: str, count: int, timeout_s: float):
 
 def _publish(publisher: Publisher, value: int) -> None:
     """A tick whose frame is uniformly `value` (so a decoded frame tells which tick it was)."""
-    publisher.publish(episode_key="episode-1", frame=np.full((240, 320, 3), value, np.uint8),
-                      stim=np.r_[np.linspace(4, 40, 8), np.linspace(1, 2.5, 8)].astype(np.float32),
-                      raw_spikes=np.arange(8, dtype=np.float32), decoder_spikes=np.zeros(8, np.float32),
-                      action=3, reward=1.0, exchange_ok=True, stim_timestamp_us=time.time_ns() // 1000)
+    publisher.publish(
+        episode_key="episode-1",
+        frame=np.full((240, 320, 3), value, np.uint8),
+        stim=np.r_[np.linspace(4, 40, 8), np.linspace(1, 2.5, 8)].astype(np.float32),
+        raw_spikes=np.arange(8, dtype=np.float32),
+        decoder_spikes=np.zeros(8, np.float32),
+        action=3,
+        reward=1.0,
+        exchange_ok=True,
+        stim_timestamp_us=time.time_ns() // 1000,
+    )
 
 
 @pytest.fixture

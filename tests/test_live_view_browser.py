@@ -33,9 +33,19 @@ from tests.support.live_view_run import training_with_view
 
 CHROMIUM = shutil.which("chromium")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "live_view"
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--remote-debugging-pipe", "--window-size=1280,1000")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--remote-debugging-pipe",
+    "--window-size=1280,1000",
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -55,9 +65,18 @@ class Chromium:
         os.close(to_browser)
         os.close(from_browser)
         self.process = subprocess.Popen(
-            ["bash", "-c", f'exec "$@" 3<&{ends[0]} 4>&{ends[1]} {ends[0]}<&- {ends[1]}>&-', "bash",
-             CHROMIUM, *FLAGS, f"--user-data-dir={self._profile.name}"],
-            pass_fds=ends, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                "bash",
+                "-c",
+                f'exec "$@" 3<&{ends[0]} 4>&{ends[1]} {ends[0]}<&- {ends[1]}>&-',
+                "bash",
+                CHROMIUM,
+                *FLAGS,
+                f"--user-data-dir={self._profile.name}",
+            ],
+            pass_fds=ends,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         for fd in ends:
             os.close(fd)
@@ -67,8 +86,14 @@ class Chromium:
         threading.Thread(target=self._reader, daemon=True).start()
         target = self.call("Target.createTarget", url="about:blank")["targetId"]
         self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-        self.call("Emulation.setDeviceMetricsOverride", self.session, width=width, height=height,
-                  deviceScaleFactor=1, mobile=False)
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            self.session,
+            width=width,
+            height=height,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
         self.call("Page.navigate", self.session, url=url)
 
     def _reader(self) -> None:
@@ -135,7 +160,7 @@ def _cell(dom: str, element_id: str) -> str:
 
 def _game_pixels(screenshot: np.ndarray, box: dict[str, float]) -> np.ndarray:
     x, y, w, h = (int(round(box[k])) for k in ("x", "y", "width", "height"))
-    return screenshot[y + 2:y + h - 2, x + 2:x + w - 2].astype(np.int16)
+    return screenshot[y + 2 : y + h - 2, x + 2 : x + w - 2].astype(np.int16)
 
 
 def test_dashboard_shows_the_game_and_the_culture(ray_session):
@@ -147,21 +172,27 @@ def test_dashboard_shows_the_game_and_the_culture(ray_session):
             # Wait (real time) until the page has a decoded game frame and ticks arriving over /events.
             deadline = time.monotonic() + 90
             while time.monotonic() < deadline:
-                ready = browser.evaluate("(() => { const game = document.getElementById('game');"  # null while loading
-                                         " return game ? [game.naturalWidth, Number(document.body.dataset.seq || 0)]"
-                                         " : [0, 0]; })()")
+                ready = browser.evaluate(
+                    "(() => { const game = document.getElementById('game');"  # null while loading
+                    " return game ? [game.naturalWidth, Number(document.body.dataset.seq || 0)]"
+                    " : [0, 0]; })()"
+                )
                 if ready[0] > 0 and ready[1] > 0:
                     break
                 time.sleep(0.5)
             assert ready[0] == 320, f"the game image never loaded in the dashboard: {ready}"
-            box = browser.evaluate("(() => { const r = document.getElementById('game').getBoundingClientRect();"
-                                   " return {x: r.x, y: r.y, width: r.width, height: r.height}; })()")
+            box = browser.evaluate(
+                "(() => { const r = document.getElementById('game').getBoundingClientRect();"
+                " return {x: r.x, y: r.y, width: r.width, height: r.height}; })()"
+            )
             shots, doms = [], []
             for n in range(1, 4):  # two screenshots 2 s apart; a third if a learner update froze the game
                 shots.append(browser.screenshot(ARTIFACTS / f"dashboard-{n}.png"))
                 doms.append(browser.evaluate("document.documentElement.outerHTML"))
                 (ARTIFACTS / f"dashboard-{n}.html").write_text(doms[-1])
-                changed = len(shots) > 1 and np.abs(_game_pixels(shots[-1], box) - _game_pixels(shots[0], box)).mean() > 1
+                changed = (
+                    len(shots) > 1 and np.abs(_game_pixels(shots[-1], box) - _game_pixels(shots[0], box)).mean() > 1
+                )
                 if changed:
                     break
                 time.sleep(2)

@@ -42,13 +42,20 @@ def test_request_and_reply_survive_the_codec_exactly():
     f, a, fb = decode_request(encode_request(freqs, amps, (FEEDBACK,)))
     assert f == tuple(float(x) for x in freqs) and a == amps and fb == (FEEDBACK,)
     assert decode_request(encode_request(freqs, amps, ()))[2] == ()
-    for reply in (SpikeReply(np.arange(8, dtype=np.float32), "ok", 0.1003, 123456789012, 987654321, 2),
-                  SpikeReply(np.zeros(8, dtype=np.float32), "timeout", 0.5, 42, None, 0)):
+    for reply in (
+        SpikeReply(np.arange(8, dtype=np.float32), "ok", 0.1003, 123456789012, 987654321, 2),
+        SpikeReply(np.zeros(8, dtype=np.float32), "timeout", 0.5, 42, None, 0),
+    ):
         back = decode_reply(encode_reply(reply))
         np.testing.assert_array_equal(back.counts, reply.counts)
         assert back.counts.flags.writeable
         assert (back.status, back.latency_s, back.stim_timestamp_us, back.reply_timestamp_us, back.clamped) == (
-            reply.status, reply.latency_s, reply.stim_timestamp_us, reply.reply_timestamp_us, reply.clamped)
+            reply.status,
+            reply.latency_s,
+            reply.stim_timestamp_us,
+            reply.reply_timestamp_us,
+            reply.clamped,
+        )
 
 
 class RecordingBridge:
@@ -152,10 +159,15 @@ def test_a_stuck_bridge_is_a_clear_timeout():
 def test_reply_spin_keeps_every_reply_correct_and_timeouts_on_time(reply_spin_ms):
     # A device that answers after 20 ms, like a paced one; replies 30-33 are lost.
     lost = range(30, 34)
-    device = LoopbackDevice(spike_port=free_port(), delay_s=0.02,
-                            fault_for=lambda i: "drop" if i in lost else "delay").start()
-    address = DeviceAddress(spike_port=device.spike_port, stim_port=device.stim_port,
-                            feedback_port=device.feedback_port, event_port=device.event_port)
+    device = LoopbackDevice(
+        spike_port=free_port(), delay_s=0.02, fault_for=lambda i: "drop" if i in lost else "delay"
+    ).start()
+    address = DeviceAddress(
+        spike_port=device.spike_port,
+        stim_port=device.stim_port,
+        feedback_port=device.feedback_port,
+        event_port=device.event_port,
+    )
     core = BridgeCore(BridgeConfig(address=address, timeout_s=0.1, reply_spin_ms=reply_spin_ms))
     try:
         rng = np.random.default_rng(3)
@@ -181,8 +193,12 @@ def test_reply_spin_keeps_every_reply_correct_and_timeouts_on_time(reply_spin_ms
 
 def test_reply_spin_is_off_for_devices_that_answer_at_once():
     device = LoopbackDevice(spike_port=free_port()).start()
-    address = DeviceAddress(spike_port=device.spike_port, stim_port=device.stim_port,
-                            feedback_port=device.feedback_port, event_port=device.event_port)
+    address = DeviceAddress(
+        spike_port=device.spike_port,
+        stim_port=device.stim_port,
+        feedback_port=device.feedback_port,
+        event_port=device.event_port,
+    )
     core = BridgeCore(BridgeConfig(address=address))
     try:
         for _ in range(20):

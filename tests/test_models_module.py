@@ -86,8 +86,9 @@ def test_decode_scales_centred_spikes_by_the_running_std() -> None:
     torch.testing.assert_close(module.spike_mean, counts.mean(0))
     spikes = torch.rand(4, N_SPIKE_GROUPS) * 40
     unit = (spikes - module.spike_mean) / expected_std
-    torch.testing.assert_close(module.decode(spikes), module.decode(unit, torch.zeros(4, N_SPIKE_GROUPS),
-                                                                    torch.ones(4, N_SPIKE_GROUPS)))
+    torch.testing.assert_close(
+        module.decode(spikes), module.decode(unit, torch.zeros(4, N_SPIKE_GROUPS), torch.ones(4, N_SPIKE_GROUPS))
+    )
     off = make_module(spike_scaling=False)
     off.update_spike_mean(counts)
     torch.testing.assert_close(off.spike_std(), torch.ones(N_SPIKE_GROUPS))

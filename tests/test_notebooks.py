@@ -22,8 +22,12 @@ FIGURES = {"learning_curves": 2, "ablation": 2, "loop_health": 3, "culture_respo
 
 def images(notebook: nbformat.NotebookNode) -> int:
     """How many PNG images the executed notebook's outputs hold."""
-    return sum("image/png" in output.get("data", {})
-               for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs)
+    return sum(
+        "image/png" in output.get("data", {})
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.outputs
+    )
 
 
 def test_notebooks_are_stored_without_outputs() -> None:
@@ -40,6 +44,7 @@ def test_notebook_draws_its_figures(name: str, runs_root: Path, monkeypatch: pyt
     monkeypatch.setenv(RUNS_ENV, str(runs_root))
     monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     notebook = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
-    NotebookClient(notebook, timeout=120, kernel_name="python3",
-                   resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    NotebookClient(
+        notebook, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
+    ).execute()
     assert images(notebook) >= FIGURES[name]

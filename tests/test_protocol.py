@@ -126,7 +126,11 @@ def test_feedback_round_trip(ts, ftype, channels, freq, amp, pulses, unpredictab
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=20,
 )
@@ -273,8 +277,14 @@ def test_brackets_inside_strings_do_not_count_as_nesting():
 
 def test_encoder_refuses_a_feedback_command_that_skipped_its_constructor():
     """An unpickled command bypasses __post_init__; the encoder still keeps it off the wire."""
-    for field, value in (("channels", (99,)), ("channels", (-1,)), ("feedback_type", 9), ("amplitude_ua", math.nan),
-                         ("pulses", math.inf), ("event_name", b"bytes")):
+    for field, value in (
+        ("channels", (99,)),
+        ("channels", (-1,)),
+        ("feedback_type", 9),
+        ("amplitude_ua", math.nan),
+        ("pulses", math.inf),
+        ("event_name", b"bytes"),
+    ):
         cmd = p.FeedbackCommand(1, p.FeedbackType.REWARD, (19,), 20, 2.0, 30)
         object.__setattr__(cmd, field, value)
         with pytest.raises(p.ProtocolError):

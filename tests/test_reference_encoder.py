@@ -32,10 +32,12 @@ from tests.support.toy_loop import ToyClosedLoopEnv, synthetic_episodes
 
 MID = "default_policy"
 SCREEN_SHAPE = (60, 80, 1)
-OBS_WITH_SCREEN = gym.spaces.Dict({
-    "features": gym.spaces.Box(-1.0, 1.0, (6,), np.float32),
-    "screen": gym.spaces.Box(0, 255, SCREEN_SHAPE, np.uint8),
-})
+OBS_WITH_SCREEN = gym.spaces.Dict(
+    {
+        "features": gym.spaces.Box(-1.0, 1.0, (6,), np.float32),
+        "screen": gym.spaces.Box(0, 255, SCREEN_SHAPE, np.uint8),
+    }
+)
 
 
 def module(cls=ClosedLoopRLModule, obs_space=OBS_WITH_SCREEN, **model_config):
@@ -46,13 +48,19 @@ def module(cls=ClosedLoopRLModule, obs_space=OBS_WITH_SCREEN, **model_config):
 
 def observations(n: int, seed: int) -> dict[str, torch.Tensor]:
     rng = np.random.default_rng(seed)
-    return {"features": torch.from_numpy(rng.uniform(-1, 1, (n, 6)).astype(np.float32)),
-            "screen": torch.from_numpy(rng.integers(0, 256, (n, *SCREEN_SHAPE), dtype=np.uint8))}
+    return {
+        "features": torch.from_numpy(rng.uniform(-1, 1, (n, 6)).astype(np.float32)),
+        "screen": torch.from_numpy(rng.integers(0, 256, (n, *SCREEN_SHAPE), dtype=np.uint8)),
+    }
 
 
 def test_frozen_encoder_is_never_updated_and_stimulates_deterministically() -> None:
-    config = (ClosedLoopPPOConfig().environment(ToyClosedLoopEnv)
-              .rl_module(model_config={"encoder_trainable": False}).training(lr=1e-3))
+    config = (
+        ClosedLoopPPOConfig()
+        .environment(ToyClosedLoopEnv)
+        .rl_module(model_config={"encoder_trainable": False})
+        .training(lr=1e-3)
+    )
     learner = config.build_learner(env=ToyClosedLoopEnv())
     mod: ClosedLoopRLModule = learner.module[MID].unwrapped()
     assert mod.encoder_parameters() == []
@@ -68,8 +76,9 @@ def test_frozen_encoder_is_never_updated_and_stimulates_deterministically() -> N
     dist = mod.encoder_distribution(mod.forward_exploration({Columns.OBS: obs})[STIM_DIST_INPUTS])
     torch.testing.assert_close(dist.sample(), dist.sample())
 
-    results = learner.update(episodes=episodes, num_epochs=2, minibatch_size=64, shuffle_batch_per_epoch=True,
-                             timesteps={})
+    results = learner.update(
+        episodes=episodes, num_epochs=2, minibatch_size=64, shuffle_batch_per_epoch=True, timesteps={}
+    )
     assert math.isfinite(float(results[MID]["total_loss"].peek()))
     assert float(results[MID]["encoder_entropy"].peek()) == 0.0
     for key, value in mod.encoder.state_dict().items():
@@ -88,7 +97,10 @@ def test_pooled_screen_cnn_is_the_reference_stack() -> None:
     mod = module(screen_cnn="pooled")
     convs = [m for m in mod.encoder.screen_cnn.convs if isinstance(m, torch.nn.Conv2d)]
     assert [(c.in_channels, c.out_channels, c.kernel_size, c.padding) for c in convs] == [
-        (1, 64, (3, 3), (1, 1)), (64, 128, (3, 3), (1, 1)), (128, 256, (3, 3), (1, 1))]
+        (1, 64, (3, 3), (1, 1)),
+        (64, 128, (3, 3), (1, 1)),
+        (128, 256, (3, 3), (1, 1)),
+    ]
     assert mod.encoder.screen_cnn.out_size == 256
     assert mod.encoder.trunk[0].in_features == 6 + 256
     obs = observations(3, seed=1)
@@ -124,13 +136,33 @@ def _module_state(checkpoint: Path) -> dict[str, np.ndarray]:
 @pytest.mark.slow
 def test_train_with_frozen_encoder_pooled_cnn_and_screen_value_net(tmp_path: Path) -> None:
     root = tmp_path / "runs"
-    proc = run_spikeloop([
-        "train", "experiments/quickstart.yaml", "--set", f"output.root_dir={root}",
-        "--set", "stop.iterations=2", "--set", "checkpoint.every_iterations=1",
-        "--set", "ppo.train_batch_size_per_learner=128", "--set", "ppo.minibatch_size=64",
-        "--set", "env.screen=true", "--set", "model.screen_cnn=pooled", "--set", "model.screen_cnn_channels=8",
-        "--set", "model.value_sees_screen=true", "--set", "model.encoder_trainable=false",
-    ], timeout=400)
+    proc = run_spikeloop(
+        [
+            "train",
+            "experiments/quickstart.yaml",
+            "--set",
+            f"output.root_dir={root}",
+            "--set",
+            "stop.iterations=2",
+            "--set",
+            "checkpoint.every_iterations=1",
+            "--set",
+            "ppo.train_batch_size_per_learner=128",
+            "--set",
+            "ppo.minibatch_size=64",
+            "--set",
+            "env.screen=true",
+            "--set",
+            "model.screen_cnn=pooled",
+            "--set",
+            "model.screen_cnn_channels=8",
+            "--set",
+            "model.value_sees_screen=true",
+            "--set",
+            "model.encoder_trainable=false",
+        ],
+        timeout=400,
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     trial = next(p for p in next(root.iterdir()).iterdir() if p.is_dir() and p.name.startswith("train_trial"))
     first, second = (_module_state(trial / name) for name in ("checkpoint_000000", "checkpoint_000001"))
@@ -153,8 +185,8 @@ def test_same_frame_rounds_widen_stimulation_and_decoder_input() -> None:
     assert stim.shape == (5, 48)
     # Every round is a whole stimulation: 8 frequencies in 4-40 Hz, then 8 amplitudes in 1-2.5 uA.
     for r in range(3):
-        assert torch.all((stim[:, 16 * r:16 * r + 8] >= 4.0) & (stim[:, 16 * r:16 * r + 8] <= 40.0))
-        assert torch.all((stim[:, 16 * r + 8:16 * r + 16] >= 1.0) & (stim[:, 16 * r + 8:16 * r + 16] <= 2.5))
+        assert torch.all((stim[:, 16 * r : 16 * r + 8] >= 4.0) & (stim[:, 16 * r : 16 * r + 8] <= 40.0))
+        assert torch.all((stim[:, 16 * r + 8 : 16 * r + 16] >= 1.0) & (stim[:, 16 * r + 8 : 16 * r + 16] <= 2.5))
     assert mod.decoder.weight.shape == (5, 24) and mod.spike_mean.shape == (24,)
     logits = mod.decode(torch.ones(5, 24))
     assert logits.shape == (5, 5)
@@ -167,10 +199,12 @@ def test_each_round_sees_the_screen_through_its_own_view() -> None:
         assert seen.shape == screen.shape and float(seen.min()) >= 0.0 and float(seen.max()) <= 1.0
         assert not torch.allclose(seen, screen), view
     obs = observations(3, seed=6)
-    views = module(same_frame_rounds=3, same_frame_views=("raw", "edge", "contrast"), screen_cnn="pooled",
-                   screen_cnn_channels=4)
-    raw = module(same_frame_rounds=3, same_frame_views=("raw", "raw", "raw"), screen_cnn="pooled",
-                 screen_cnn_channels=4)
+    views = module(
+        same_frame_rounds=3, same_frame_views=("raw", "edge", "contrast"), screen_cnn="pooled", screen_cnn_channels=4
+    )
+    raw = module(
+        same_frame_rounds=3, same_frame_views=("raw", "raw", "raw"), screen_cnn="pooled", screen_cnn_channels=4
+    )
     a, b = (m.forward_exploration({Columns.OBS: obs})[STIM_DIST_INPUTS] for m in (views, raw))
     modes_a, modes_b = a[:, :48].reshape(3, 3, 16), b[:, :48].reshape(3, 3, 16)
     torch.testing.assert_close(modes_a[:, 0], modes_b[:, 0])  # the same weights, both raw in round 1
@@ -178,13 +212,18 @@ def test_each_round_sees_the_screen_through_its_own_view() -> None:
 
 
 def test_same_frame_rounds_train_through_the_learner() -> None:
-    config = (ClosedLoopPPOConfig().environment(ToyClosedLoopEnv)
-              .rl_module(model_config={"same_frame_rounds": 2}).training(lr=1e-3))
+    config = (
+        ClosedLoopPPOConfig()
+        .environment(ToyClosedLoopEnv)
+        .rl_module(model_config={"same_frame_rounds": 2})
+        .training(lr=1e-3)
+    )
     learner = config.build_learner(env=ToyClosedLoopEnv())
     mod: ClosedLoopRLModule = learner.module[MID].unwrapped()
     episodes = synthetic_episodes(mod, ToyClosedLoopEnv(), n_steps=128, seed=7)
-    results = learner.update(episodes=episodes, num_epochs=2, minibatch_size=64, shuffle_batch_per_epoch=True,
-                             timesteps={})
+    results = learner.update(
+        episodes=episodes, num_epochs=2, minibatch_size=64, shuffle_batch_per_epoch=True, timesteps={}
+    )
     assert math.isfinite(float(results[MID]["total_loss"].peek()))
     assert {"spike_mean_attack", "spike_mean_attack_r2"} <= set(results[MID])
     assert mod.spike_mean_count.item() == 128
@@ -198,11 +237,25 @@ def test_same_frame_rounds_are_refused_for_the_direct_policy() -> None:
 @pytest.mark.slow
 def test_train_with_same_frame_rounds_sends_a_stimulation_per_round(tmp_path: Path) -> None:
     root = tmp_path / "runs"
-    proc = run_spikeloop([
-        "train", "experiments/quickstart.yaml", "--set", f"output.root_dir={root}", "--set", "output.step_log=true",
-        "--set", "stop.iterations=2", "--set", "ppo.train_batch_size_per_learner=128", "--set", "ppo.minibatch_size=64",
-        "--set", "model.same_frame_rounds=2",
-    ], timeout=400)
+    proc = run_spikeloop(
+        [
+            "train",
+            "experiments/quickstart.yaml",
+            "--set",
+            f"output.root_dir={root}",
+            "--set",
+            "output.step_log=true",
+            "--set",
+            "stop.iterations=2",
+            "--set",
+            "ppo.train_batch_size_per_learner=128",
+            "--set",
+            "ppo.minibatch_size=64",
+            "--set",
+            "model.same_frame_rounds=2",
+        ],
+        timeout=400,
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     trial = next(p for p in next(root.iterdir()).iterdir() if p.is_dir() and p.name.startswith("train_trial"))
     steps = read_steps(trial)

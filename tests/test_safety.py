@@ -47,8 +47,9 @@ def assert_inside(envelope: SafetyEnvelope, freq: float, amp: float) -> None:
 @pytest.fixture(scope="module", params=["clamp", "raise"])
 def rig(request):
     device = LoopbackDevice()
-    address = DeviceAddress(spike_port=0, stim_port=device.stim_port, feedback_port=device.feedback_port,
-                            event_port=device.event_port)
+    address = DeviceAddress(
+        spike_port=0, stim_port=device.stim_port, feedback_port=device.feedback_port, event_port=device.event_port
+    )
     bridge = BridgeCore(BridgeConfig(address=address, timeout_s=0.5, envelope=ENVELOPE, envelope_policy=request.param))
     device.spike_port = bridge.spike_port
     device.start()

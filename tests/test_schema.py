@@ -64,9 +64,9 @@ def test_reference_example_has_the_reference_trainer_settings():
     assert (p.lr, p.encoder_lr_multiplier, p.decoder_entropy_coeff) == (3e-4, 4.0, 0.02)
     assert (p.train_batch_size_per_learner, p.minibatch_size, p.num_epochs) == (2048, 256, 4)
     assert e.stop.episodes == 2000 and e.env["reset_delay_s"] == 1.0 and e.env["frame_skip"] == 4
-    assert [(d.address.stim_port, d.address.spike_port, d.address.event_port, d.address.feedback_port)
-            for d in e.devices] == [
-        (12345, 12346, 12347, 12348)]
+    assert [
+        (d.address.stim_port, d.address.spike_port, d.address.event_port, d.address.feedback_port) for d in e.devices
+    ] == [(12345, 12346, 12347, 12348)]
 
 
 def test_multi_device_example_has_one_runner_per_device():
@@ -87,8 +87,11 @@ def test_ablation_example_and_its_switches():
 def test_sweep_example_fits_two_cores():
     e = load_experiment(ROOT / "experiments" / "sweep_feedback.yaml")
     space = e.tune.search_space
-    switches = {"feedback.use_reward_feedback", "feedback.use_episode_feedback",
-                "feedback.episode_feedback_surprise_scaling"}
+    switches = {
+        "feedback.use_reward_feedback",
+        "feedback.use_episode_feedback",
+        "feedback.episode_feedback_surprise_scaling",
+    }
     assert {key for key, spec in space.items() if "grid" in spec} == switches
     assert math.prod(len(space[key]["grid"]) for key in switches) == 8
     assert {"feedback.surprise.frequency_gain", "feedback.surprise.amplitude_gain"} <= set(space)
@@ -114,28 +117,54 @@ def test_broken_file_names_its_key(path):
 
 def test_broken_files_cover_every_kind_of_mistake():
     stems = {p.stem for p in BROKEN}
-    assert {"unknown_top_level", "unknown_nested", "wrong_type", "out_of_range", "forbidden_electrode",
-            "bad_search_key", "cl1_fewer_than_runners"} <= stems
+    assert {
+        "unknown_top_level",
+        "unknown_nested",
+        "wrong_type",
+        "out_of_range",
+        "forbidden_electrode",
+        "bad_search_key",
+        "cl1_fewer_than_runners",
+    } <= stems
     # Issue 14: each of these was accepted, then failed (or silently misbehaved) after Ray started.
-    assert {"unknown_scenario", "frame_skip_zero", "action_set_bogus", "port_too_high", "port_negative", "tick_zero",
-            "negative_window", "empty_device_id", "empty_host", "feedback_inf_frequency",
-            "feedback_negative_amplitude", "charge_below_min_amplitude", "frequency_range_without_whole_hz",
-            "min_frequency_zero", "max_pulses_nan", "tune_grid_not_a_list", "tune_uniform_one_value", "empty",
-            "not_utf8", "does_not_fit"} <= stems
+    assert {
+        "unknown_scenario",
+        "frame_skip_zero",
+        "action_set_bogus",
+        "port_too_high",
+        "port_negative",
+        "tick_zero",
+        "negative_window",
+        "empty_device_id",
+        "empty_host",
+        "feedback_inf_frequency",
+        "feedback_negative_amplitude",
+        "charge_below_min_amplitude",
+        "frequency_range_without_whole_hz",
+        "min_frequency_zero",
+        "max_pulses_nan",
+        "tune_grid_not_a_list",
+        "tune_uniform_one_value",
+        "empty",
+        "not_utf8",
+        "does_not_fit",
+    } <= stems
 
 
 @pytest.mark.parametrize(
     ("override", "key"),
     [
-        ("stop.iteratons=2", "stop.iteratons"),            # unknown key
-        ("stop.iterations=lots", "stop.iterations"),       # wrong type
-        ("loop.timeout_s=-1", "loop.timeout_s"),           # out of range
-        ("stop.iterations.max=3", "stop.iterations"),      # a value used as a section
-        ("devices.3.seed=1", "devices.3"),                 # no such list item
-        ("stop.iterations", "stop.iterations"),            # no '='
-        ("loop.timeout_s=[1", "loop.timeout_s"),           # value is not YAML
-        ("feedback.events.enemy_kill={channels: [35, 63], frequency_hz: 20, amplitude_ua: 2.5, pulses: 40}",
-         "feedback.events.enemy_kill.channels"),           # forbidden electrode
+        ("stop.iteratons=2", "stop.iteratons"),  # unknown key
+        ("stop.iterations=lots", "stop.iterations"),  # wrong type
+        ("loop.timeout_s=-1", "loop.timeout_s"),  # out of range
+        ("stop.iterations.max=3", "stop.iterations"),  # a value used as a section
+        ("devices.3.seed=1", "devices.3"),  # no such list item
+        ("stop.iterations", "stop.iterations"),  # no '='
+        ("loop.timeout_s=[1", "loop.timeout_s"),  # value is not YAML
+        (
+            "feedback.events.enemy_kill={channels: [35, 63], frequency_hz: 20, amplitude_ua: 2.5, pulses: 40}",
+            "feedback.events.enemy_kill.channels",
+        ),  # forbidden electrode
         ("feedback.max_datagrams_per_step=0", "feedback.max_datagrams_per_step"),  # nothing could be sent
         ("feedback.max_datagrams_per_step=1", "feedback.max_datagrams_per_step"),  # negative feedback is 2 datagrams
         ("devices.0.reply_port=auto-ish", "devices.0.reply_port"),

@@ -35,7 +35,9 @@ def test_same_seed_same_spikes_other_seed_other_spikes() -> None:
     assert not np.array_equal(ra, rc)
 
 
-def _evoked(c: SimulatedCulture, electrode: int, amplitude_ua: float, pulses: int, frequency_hz: float, reps: int = 20) -> float:
+def _evoked(
+    c: SimulatedCulture, electrode: int, amplitude_ua: float, pulses: int, frequency_hz: float, reps: int = 20
+) -> float:
     total = 0
     for _ in range(reps):
         c.stimulate(electrode, amplitude_ua, pulses, frequency_hz)
@@ -54,7 +56,10 @@ def test_evoked_response_grows_with_amplitude_and_frequency() -> None:
 
 
 def test_interrupt_cancels_remaining_pulses() -> None:
-    a, b = SimulatedCulture(SimulatedCultureConfig(plasticity=False), seed=4), SimulatedCulture(SimulatedCultureConfig(plasticity=False), seed=4)
+    a, b = (
+        SimulatedCulture(SimulatedCultureConfig(plasticity=False), seed=4),
+        SimulatedCulture(SimulatedCultureConfig(plasticity=False), seed=4),
+    )
     for x in (a, b):
         x.stimulate(ENCODING_ELECTRODES[2], 2.5, 20, 40.0)
         x.advance(30)

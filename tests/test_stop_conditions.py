@@ -14,18 +14,25 @@ import pytest
 from tests.support.spikeloop_cli import run_spikeloop
 
 TINY = [
-    "--set", "policy=direct",
-    "--set", "ppo.train_batch_size_per_learner=64",
-    "--set", "ppo.minibatch_size=32",
-    "--set", "ppo.num_epochs=1",
-    "--set", "checkpoint.every_iterations=100",
+    "--set",
+    "policy=direct",
+    "--set",
+    "ppo.train_batch_size_per_learner=64",
+    "--set",
+    "ppo.minibatch_size=32",
+    "--set",
+    "ppo.num_epochs=1",
+    "--set",
+    "checkpoint.every_iterations=100",
 ]
 
 
 def _train(tmp_path: Path, stop: str) -> tuple[Path, list[dict]]:
     root = tmp_path / "runs"
-    proc = run_spikeloop(["train", "experiments/controls.yaml", *TINY, "--set", f"stop={stop}",
-                          "--set", f"output.root_dir={root}"], timeout=400)
+    proc = run_spikeloop(
+        ["train", "experiments/controls.yaml", *TINY, "--set", f"stop={stop}", "--set", f"output.root_dir={root}"],
+        timeout=400,
+    )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]
     (run_dir,) = sorted(root.glob("controls-*"))

@@ -40,11 +40,20 @@ def forbidden_imports(source: str) -> list[str]:
 def test_the_check_sees_every_kind_of_forbidden_import() -> None:
     # Joined from pieces, so that a plain grep of the tree for such imports finds none here.
     conf, test = "conf" + "test", "te" + "st_"
-    source = (f"import {conf}\nfrom tests.{conf} import x\nfrom tests.{test}a import y\nfrom tests import {test}b\n"
-              f"from . import {conf}\nfrom .{test}c import z\nimport tests.{test}d\n"
-              "from tests.support.fixtures import ray_session\nfrom bridge.ports import free_port\n")
-    assert forbidden_imports(source) == ["conftest", "tests.conftest", "tests.test_a", "tests.test_b",
-                                         ".conftest", ".test_c", "tests.test_d"]
+    source = (
+        f"import {conf}\nfrom tests.{conf} import x\nfrom tests.{test}a import y\nfrom tests import {test}b\n"
+        f"from . import {conf}\nfrom .{test}c import z\nimport tests.{test}d\n"
+        "from tests.support.fixtures import ray_session\nfrom bridge.ports import free_port\n"
+    )
+    assert forbidden_imports(source) == [
+        "conftest",
+        "tests.conftest",
+        "tests.test_a",
+        "tests.test_b",
+        ".conftest",
+        ".test_c",
+        "tests.test_d",
+    ]
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(TESTS)))

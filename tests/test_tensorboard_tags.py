@@ -33,10 +33,23 @@ def event_scalars(directory: Path) -> dict[str, list[tuple[int, float]]]:
 @pytest.mark.slow
 def test_train_and_watch_write_the_reference_telemetry_once(tmp_path: Path) -> None:
     root = tmp_path / "runs"
-    proc = run_spikeloop(["train", "experiments/quickstart.yaml", "--set", "stop={iterations: 2}",
-                          "--set", f"ppo.train_batch_size_per_learner={BATCH}", "--set", "ppo.minibatch_size=64",
-                          "--set", "feedback.use_reward_feedback=false", "--set", f"output.root_dir={root}"],
-                         timeout=400)
+    proc = run_spikeloop(
+        [
+            "train",
+            "experiments/quickstart.yaml",
+            "--set",
+            "stop={iterations: 2}",
+            "--set",
+            f"ppo.train_batch_size_per_learner={BATCH}",
+            "--set",
+            "ppo.minibatch_size=64",
+            "--set",
+            "feedback.use_reward_feedback=false",
+            "--set",
+            f"output.root_dir={root}",
+        ],
+        timeout=400,
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     (run_dir,) = sorted(root.glob("quickstart-*"))
     (trial_dir,) = [p for p in run_dir.iterdir() if p.is_dir() and p.name.startswith("train_trial")]
@@ -45,12 +58,26 @@ def test_train_and_watch_write_the_reference_telemetry_once(tmp_path: Path) -> N
 
     # One set of tags: the trial's own, no `ray/tune/*` copies from Tune's logger.
     assert not [t for t in tags if t.startswith("ray/")], sorted(tags)
-    for tag in ("ppo/advantage_std", "decoder/weight_norm", "decoder/bias_norm",
-                "encoder/ratio_mean", "encoder/ratio_std", "encoder/ratio_clip_fraction",
-                "decoder/ratio_mean", "decoder/ratio_std", "decoder/ratio_clip_fraction",
-                "episode/success_actions", "episode/fail_actions", "episode/neutral_actions",
-                "feedback/step/count", "feedback/step/frequency_scale", "feedback/step/amplitude_scale",
-                "feedback/step/pulse_scale", "feedback/episode/frequency_scale", "feedback/episode/amplitude_scale"):
+    for tag in (
+        "ppo/advantage_std",
+        "decoder/weight_norm",
+        "decoder/bias_norm",
+        "encoder/ratio_mean",
+        "encoder/ratio_std",
+        "encoder/ratio_clip_fraction",
+        "decoder/ratio_mean",
+        "decoder/ratio_std",
+        "decoder/ratio_clip_fraction",
+        "episode/success_actions",
+        "episode/fail_actions",
+        "episode/neutral_actions",
+        "feedback/step/count",
+        "feedback/step/frequency_scale",
+        "feedback/step/amplitude_scale",
+        "feedback/step/pulse_scale",
+        "feedback/episode/frequency_scale",
+        "feedback/episode/amplitude_scale",
+    ):
         assert tag in tags, f"{tag} missing from {sorted(tags)}"
     assert all(value == 0.0 for _, value in scalars["decoder/bias_norm"])  # the zero-bias readout has none
     assert all(value > 0.0 for _, value in scalars["ppo/advantage_std"])  # unnormalised: not PPO's std of 1
@@ -63,14 +90,20 @@ def test_train_and_watch_write_the_reference_telemetry_once(tmp_path: Path) -> N
         for stat in ("count", "frequency_scale", "amplitude_scale", "pulse_scale"):
             assert f"feedback/{name}/{stat}" in tags
     # Steps with a positive, negative or zero reward: every step of an ended episode is one of them.
-    ended = sum(v for _, v in scalars["episode/success_actions"] + scalars["episode/fail_actions"]
-                + scalars["episode/neutral_actions"])
+    ended = sum(
+        v
+        for _, v in scalars["episode/success_actions"]
+        + scalars["episode/fail_actions"]
+        + scalars["episode/neutral_actions"]
+    )
     assert ended > 0
 
     # The reference trainer's watch: sampling, the spike mean kept up to date, TensorBoard written too.
     out = tmp_path / "watched"
-    proc = run_spikeloop(["watch", str(run_dir), "--episodes", "2", "--explore", "--update-spike-mean",
-                          "--output", str(out)], timeout=300)
+    proc = run_spikeloop(
+        ["watch", str(run_dir), "--episodes", "2", "--explore", "--update-spike-mean", "--output", str(out)],
+        timeout=300,
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     (watch_dir,) = sorted(out.glob("watch-quickstart-*"))
     description = yaml.safe_load((watch_dir / "watch.yaml").read_text())
@@ -78,7 +111,12 @@ def test_train_and_watch_write_the_reference_telemetry_once(tmp_path: Path) -> N
     assert description["weights_changed"] == []  # nothing learned...
     assert any(n.endswith("/spike_mean") for n in description["spike_statistics_changed"])  # ...the mean moved
     watched = event_scalars(watch_dir)
-    for tag in ("episode/return", "episode/length", "episode/success_actions", "feedback/step/count",
-                "loop/latency_p50_ms"):
+    for tag in (
+        "episode/return",
+        "episode/length",
+        "episode/success_actions",
+        "feedback/step/count",
+        "loop/latency_p50_ms",
+    ):
         assert tag in watched, f"{tag} missing from {sorted(watched)}"
     assert [step for step, _ in watched["episode/return"]] == [1, 2]

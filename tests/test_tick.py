@@ -20,8 +20,12 @@ OBS = gym.spaces.Box(-1.0, 1.0, (59,), np.float32)
 
 
 def module(**settings) -> ClosedLoopRLModule:
-    spec = RLModuleSpec(module_class=ClosedLoopRLModule, observation_space=OBS, action_space=gym.spaces.Discrete(54),
-                        model_config=settings)
+    spec = RLModuleSpec(
+        module_class=ClosedLoopRLModule,
+        observation_space=OBS,
+        action_space=gym.spaces.Discrete(54),
+        model_config=settings,
+    )
     return spec.build()
 
 
@@ -53,8 +57,14 @@ def forward(mod: ClosedLoopRLModule, rows: int) -> torch.Tensor:
 def test_one_tick_sends_waits_receives_and_decodes_the_answer() -> None:
     mod = module()
     culture = ScriptedCulture()
-    result = tick(mod, forward(mod, 1), culture, explore=True, generator=torch.Generator().manual_seed(0),
-                  while_waiting=lambda: culture.calls.append("while_waiting"))
+    result = tick(
+        mod,
+        forward(mod, 1),
+        culture,
+        explore=True,
+        generator=torch.Generator().manual_seed(0),
+        while_waiting=lambda: culture.calls.append("while_waiting"),
+    )
     # The work that needs no spikes runs after the stimulation left and before its answer is taken.
     assert culture.calls == ["send", "while_waiting", "receive"]
     np.testing.assert_array_equal(culture.stims[0], result.stim[0])
@@ -79,7 +89,7 @@ def test_same_frame_rounds_take_one_exchange_each_in_turn() -> None:
     result = tick(mod, forward(mod, 1), culture, explore=False)
     assert culture.calls == ["send", "receive", "send", "receive"]
     for r in range(2):
-        np.testing.assert_array_equal(culture.stims[r], result.stim[0, r * N_STIM:(r + 1) * N_STIM])
+        np.testing.assert_array_equal(culture.stims[r], result.stim[0, r * N_STIM : (r + 1) * N_STIM])
     np.testing.assert_array_equal(result.raw_spikes[0], [1.0] * N_SPIKE_GROUPS + [0.0] * N_SPIKE_GROUPS)
     assert result.columns()[EXCHANGE_OK].tolist() == [0.0]  # one round timed out: the step did not get its answer
 

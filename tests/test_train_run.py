@@ -19,10 +19,14 @@ from tests.support.spikeloop_cli import run_spikeloop
 
 TAG_GROUPS = ("episode/", "ppo/", "encoder/", "decoder/", "spikes/", "feedback/", "loop/")
 SHORT = [
-    "--set", "stop.iterations=2",
-    "--set", "ppo.train_batch_size_per_learner=256",
-    "--set", "ppo.minibatch_size=64",
-    "--set", "checkpoint.every_iterations=1",
+    "--set",
+    "stop.iterations=2",
+    "--set",
+    "ppo.train_batch_size_per_learner=256",
+    "--set",
+    "ppo.minibatch_size=64",
+    "--set",
+    "checkpoint.every_iterations=1",
 ]
 
 
@@ -46,8 +50,9 @@ def _only(paths: list[Path], what: str) -> Path:
 @pytest.mark.slow
 def test_train_quickstart_leaves_a_complete_run_directory(tmp_path: Path) -> None:
     root = tmp_path / "runs"
-    proc = run_spikeloop(["train", "experiments/quickstart.yaml", *SHORT, "--set", f"output.root_dir={root}"],
-                      timeout=400)
+    proc = run_spikeloop(
+        ["train", "experiments/quickstart.yaml", *SHORT, "--set", f"output.root_dir={root}"], timeout=400
+    )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]
     # The final report must not kill the trial thread (Tune's reserved "done" key did: SystemExit).
@@ -79,8 +84,17 @@ def test_train_quickstart_leaves_a_complete_run_directory(tmp_path: Path) -> Non
     tags = event_tags(trial_dir)
     for group in TAG_GROUPS:
         assert any(t.startswith(group) for t in tags), f"no {group} tags in {sorted(tags)}"
-    for tag in ("episode/return_mean", "ppo/policy_loss", "encoder/entropy", "encoder/lr", "decoder/weight_norm",
-                "spikes/mean_attack", "feedback/sent", "loop/latency_p50_ms", "loop/timeouts"):
+    for tag in (
+        "episode/return_mean",
+        "ppo/policy_loss",
+        "encoder/entropy",
+        "encoder/lr",
+        "decoder/weight_norm",
+        "spikes/mean_attack",
+        "feedback/sent",
+        "loop/latency_p50_ms",
+        "loop/timeouts",
+    ):
         assert tag in tags, f"{tag} missing from {sorted(tags)}"
 
     # episodes.jsonl: one line per finished episode, numbered 1..N.
@@ -103,8 +117,9 @@ def test_train_quickstart_leaves_a_complete_run_directory(tmp_path: Path) -> Non
     assert progress[-1]["finished"] is True
 
     # --resume on a finished run: restores it, trains nothing, logs nothing twice.
-    proc = run_spikeloop(["train", "experiments/quickstart.yaml", *SHORT, "--set", f"output.root_dir={root}", "--resume"],
-                      timeout=300)
+    proc = run_spikeloop(
+        ["train", "experiments/quickstart.yaml", *SHORT, "--set", f"output.root_dir={root}", "--resume"], timeout=300
+    )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]
     assert f"resuming {run_dir}" in proc.stdout
@@ -117,8 +132,10 @@ def test_train_quickstart_leaves_a_complete_run_directory(tmp_path: Path) -> Non
 def test_train_the_direct_control_needs_no_culture(tmp_path: Path) -> None:
     # `policy: direct` through the front door: no device is started, episodes are logged like any run.
     root = tmp_path / "runs"
-    proc = run_spikeloop(["train", "experiments/controls.yaml", "--set", "policy=direct", *SHORT,
-                          "--set", f"output.root_dir={root}"], timeout=400)
+    proc = run_spikeloop(
+        ["train", "experiments/controls.yaml", "--set", "policy=direct", *SHORT, "--set", f"output.root_dir={root}"],
+        timeout=400,
+    )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]
     run_dir = _only(sorted(root.glob("controls-*")), "run directory")

@@ -29,12 +29,19 @@ def test_local_preflight_refuses_an_address_this_machine_does_not_have():
 
 
 def test_setup_error_is_raised_once_without_retries(ray_session, tmp_path):
-    experiment = load_experiment(QUICKSTART, [
-        "devices.0.bind_host=192.0.2.1",  # TEST-NET-1: never an address of this machine
-        "stop.iterations=1", "tune.max_failures=2", f"output.root_dir={tmp_path}", "view.enabled=false",
-    ])
-    with pytest.raises(RuntimeError, match="failed before their first iteration and were not retried.*"
-                                           "Cannot assign requested address"):
+    experiment = load_experiment(
+        QUICKSTART,
+        [
+            "devices.0.bind_host=192.0.2.1",  # TEST-NET-1: never an address of this machine
+            "stop.iterations=1",
+            "tune.max_failures=2",
+            f"output.root_dir={tmp_path}",
+            "view.enabled=false",
+        ],
+    )
+    with pytest.raises(
+        RuntimeError, match="failed before their first iteration and were not retried.*Cannot assign requested address"
+    ):
         run(experiment, sweep=False)
     run_dir = next(tmp_path.glob("quickstart-*"))
     summary = yaml.safe_load((run_dir / "summary.yaml").read_text())

@@ -28,18 +28,31 @@ def test_tune_ranks_trials_by_the_experiments_metric_and_mode(tmp_path: Path) ->
     # Two one-iteration trials of 64 and 128 env steps; ranked by env steps, lowest first, the 64-step one wins
     # (the return, ranked highest first, would pick either).
     root = tmp_path / "runs"
-    proc = run_spikeloop([
-        "tune", "experiments/controls.yaml",
-        "--set", "policy=direct",
-        "--set", "stop={iterations: 1}",
-        "--set", "ppo.minibatch_size=32",
-        "--set", "ppo.num_epochs=1",
-        "--set", "tune.search_space={ppo.train_batch_size_per_learner: {grid: [128, 64]}}",
-        "--set", "tune.max_concurrent_trials=1",
-        "--set", "tune.metric=episode/env_steps_lifetime",
-        "--set", "tune.mode=min",
-        "--set", f"output.root_dir={root}",
-    ], timeout=500)
+    proc = run_spikeloop(
+        [
+            "tune",
+            "experiments/controls.yaml",
+            "--set",
+            "policy=direct",
+            "--set",
+            "stop={iterations: 1}",
+            "--set",
+            "ppo.minibatch_size=32",
+            "--set",
+            "ppo.num_epochs=1",
+            "--set",
+            "tune.search_space={ppo.train_batch_size_per_learner: {grid: [128, 64]}}",
+            "--set",
+            "tune.max_concurrent_trials=1",
+            "--set",
+            "tune.metric=episode/env_steps_lifetime",
+            "--set",
+            "tune.mode=min",
+            "--set",
+            f"output.root_dir={root}",
+        ],
+        timeout=500,
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     (run_dir,) = sorted(root.glob("controls-*"))
     summary = yaml.safe_load((run_dir / "summary.yaml").read_text())
@@ -51,6 +64,10 @@ def test_tune_ranks_trials_by_the_experiments_metric_and_mode(tmp_path: Path) ->
         steps[trial] = (last["episode_env_steps_lifetime"], batch)
     best_trial = min(steps, key=lambda t: steps[t][0])
     assert steps[best_trial][1] == 64, steps
-    assert summary["best"] == {"metric": "episode/env_steps_lifetime", "mode": "min",
-                               "value": steps[best_trial][0], "trial_dir": str(best_trial)}
+    assert summary["best"] == {
+        "metric": "episode/env_steps_lifetime",
+        "mode": "min",
+        "value": steps[best_trial][0],
+        "trial_dir": str(best_trial),
+    }
     assert Path(summary["best_checkpoint"]).parent == best_trial

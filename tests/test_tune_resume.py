@@ -58,8 +58,9 @@ def test_sweep_killed_mid_run_resumes_from_checkpoints(tmp_path: Path) -> None:
     first_log = tmp_path / "first.log"
     cmd = [sys.executable, "-m", "experiments.cli", "tune", str(exp)]
     with first_log.open("w") as log:
-        driver = subprocess.Popen(cmd, cwd=REPO, env=cli_env(), stdout=log, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
+        driver = subprocess.Popen(
+            cmd, cwd=REPO, env=cli_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not recorded_checkpoint(sorted(root.glob("sweep_resume-*"))):
@@ -74,11 +75,20 @@ def test_sweep_killed_mid_run_resumes_from_checkpoints(tmp_path: Path) -> None:
     run_dir = next(iter(sorted(root.glob("sweep_resume-*"))))
     assert "run directory:" not in first_log.read_text()
     assert not (run_dir / "summary.yaml").exists()
-    before = {t.name: len((t / "episodes.jsonl").read_text().splitlines()) if (t / "episodes.jsonl").exists() else 0
-              for t in _trial_dirs(run_dir)}
+    before = {
+        t.name: len((t / "episodes.jsonl").read_text().splitlines()) if (t / "episodes.jsonl").exists() else 0
+        for t in _trial_dirs(run_dir)
+    }
 
-    resume = subprocess.Popen([*cmd, "--resume"], cwd=REPO, env=cli_env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    resume = subprocess.Popen(
+        [*cmd, "--resume"],
+        cwd=REPO,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         output, _ = resume.communicate(timeout=480)
     finally:
@@ -108,7 +118,7 @@ def test_sweep_killed_mid_run_resumes_from_checkpoints(tmp_path: Path) -> None:
         # One unbroken numbering across the kill and the resume (RunLog counts the lines already there).
         assert [e["episode_index"] for e in episodes] == list(range(1, len(episodes) + 1))
         if resumed.get(trial.name, ITERATIONS) < ITERATIONS:
-            after = episodes[before.get(trial.name, 0):]
+            after = episodes[before.get(trial.name, 0) :]
             assert after, trial.name
             assert min(e["iteration"] for e in after) == resumed[trial.name] + 1, (trial.name, resumed)
         assert any(p.name.startswith("checkpoint_") for p in trial.iterdir())

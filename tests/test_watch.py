@@ -31,8 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def spikeloop(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess:
     """`spikeloop ...` in a fresh interpreter, output captured."""
-    return subprocess.run([sys.executable, "-m", "experiments.cli", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout_s)
+    return subprocess.run(
+        [sys.executable, "-m", "experiments.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout_s
+    )
 
 
 @pytest.fixture(scope="module")
@@ -40,9 +41,20 @@ def trained(tmp_path_factory) -> dict[str, Path]:
     """One training iteration of the quickstart with a checkpoint: run dir, trial dir, checkpoint dir."""
     root = tmp_path_factory.mktemp("runs")
     result = spikeloop(
-        "train", "experiments/quickstart.yaml", "--set", "stop.iterations=1", "--set", "checkpoint.every_iterations=1",
-        "--set", "ppo.train_batch_size_per_learner=256", "--set", "ppo.minibatch_size=64",
-        "--set", "resources.num_env_runners=0", "--set", f"output.root_dir={root}",
+        "train",
+        "experiments/quickstart.yaml",
+        "--set",
+        "stop.iterations=1",
+        "--set",
+        "checkpoint.every_iterations=1",
+        "--set",
+        "ppo.train_batch_size_per_learner=256",
+        "--set",
+        "ppo.minibatch_size=64",
+        "--set",
+        "resources.num_env_runners=0",
+        "--set",
+        f"output.root_dir={root}",
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     (run_dir,) = root.glob("quickstart-*")
@@ -52,8 +64,10 @@ def trained(tmp_path_factory) -> dict[str, Path]:
 
 def cl1_loopback(device: LoopbackDevice, spike_port: int) -> str:
     """A --set that makes the experiment's one device a cl1 device: the loopback device."""
-    return (f"devices=[{{device_id: watch-loop, backend: cl1, host: 127.0.0.1, stim_port: {device.stim_port}, "
-            f"spike_port: {spike_port}, feedback_port: {device.feedback_port}, event_port: {device.event_port}}}]")
+    return (
+        f"devices=[{{device_id: watch-loop, backend: cl1, host: 127.0.0.1, stim_port: {device.stim_port}, "
+        f"spike_port: {spike_port}, feedback_port: {device.feedback_port}, event_port: {device.event_port}}}]"
+    )
 
 
 def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
@@ -71,8 +85,16 @@ def test_watch_plays_episodes_with_no_weight_change_and_sends_events(trained, tm
     before = snapshot(trained["run"])
     spike_port = free_port()
     with LoopbackDevice(spike_port=spike_port) as device:
-        result = spikeloop("watch", str(trained["checkpoint"]), "--episodes", "2",
-                           "--set", cl1_loopback(device, spike_port), "--output", str(tmp_path))
+        result = spikeloop(
+            "watch",
+            str(trained["checkpoint"]),
+            "--episodes",
+            "2",
+            "--set",
+            cl1_loopback(device, spike_port),
+            "--output",
+            str(tmp_path),
+        )
         events = events_received(device)
         feedback = list(device.received_feedback)
     out = result.stdout
@@ -102,8 +124,15 @@ def test_watch_plays_episodes_with_no_weight_change_and_sends_events(trained, tm
 def test_watch_without_feedback_sends_events_but_no_feedback(trained):
     spike_port = free_port()
     with LoopbackDevice(spike_port=spike_port) as device:
-        result = spikeloop("watch", str(trained["trial"]), "--episodes", "1", "--no-feedback",
-                           "--set", cl1_loopback(device, spike_port))
+        result = spikeloop(
+            "watch",
+            str(trained["trial"]),
+            "--episodes",
+            "1",
+            "--no-feedback",
+            "--set",
+            cl1_loopback(device, spike_port),
+        )
         events = events_received(device)
         assert device.received_stims, "the culture was still in the loop"
         assert device.received_feedback == []

@@ -13,9 +13,16 @@ BACKEND_NAMES = ("sim", "cl", "random", "zero", "transparent")
 __all__ = ["BACKEND_NAMES", "Backend", "JsonlRecorder", "burst_pulses", "group_matrix", "make_backend"]
 
 
-def make_backend(name: str, *, tick_frequency_hz: float, seed: int = 0, realtime: bool = True,
-                 random_spike_rate_hz: float = 5.0, cl_sim_culture: bool = False,
-                 max_pulses: int | None = None) -> Backend:
+def make_backend(
+    name: str,
+    *,
+    tick_frequency_hz: float,
+    seed: int = 0,
+    realtime: bool = True,
+    random_spike_rate_hz: float = 5.0,
+    cl_sim_culture: bool = False,
+    max_pulses: int | None = None,
+) -> Backend:
     """Build the named backend with the device's settings (`max_pulses`: the cl backend's burst cap)."""
     if name == "sim":
         from bridge.backends.sim import SimBackend

@@ -153,4 +153,3 @@ class JsonlRecorder:
         """Flush and close both files (idempotent)."""
         self._main.close()
         self._events.close()
-

@@ -45,8 +45,9 @@ class ClBackend(Backend):
 
     name = "cl"
 
-    def __init__(self, tick_frequency_hz: float, sim_culture_seed: int | None = None,
-                 max_pulses: int | None = None) -> None:
+    def __init__(
+        self, tick_frequency_hz: float, sim_culture_seed: int | None = None, max_pulses: int | None = None
+    ) -> None:
         super().__init__(tick_frequency_hz)
         self.max_pulses = SafetyEnvelope().max_pulses if max_pulses is None else int(max_pulses)
         """Longest burst sent to the hardware (the device's envelope; the default envelope's when not given)."""
@@ -135,8 +136,9 @@ class ClBackend(Backend):
         if command.feedback_type == FeedbackType.INTERRUPT:
             self.neurons.interrupt(channel_set)
         elif command.amplitude_ua > 0 and command.pulses >= 1 and command.frequency_hz > 0:
-            self.neurons.stim(channel_set, self._design(command.amplitude_ua),
-                              self._burst(int(command.pulses), command.frequency_hz))
+            self.neurons.stim(
+                channel_set, self._design(command.amplitude_ua), self._burst(int(command.pulses), command.frequency_hz)
+            )
 
     def available_until_s(self) -> float:
         """End of the data the loop has delivered."""
@@ -161,8 +163,10 @@ class ClBackend(Backend):
     def record_event(self, event: EventMessage) -> None:
         """Events (episode_end, ...) go to the recording's `spikeloop_events` data stream."""
         if self._events_stream is not None:
-            self._append(self._events_stream, {"event_type": event.event_type, "timestamp_us": event.timestamp_us,
-                                               "data": event.data})
+            self._append(
+                self._events_stream,
+                {"event_type": event.event_type, "timestamp_us": event.timestamp_us, "data": event.data},
+            )
 
     def _append(self, stream: Any, value: dict[str, Any]) -> None:
         # Data stream timestamps must be unique and ascending.

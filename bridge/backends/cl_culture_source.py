@@ -39,8 +39,13 @@ class CultureDataSource(SimulatorDataSource):
     @property
     def metadata(self) -> SimulatorDataSourceMetadata:
         """64 channels at 25 kHz, unbounded, sequential, faster than real time allowed."""
-        return SimulatorDataSourceMetadata(channel_count=N_ELECTRODES, frames_per_second=FRAMES_PER_SECOND,
-                                           duration_frames=None, seekable=False, supports_accelerated=True)
+        return SimulatorDataSourceMetadata(
+            channel_count=N_ELECTRODES,
+            frames_per_second=FRAMES_PER_SECOND,
+            duration_frames=None,
+            seekable=False,
+            supports_accelerated=True,
+        )
 
     def open(self) -> None:
         """Build the culture in the simulator subprocess (compiles the kernel once)."""
@@ -71,8 +76,13 @@ class CultureDataSource(SimulatorDataSource):
             row = self._pending[step - self._pending_first_step]
             for channel in np.flatnonzero(row):
                 # A channel reports at most one detected spike per millisecond bin.
-                spikes.append(DataSourceSpike(timestamp=step * FRAMES_PER_STEP, channel=int(channel),
-                                              samples=np.zeros(SPIKE_SAMPLES, dtype=np.float32)))
+                spikes.append(
+                    DataSourceSpike(
+                        timestamp=step * FRAMES_PER_STEP,
+                        channel=int(channel),
+                        samples=np.zeros(SPIKE_SAMPLES, dtype=np.float32),
+                    )
+                )
         # Forget the steps whose first frame has been served.
         done = -(-end // FRAMES_PER_STEP) - self._pending_first_step
         if done > 0:

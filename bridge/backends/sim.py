@@ -32,8 +32,9 @@ class SimBackend(Backend):
 
     name = "sim"
 
-    def __init__(self, tick_frequency_hz: float, seed: int, realtime: bool,
-                 culture_config: SimulatedCultureConfig | None = None) -> None:
+    def __init__(
+        self, tick_frequency_hz: float, seed: int, realtime: bool, culture_config: SimulatedCultureConfig | None = None
+    ) -> None:
         super().__init__(tick_frequency_hz)
         self.paced = realtime
         self.culture = SimulatedCulture(culture_config, seed=seed)
@@ -58,8 +59,9 @@ class SimBackend(Backend):
         """Burst on each encoding electrode for one hardware tick (off, ending any burst there, unless both > 0)."""
         for electrode, freq, amp in zip(ENCODING_ELECTRODES, frequencies_hz, amplitudes_ua, strict=True):
             if freq > 0 and amp > 0:
-                self.culture.stimulate(electrode, amp, burst_pulses(freq, self.tick_frequency_hz), freq,
-                                       start_ms=at_s * 1000.0)
+                self.culture.stimulate(
+                    electrode, amp, burst_pulses(freq, self.tick_frequency_hz), freq, start_ms=at_s * 1000.0
+                )
             else:
                 self.culture.stimulate(electrode, 0.0, 0, 0.0, start_ms=at_s * 1000.0)
 
@@ -73,8 +75,9 @@ class SimBackend(Backend):
             if command.feedback_type == FeedbackType.INTERRUPT:
                 self.culture.interrupt(channel)
             elif command.frequency_hz > 0 and command.amplitude_ua > 0 and command.pulses >= 1:
-                self.culture.stimulate(channel, command.amplitude_ua, int(command.pulses), command.frequency_hz,
-                                       start_ms=at_s * 1000.0)
+                self.culture.stimulate(
+                    channel, command.amplitude_ua, int(command.pulses), command.frequency_hz, start_ms=at_s * 1000.0
+                )
 
     def advance_to(self, t_s: float) -> None:
         """Simulate up to `t_s`, keeping per-millisecond electrode counts."""

@@ -33,6 +33,7 @@ TRANSPARENT_MAX_COUNT = 10.0
 
 def transparent_counts(frequencies_hz: Sequence[float], amplitudes_ua: Sequence[float]) -> np.ndarray:
     """The perfect channel's reply [N_SPIKE_GROUPS] to one stimulation (group j <- encoding electrode j)."""
+
     def unit(values: Sequence[float], span: tuple[float, float]) -> np.ndarray:
         low, high = span
         return np.clip((np.asarray(values, dtype=np.float64) - low) / (high - low), 0.0, 1.0)

@@ -131,8 +131,9 @@ class ClosedLoopCallbacks(RLlibCallback):
         """Episode feedback and the episode_end event, sent now; the episode's summary kept for the driver."""
         payload = episode_end_payload(episode, self.episode_numbers.next(env_runner.config))
         if not _has_culture(env_runner):
-            _EPISODE_RECORDS.append({"device_id": None, "env_runner": env_runner.worker_index, **payload,
-                                     "wall_time": time.time()})
+            _EPISODE_RECORDS.append(
+                {"device_id": None, "env_runner": env_runner.worker_index, **payload, "wall_time": time.time()}
+            )
             _log_episode_metrics(metrics_logger, payload)
             return
         link = current_link()
@@ -162,16 +163,31 @@ class ClosedLoopCallbacks(RLlibCallback):
             lat = stats["latency_ms"]
             for key in ("p50", "p99", "max"):
                 metrics_logger.log_value(f"culture/latency_{key}_ms", lat[key], reduce="mean", window=1)
-            for key in ("timeouts", "late", "duplicates", "stale", "malformed", "foreign", "clamped_commands",
-                        "feedback_sent", "feedback_suppressed", "events_sent", "written_off", "ambiguous"):
+            for key in (
+                "timeouts",
+                "late",
+                "duplicates",
+                "stale",
+                "malformed",
+                "foreign",
+                "clamped_commands",
+                "feedback_sent",
+                "feedback_suppressed",
+                "events_sent",
+                "written_off",
+                "ambiguous",
+            ):
                 metrics_logger.log_value(f"culture/{key}", stats[key], reduce="max", window=1)
             # What left per step once the budget applied (commands_per_step counts what was asked for).
             counts = link.counts
-            metrics_logger.log_value("culture/feedback_dropped", counts.get("feedback_dropped", 0), reduce="max",
-                                     window=1)
-            metrics_logger.log_value("culture/feedback_datagrams_per_step",
-                                     counts.get("feedback_commands", 0) / max(1, counts.get("exchanges", 0)),
-                                     window=1)
+            metrics_logger.log_value(
+                "culture/feedback_dropped", counts.get("feedback_dropped", 0), reduce="max", window=1
+            )
+            metrics_logger.log_value(
+                "culture/feedback_datagrams_per_step",
+                counts.get("feedback_commands", 0) / max(1, counts.get("exchanges", 0)),
+                window=1,
+            )
             metrics_logger.log_value("culture/device_duty", link.duty(), window=1)
             metrics_logger.log_value("culture/episode_surprise_td_error", scales.td_error, window=100)
         _log_episode_metrics(metrics_logger, payload)

@@ -74,8 +74,14 @@ class CultureExchange(ConnectorV2):
                 log_step_feedback(kwargs.get("metrics"), feedback, episode)
 
         try:
-            result = tick(rl_module, batch[STIM_DIST_INPUTS], link, explore=bool(explore), generator=self._generator,
-                          while_waiting=while_waiting)
+            result = tick(
+                rl_module,
+                batch[STIM_DIST_INPUTS],
+                link,
+                explore=bool(explore),
+                generator=self._generator,
+                while_waiting=while_waiting,
+            )
         except BaseException:
             # Close the link before the error leaves (DeviceLost, a bridge failure): it releases the
             # device, so the failing env runner never keeps its culture claimed.

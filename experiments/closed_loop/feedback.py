@@ -67,19 +67,26 @@ from bridge.protocol import FeedbackCommand, FeedbackType
 TdSign = Literal["positive", "negative", "absolute"]
 
 EVENT_SURPRISE_REFERENCE: Mapping[str, tuple[str, tuple[float, float], tuple[float, float], tuple[float, float]]] = (
-    MappingProxyType({
-        "enemy_kill": ("positive", (0.20, 2.5), (0.20, 1.6), (0.20, 2.5)),
-        "armor_pickup": ("positive", (0.30, 2.0), (0.30, 1.4), (0.30, 2.0)),
-        "took_damage": ("negative", (0.20, 2.5), (0.18, 1.7), (0.20, 2.5)),
-        "ammo_waste": ("negative", (0.15, 1.8), (0.15, 1.3), (0.15, 1.8)),
-    })
+    MappingProxyType(
+        {
+            "enemy_kill": ("positive", (0.20, 2.5), (0.20, 1.6), (0.20, 2.5)),
+            "armor_pickup": ("positive", (0.30, 2.0), (0.30, 1.4), (0.30, 2.0)),
+            "took_damage": ("negative", (0.20, 2.5), (0.18, 1.7), (0.20, 2.5)),
+            "ammo_waste": ("negative", (0.15, 1.8), (0.15, 1.3), (0.15, 1.8)),
+        }
+    )
 )
 """The reference trainer's event table, surprise part: td_sign, then (gain, maximum scale) for frequency,
 amplitude and pulses. Channels and base values are in bridge.channels.FEEDBACK_REFERENCE."""
 
 STEP_FEEDBACK_NAMES: Mapping[str, str] = MappingProxyType(
-    {"step_positive": "reward_positive", "step_negative": "reward_negative",
-     "episode_positive": "episode_positive", "episode_negative": "episode_negative"})
+    {
+        "step_positive": "reward_positive",
+        "step_negative": "reward_negative",
+        "episode_positive": "episode_positive",
+        "episode_negative": "episode_negative",
+    }
+)
 """Settings key -> the event name the command carries on the wire (as the reference trainer named them)."""
 
 
@@ -125,9 +132,20 @@ class EventFeedbackSpec(FeedbackSpec):
         """The reference trainer's row for event `name` (e.g. "enemy_kill")."""
         channels, freq, amp, pulses, unpredictable = FEEDBACK_REFERENCE[name]
         td_sign, (f_gain, f_max), (a_gain, a_max), (p_gain, p_max) = EVENT_SURPRISE_REFERENCE[name]
-        return cls(tuple(channels), freq, amp, pulses, unpredictable, td_sign=td_sign, frequency_gain=f_gain,
-                   frequency_scale_max=f_max, amplitude_gain=a_gain, amplitude_scale_max=a_max, pulse_gain=p_gain,
-                   pulse_scale_max=p_max)
+        return cls(
+            tuple(channels),
+            freq,
+            amp,
+            pulses,
+            unpredictable,
+            td_sign=td_sign,
+            frequency_gain=f_gain,
+            frequency_scale_max=f_max,
+            amplitude_gain=a_gain,
+            amplitude_scale_max=a_max,
+            pulse_gain=p_gain,
+            pulse_scale_max=p_max,
+        )
 
 
 def _reference_events() -> dict[str, EventFeedbackSpec]:
@@ -229,9 +247,11 @@ class FeedbackTelemetry:
 
     def drain(self) -> dict[str, dict[str, float]]:
         """Per key: count and mean frequency, amplitude and pulse scales and surprise ratio; then forget them."""
-        out = {key: {"count": n, "frequency_scale": f / n, "amplitude_scale": a / n, "pulse_scale": p / n,
-                     "ratio": r / n}
-               for key, (n, f, a, p, r) in self._sums.items() if n}
+        out = {
+            key: {"count": n, "frequency_scale": f / n, "amplitude_scale": a / n, "pulse_scale": p / n, "ratio": r / n}
+            for key, (n, f, a, p, r) in self._sums.items()
+            if n
+        }
         self._sums = {}
         return out
 
@@ -281,8 +301,9 @@ class FeedbackPolicy:
         s = settings.surprise
         self.step_baseline = RunningBaseline(s.step_baseline_beta, s.baseline_floor)
         self.episode_baseline = RunningBaseline(s.episode_baseline_beta, s.baseline_floor)
-        self.event_baselines = {name: RunningBaseline(spec.ema_beta, s.baseline_floor)
-                                for name, spec in settings.events.items()}
+        self.event_baselines = {
+            name: RunningBaseline(spec.ema_beta, s.baseline_floor) for name, spec in settings.events.items()
+        }
         self.telemetry = FeedbackTelemetry()
 
     # --- the scales -----------------------------------------------------------------------
@@ -308,8 +329,9 @@ class FeedbackPolicy:
             ratio=ratio,
         )
 
-    def event_scales(self, name: str, spec: EventFeedbackSpec, td: float,
-                     step_baseline: float) -> tuple[SurpriseScales, bool] | None:
+    def event_scales(
+        self, name: str, spec: EventFeedbackSpec, td: float, step_baseline: float
+    ) -> tuple[SurpriseScales, bool] | None:
         """(scales, negative) of one event's feedback, or None when its surprise is 0 (nothing is sent)."""
         s = self.settings.surprise
         if spec.td_sign == "positive":
@@ -329,8 +351,9 @@ class FeedbackPolicy:
         squashed = 1.0 - math.exp(-ratio)
         shift = spec.frequency_gain * squashed
         return SurpriseScales(
-            frequency=_clamp(1.0 + shift if negative else 1.0 - shift, s.frequency_scale_range[0],
-                             spec.frequency_scale_max),
+            frequency=_clamp(
+                1.0 + shift if negative else 1.0 - shift, s.frequency_scale_range[0], spec.frequency_scale_max
+            ),
             amplitude=_clamp(1.0 + spec.amplitude_gain * squashed, 1.0, spec.amplitude_scale_max),
             pulses=_clamp(1.0 + spec.pulse_gain * squashed, 1.0, spec.pulse_scale_max),
             td_error=td,
@@ -377,8 +400,14 @@ class FeedbackPolicy:
             key = "step_positive" if reward > 0 else "step_negative"
             if baseline is not None:
                 scales = self.reward_scales(reward, td, baseline)
-            commands = build_commands(getattr(self.settings, key), scales, FeedbackType.REWARD,
-                                      STEP_FEEDBACK_NAMES[key], self.settings, negative=reward < 0)
+            commands = build_commands(
+                getattr(self.settings, key),
+                scales,
+                FeedbackType.REWARD,
+                STEP_FEEDBACK_NAMES[key],
+                self.settings,
+                negative=reward < 0,
+            )
             self.telemetry.add(STEP_FEEDBACK_NAMES[key], scales)
         elif self.settings.enabled and not self.settings.use_reward_feedback:
             for name, count in events.items():
@@ -406,8 +435,14 @@ class FeedbackPolicy:
         if not (self.settings.enabled and self.settings.use_episode_feedback):
             return [], scales
         key = "episode_positive" if episode_return > 0 else "episode_negative"
-        commands = build_commands(getattr(self.settings, key), scales, FeedbackType.REWARD, STEP_FEEDBACK_NAMES[key],
-                                  self.settings, negative=episode_return < 0)
+        commands = build_commands(
+            getattr(self.settings, key),
+            scales,
+            FeedbackType.REWARD,
+            STEP_FEEDBACK_NAMES[key],
+            self.settings,
+            negative=episode_return < 0,
+        )
         self.telemetry.add(key, scales)
         self.telemetry.add(EPISODE_TELEMETRY, scales)
         return commands, scales
@@ -438,12 +473,24 @@ def feedback_rows(settings: FeedbackSettings) -> list[FeedbackRow]:
     off = "" if settings.enabled else "feedback.enabled: false"
     for key in ("step_positive", "step_negative"):
         why = off or ("" if settings.use_reward_feedback else "use_reward_feedback: false, the event table instead")
-        rows.append(FeedbackRow("step", key, STEP_FEEDBACK_NAMES[key], getattr(settings, key),
-                                (key == "step_negative",), not why, why))
+        rows.append(
+            FeedbackRow(
+                "step", key, STEP_FEEDBACK_NAMES[key], getattr(settings, key), (key == "step_negative",), not why, why
+            )
+        )
     for key in ("episode_positive", "episode_negative"):
         why = off or ("" if settings.use_episode_feedback else "use_episode_feedback: false")
-        rows.append(FeedbackRow("episode", key, STEP_FEEDBACK_NAMES[key], getattr(settings, key),
-                                (key == "episode_negative",), not why, why))
+        rows.append(
+            FeedbackRow(
+                "episode",
+                key,
+                STEP_FEEDBACK_NAMES[key],
+                getattr(settings, key),
+                (key == "episode_negative",),
+                not why,
+                why,
+            )
+        )
     for name, spec in settings.events.items():
         why = off or ("use_reward_feedback: true, reward feedback instead" if settings.use_reward_feedback else "")
         directions = {"positive": (False,), "negative": (True,)}.get(spec.td_sign, (False, True))
@@ -460,13 +507,20 @@ def extreme_scales(settings: FeedbackSettings, row: FeedbackRow, negative: bool)
     if row.kind == "step":
         g = 1.0 - math.exp(-s.ratio_cap)
         shift = min(s.frequency_gain * g, 1.0)
-        most = SurpriseScales(_clamp(1.0 + shift if negative else 1.0 - shift, *s.frequency_scale_range),
-                              _clamp(1.0 + s.amplitude_gain * g, 1.0, s.amplitude_scale_max),
-                              _clamp(1.0 + s.pulse_gain * g, 1.0, s.pulse_scale_max), ratio=s.ratio_cap)
+        most = SurpriseScales(
+            _clamp(1.0 + shift if negative else 1.0 - shift, *s.frequency_scale_range),
+            _clamp(1.0 + s.amplitude_gain * g, 1.0, s.amplitude_scale_max),
+            _clamp(1.0 + s.pulse_gain * g, 1.0, s.pulse_scale_max),
+            ratio=s.ratio_cap,
+        )
     elif row.kind == "episode":
         frequency = _clamp(1.0 + s.frequency_gain * s.ratio_cap, *s.frequency_scale_range)
-        most = SurpriseScales(frequency, _clamp(1.0 + s.amplitude_gain * s.ratio_cap, 1.0, s.amplitude_scale_max),
-                              frequency, ratio=s.ratio_cap)
+        most = SurpriseScales(
+            frequency,
+            _clamp(1.0 + s.amplitude_gain * s.ratio_cap, 1.0, s.amplitude_scale_max),
+            frequency,
+            ratio=s.ratio_cap,
+        )
     else:
         spec = row.spec
         assert isinstance(spec, EventFeedbackSpec)
@@ -475,15 +529,20 @@ def extreme_scales(settings: FeedbackSettings, row: FeedbackRow, negative: bool)
         most = SurpriseScales(
             _clamp(1.0 + shift if negative else 1.0 - shift, s.frequency_scale_range[0], spec.frequency_scale_max),
             _clamp(1.0 + spec.amplitude_gain, 1.0, spec.amplitude_scale_max),
-            _clamp(1.0 + spec.pulse_gain, 1.0, spec.pulse_scale_max), ratio=math.inf)
+            _clamp(1.0 + spec.pulse_gain, 1.0, spec.pulse_scale_max),
+            ratio=math.inf,
+        )
     return [unit, most]
 
 
 def row_commands(settings: FeedbackSettings, row: FeedbackRow) -> list[list[FeedbackCommand]]:
     """The commands a row can produce, at no surprise and at the most surprise, in each of its directions."""
     kind = FeedbackType.EVENT if row.kind == "event" else FeedbackType.REWARD
-    return [build_commands(row.spec, scales, kind, row.name, settings, negative)
-            for negative in row.directions for scales in extreme_scales(settings, row, negative)]
+    return [
+        build_commands(row.spec, scales, kind, row.name, settings, negative)
+        for negative in row.directions
+        for scales in extreme_scales(settings, row, negative)
+    ]
 
 
 # --- what leaves between two stimulations ---------------------------------------------------
@@ -502,8 +561,9 @@ def command_units(commands: list[FeedbackCommand]) -> list[list[FeedbackCommand]
     return units
 
 
-def within_budget(step: list[FeedbackCommand], episode: list[FeedbackCommand],
-                  budget: int) -> tuple[list[FeedbackCommand], int]:
+def within_budget(
+    step: list[FeedbackCommand], episode: list[FeedbackCommand], budget: int
+) -> tuple[list[FeedbackCommand], int]:
     """What leaves between two stimulations: at most `budget` datagrams, whole commands, episode feedback first.
 
     Returns the commands in sending order (step feedback, then episode feedback) and how many datagrams were

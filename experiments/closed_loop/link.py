@@ -83,14 +83,16 @@ class CultureLink:
         from bridge.device_actor import start_simulated_device
 
         spike_port = free_port(dev.address.bind_host)
-        self._device_actor = start_simulated_device(dev.device_config(spike_port, self.settings.envelope),
-                                                    node_id=self._node_id)
+        self._device_actor = start_simulated_device(
+            dev.device_config(spike_port, self.settings.envelope), node_id=self._node_id
+        )
         ports = ray.get(self._device_actor.ports.remote())
         # A fresh name per process: two trials must never share a simulated culture's bridge.
         # The device runs beside the bridge: it listens on the bind host, on the ports it bound.
         address = replace(dev.address, host=dev.address.bind_host, spike_port=spike_port, **ports)
-        config = replace(self.settings.bridge_config(dev), device_id=f"{dev.device_id}-{uuid.uuid4().hex[:8]}",
-                         address=address)
+        config = replace(
+            self.settings.bridge_config(dev), device_id=f"{dev.device_id}-{uuid.uuid4().hex[:8]}", address=address
+        )
         self._bridge_config = config
         return start_bridge(config, node_id=self._node_id)
 
@@ -103,7 +105,7 @@ class CultureLink:
             raise RuntimeError(
                 f"env runner {self.runner_index} landed on node {self._node_id[:8]} which owns none of the "
                 f"experiment's devices ({wanted}); start each device's node with "
-                f"`ray start --resources='{{\"<device resource>\": 1, \"cl1_slot\": 1}}'`"
+                f'`ray start --resources=\'{{"<device resource>": 1, "cl1_slot": 1}}\'`'
             )
         holders = []
         for dev in candidates:
@@ -151,8 +153,12 @@ class CultureLink:
         else:
             self.counts["timeouts"] += 1
             self.consecutive_timeouts += 1
-            log.warning("device %s: stimulation %d timed out (%d in a row)",
-                        self.device.device_id, reply.stim_timestamp_us, self.consecutive_timeouts)
+            log.warning(
+                "device %s: stimulation %d timed out (%d in a row)",
+                self.device.device_id,
+                reply.stim_timestamp_us,
+                self.consecutive_timeouts,
+            )
             if self.consecutive_timeouts >= self.settings.max_consecutive_timeouts:
                 self.counts["device_lost"] += 1
                 message = self.loss_message()
@@ -178,21 +184,28 @@ class CultureLink:
         ports = (address.stim_port, address.feedback_port, address.event_port)
         spike = stats.get("spike_port") or address.spike_port
         last = stats.get("last_reply_wall")
-        seen = (f"the last reply came at {_clock(last)} ({now - last:.1f} s ago), after {stats.get('ok', 0)} "
-                "answered" if last else "no reply came at all since this env runner opened the device")
+        seen = (
+            f"the last reply came at {_clock(last)} ({now - last:.1f} s ago), after {stats.get('ok', 0)} answered"
+            if last
+            else "no reply came at all since this env runner opened the device"
+        )
         heard = stats.get("last_heard_wall")
         if stats.get("last_foreign_source") and heard and (last is None or heard > last + 1e-3):
-            seen += (f"; datagrams kept coming from {stats['last_foreign_source']}, refused as not from the reply "
-                     f"source {stats.get('reply_source')} (devices.N.reply_port)")
+            seen += (
+                f"; datagrams kept coming from {stats['last_foreign_source']}, refused as not from the reply "
+                f"source {stats.get('reply_source')} (devices.N.reply_port)"
+            )
         elif heard is None or last is None or heard <= last + 1e-3:
             seen += "; nothing at all has come from the device host since"
         timeout_ms = self.settings.timeout_s * 1000
-        return (f"device {dev.device_id!r} did not answer {self.consecutive_timeouts} stimulations in a row "
-                f"(timeout {timeout_ms:.0f} ms each): {dev.backend} at {host}, stimulation port {ports[0]}, feedback "
-                f"port {ports[1]}, event port {ports[2]}, replies expected on {bind}:{spike}; {seen}. Check that the "
-                f"device program is still running on {host} and listening on port {ports[0]}, that it sends its "
-                f"replies to this machine's port {spike} (the device's --training-host and --spike-port), and that "
-                f"nothing drops UDP between them; `spikeloop check EXP.yaml` probes the device.")
+        return (
+            f"device {dev.device_id!r} did not answer {self.consecutive_timeouts} stimulations in a row "
+            f"(timeout {timeout_ms:.0f} ms each): {dev.backend} at {host}, stimulation port {ports[0]}, feedback "
+            f"port {ports[1]}, event port {ports[2]}, replies expected on {bind}:{spike}; {seen}. Check that the "
+            f"device program is still running on {host} and listening on port {ports[0]}, that it sends its "
+            f"replies to this machine's port {spike} (the device's --training-host and --spike-port), and that "
+            f"nothing drops UDP between them; `spikeloop check EXP.yaml` probes the device."
+        )
 
     def send_feedback(self, step: list[FeedbackCommand], episode: list[FeedbackCommand] = ()) -> None:
         """Send one step's feedback (and, when the episode ended, its episode feedback) ahead of the next stimulation.
@@ -265,8 +278,10 @@ def _running_bridge(wanted: BridgeConfig, dev: DeviceSettings):
             return actor, ray.get(actor.get_config.remote(), timeout=BRIDGE_START_WAIT_S)
         except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the bridge for device {dev.device_id!r} ({dev.describe()}) did not start within "
-                                   f"{BRIDGE_START_WAIT_S:.0f} s: {exc}") from None
+                raise RuntimeError(
+                    f"the bridge for device {dev.device_id!r} ({dev.describe()}) did not start within "
+                    f"{BRIDGE_START_WAIT_S:.0f} s: {exc}"
+                ) from None
             time.sleep(0.5)
 
 

@@ -27,7 +27,6 @@ from models.direct_module import DirectRLModule
 log = logging.getLogger(__name__)
 
 
-
 POLICIES = ("closed_loop", "direct")
 """`closed_loop`: encoder -> culture -> decoder. `direct`: features -> actions, no culture (the control)."""
 
@@ -72,7 +71,9 @@ def closed_loop_config(
         .debugging(seed=seed)
     )
     if direct:
-        config.rl_module(rl_module_spec=RLModuleSpec(module_class=DirectRLModule, model_config=dict(model_config or {})))
+        config.rl_module(
+            rl_module_spec=RLModuleSpec(module_class=DirectRLModule, model_config=dict(model_config or {}))
+        )
     else:
         config.closed_loop(culture_connector=make_culture_connector)
     if not direct and culture.on_device_loss == "stop":
@@ -91,15 +92,19 @@ def _finish_runner(env_runner, reason: str, total_steps: int, total_episodes: in
     except RuntimeError:
         return False  # e.g. the local env runner, which drives no culture
     told = hardware or link.device.simulated
-    events = [("training_complete", {"total_episodes": total_episodes, "total_steps": total_steps,
-                                     "reason": reason})] if told else []
+    events = (
+        [("training_complete", {"total_episodes": total_episodes, "total_steps": total_steps, "reason": reason})]
+        if told
+        else []
+    )
     link.send_events(events)
     close_link()
     return told
 
 
-def finish(algo, reason: str = "completed", total_steps: int = 0, total_episodes: int = 0,
-           hardware: bool = True) -> int:
+def finish(
+    algo, reason: str = "completed", total_steps: int = 0, total_episodes: int = 0, hardware: bool = True
+) -> int:
     """Close every culture link, sending `training_complete` first; returns how many devices were told.
 
     `hardware=False` (a trial of a run, whose driver tells its hardware devices at the very end) tells only the
@@ -119,8 +124,12 @@ def tell_devices_training_complete(culture: CultureSettings, data: dict[str, Any
     """
     from bridge.actor import DEVICE_RESOURCE_SHARE
 
-    tasks = {dev.device_id: _tell_device.options(resources={dev.resource: DEVICE_RESOURCE_SHARE}).remote(
-        culture.bridge_config(dev), data) for dev in culture.hardware}
+    tasks = {
+        dev.device_id: _tell_device.options(resources={dev.resource: DEVICE_RESOURCE_SHARE}).remote(
+            culture.bridge_config(dev), data
+        )
+        for dev in culture.hardware
+    }
     lines = []
     for device_id, task in tasks.items():
         try:
@@ -142,8 +151,6 @@ def restore(algo, checkpoint_path: str) -> None:
         algo.env_runner_group.sync_weights(
             from_worker_or_learner_group=algo.learner_group, inference_only=True, timeout_seconds=60
         )
-
-
 
 
 @ray.remote(num_cpus=0, max_retries=0)
@@ -170,6 +177,8 @@ def _tell_device(config, data: dict[str, Any]) -> str:
         with core:
             core.event("training_complete", data)
         how = f"from {config.address.bind_host}:{config.address.spike_port}"
-    return (f"device {config.device_id!r} at {config.address.host}:{config.address.event_port}: training_complete "
-            f"sent {how} "
-            f"({data.get('reason')})")
+    return (
+        f"device {config.device_id!r} at {config.address.host}:{config.address.event_port}: training_complete "
+        f"sent {how} "
+        f"({data.get('reason')})"
+    )

@@ -50,15 +50,22 @@ class DeviceSettings:
     random_spike_rate_hz: float = 5.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.device_id, str) or not self.device_id.strip() or any(c.isspace() for c in self.device_id):
-            raise ValueError(f"device_id={self.device_id!r}: must be a non-empty name without spaces (it names the "
-                             "bridge actor and the node resource)")
+        if (
+            not isinstance(self.device_id, str)
+            or not self.device_id.strip()
+            or any(c.isspace() for c in self.device_id)
+        ):
+            raise ValueError(
+                f"device_id={self.device_id!r}: must be a non-empty name without spaces (it names the "
+                "bridge actor and the node resource)"
+            )
         if not isinstance(self.address, DeviceAddress):
             raise ValueError(f"address={self.address!r}: give a bridge.address.DeviceAddress")
         self.address.require_device_ports()
         reply = self.reply_port
-        if reply not in ("auto", "stim_port", "any") and (isinstance(reply, bool) or not isinstance(reply, int)
-                                                          or not 1 <= reply <= 65535):
+        if reply not in ("auto", "stim_port", "any") and (
+            isinstance(reply, bool) or not isinstance(reply, int) or not 1 <= reply <= 65535
+        ):
             raise ValueError(f"reply_port={reply!r}: use auto, stim_port, any or a UDP port 1-65535")
         if self.node_resource is not None and not self.node_resource.strip():
             raise ValueError("node_resource is empty: leave it out for the default cl1:<device_id>")
@@ -97,8 +104,9 @@ class DeviceSettings:
         return DeviceConfig(
             envelope=envelope or SafetyEnvelope(),
             accept_from="spike_port",
-            address=replace(address, host=address.bind_host, stim_port=0, feedback_port=0, event_port=0,
-                            spike_port=spike_port),
+            address=replace(
+                address, host=address.bind_host, stim_port=0, feedback_port=0, event_port=0, spike_port=spike_port
+            ),
             backend=self.backend,
             seed=self.seed,
             realtime=self.realtime,
@@ -154,7 +162,9 @@ class CultureSettings:
         hardware = self.hardware
         if not hardware:
             return {}
-        return {DEVICE_SLOT_RESOURCE: 1.0} | ({hardware[0].resource: DEVICE_RESOURCE_SHARE} if len(hardware) == 1 else {})
+        return {DEVICE_SLOT_RESOURCE: 1.0} | (
+            {hardware[0].resource: DEVICE_RESOURCE_SHARE} if len(hardware) == 1 else {}
+        )
 
     def bridge_config(self, dev: DeviceSettings) -> BridgeConfig:
         """The bridge settings for one of this experiment's devices."""

@@ -31,8 +31,9 @@ def step_feedback(policy: FeedbackPolicy, episode: Any, value_next: float) -> St
     info = episode.get_infos(-1) or {}
     value_s = float(episode.get_extra_model_outputs(Columns.VF_PREDS, -1))
     terminated = episode.is_terminated
-    commands, scales = policy.for_step(float(episode.get_rewards(-1)), info.get("events", {}), value_s,
-                                       0.0 if terminated else value_next, terminated)
+    commands, scales = policy.for_step(
+        float(episode.get_rewards(-1)), info.get("events", {}), value_s, 0.0 if terminated else value_next, terminated
+    )
     return StepFeedback(commands, scales)
 
 
@@ -44,5 +45,6 @@ def log_step_feedback(metrics: Any, step: StepFeedback, episode: Any) -> None:
     metrics.log_value("culture/surprise_ratio", step.scales.ratio, window=100)
     metrics.log_value("culture/feedback_frequency_scale", step.scales.frequency, window=100)
     metrics.log_value("culture/feedback_commands_per_step", len(step.commands), window=100)
-    metrics.log_value("culture/exchange_ok_fraction", float(episode.get_extra_model_outputs(EXCHANGE_OK, -1)),
-                      window=100)
+    metrics.log_value(
+        "culture/exchange_ok_fraction", float(episode.get_extra_model_outputs(EXCHANGE_OK, -1)), window=100
+    )

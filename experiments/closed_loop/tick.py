@@ -106,12 +106,14 @@ def tick(
     for row in range(rows):
         for r in range(rounds):
             # Send the stimulation: it leaves now; the culture answers after its windows (~100 ms on a device).
-            culture.send_stim(stim_np[row, r * N_STIM:(r + 1) * N_STIM].astype(np.float32, copy=False))
+            culture.send_stim(stim_np[row, r * N_STIM : (r + 1) * N_STIM].astype(np.float32, copy=False))
             if spike_stats is None:
                 # Work that needs no spikes, done while the culture answers the first stimulation.
-                spike_stats = (encoder.logp(stim),
-                               module.spike_mean.detach().float().expand(rows, -1),
-                               module.spike_std().float().expand(rows, -1))
+                spike_stats = (
+                    encoder.logp(stim),
+                    module.spike_mean.detach().float().expand(rows, -1),
+                    module.spike_std().float().expand(rows, -1),
+                )
                 if while_waiting is not None:
                     while_waiting()
             # Receive the answer to this stimulation (zeros and "timeout" when none came in time).
@@ -123,5 +125,14 @@ def tick(
     spikes = module.ablate(torch.from_numpy(raw_spikes), generator=generator)  # what the decoder is allowed to see
     action_logits = module.decode(spikes, spike_mean, spike_std)  # centred and scaled by the act-time statistics
     action, action_logp = module.act(action_logits, explore=explore)
-    return Tick(action=action, action_logp=stim_logp + action_logp, stim_logp=stim_logp, stim=stim_np,
-                raw_spikes=raw_spikes, spikes=spikes, spike_mean=spike_mean, spike_std=spike_std, replies=replies)
+    return Tick(
+        action=action,
+        action_logp=stim_logp + action_logp,
+        stim_logp=stim_logp,
+        stim=stim_np,
+        raw_spikes=raw_spikes,
+        spikes=spikes,
+        spike_mean=spike_mean,
+        spike_std=spike_std,
+        replies=replies,
+    )

@@ -49,7 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_experiment_arguments(parser)
     parser.add_argument(
-        "--exchanges", type=int, default=DEFAULT_EXCHANGES, metavar="N",
+        "--exchanges",
+        type=int,
+        default=DEFAULT_EXCHANGES,
+        metavar="N",
         help=f"stimulations sent to each device (default {DEFAULT_EXCHANGES}); a device that does not answer the "
         "first one within loop.timeout_s is reported silent at once",
     )
@@ -90,8 +93,10 @@ def check_scenario(experiment: Experiment) -> str:
         obs, _ = env.reset(seed=experiment.seed)
         _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
         scenario = getattr(env.scenario, "name", env.scenario)
-        return (f"scenario {scenario!r}: reset and one step ok (observation {_shape(obs)}, "
-                f"{env.action_space}, step reward {float(reward):g}, terminated={terminated}, truncated={truncated})")
+        return (
+            f"scenario {scenario!r}: reset and one step ok (observation {_shape(obs)}, "
+            f"{env.action_space}, step reward {float(reward):g}, terminated={terminated}, truncated={truncated})"
+        )
     finally:
         env.close()
 
@@ -110,8 +115,7 @@ def check_fit(experiment: Experiment) -> tuple[str, str | None]:
     if problem is None:
         wanted = ", ".join(f"{v:g} {k}" for k, v in need.items() if v > 0)
         devices = experiment.culture_settings().node_resources()
-        owned = (f"; its own Ray will advertise {', '.join(f'{v:g} {k}' for k, v in devices.items())}"
-                 if devices else "")
+        owned = f"; its own Ray will advertise {', '.join(f'{v:g} {k}' for k, v in devices.items())}" if devices else ""
         return f"[ok]   resources: a trial needs {wanted}; this machine has {available['CPU']:g} CPU{owned}", None
     return f"[FAIL] resources: {problem}", "resources: " + problem.splitlines()[0]
 
@@ -132,8 +136,14 @@ def _start_local_device(dev: DeviceSettings, envelope):
     from bridge.device import Device
 
     device = Device(dev.device_config(spike_port=0, envelope=envelope))
-    address = replace(dev.address, host=dev.address.bind_host, stim_port=device.stim_port,
-                      event_port=device.event_port, feedback_port=device.feedback_port, spike_port=0)
+    address = replace(
+        dev.address,
+        host=dev.address.bind_host,
+        stim_port=device.stim_port,
+        event_port=device.event_port,
+        feedback_port=device.feedback_port,
+        spike_port=0,
+    )
     return device, replace(dev, address=address)
 
 
@@ -176,10 +186,12 @@ def reply_source_line(experiment: Experiment, dev: DeviceSettings, probe: Device
     index = experiment.devices.index(dev)
     port = probe.reply_source.split(" ", 1)[0].rsplit(":", 1)[-1]
     if dev.reply_port == "auto" and port.isdigit():
-        advice = ("stim_port" if int(port) == dev.address.stim_port else port)
-        return (f"[info] device {dev.device_id!r}: replies came from {probe.reply_source.split(' ', 1)[0]} "
-                f"(reply_port auto pins it at the first answer; devices.{index}.reply_port: {advice} requires it "
-                "from the first reply on)")
+        advice = "stim_port" if int(port) == dev.address.stim_port else port
+        return (
+            f"[info] device {dev.device_id!r}: replies came from {probe.reply_source.split(' ', 1)[0]} "
+            f"(reply_port auto pins it at the first answer; devices.{index}.reply_port: {advice} requires it "
+            "from the first reply on)"
+        )
     return f"[info] device {dev.device_id!r}: replies taken from {probe.reply_source} (reply_port {dev.reply_port})"
 
 
@@ -193,16 +205,18 @@ def feedback_lines(experiment: Experiment) -> list[str]:
     fb = experiment.feedback
     s = fb.surprise
     envelope = experiment.safety
-    lines = [f"feedback {'ON' if fb.enabled else 'OFF (nothing below is sent)'}; step feedback: "
-             f"{'reward sign (use_reward_feedback)' if fb.use_reward_feedback else 'event table'}; episode feedback "
-             f"{'on' if fb.use_episode_feedback else 'off'} (use_episode_feedback), surprise-scaled "
-             f"{'yes' if fb.episode_feedback_surprise_scaling and s.enabled else 'no'} "
-             f"(episode_feedback_surprise_scaling); surprise scaling {'on' if s.enabled else 'off'} (baselines: step "
-             f"beta {s.step_baseline_beta:g}, episode beta {s.episode_baseline_beta:g}); amplitude capped at "
-             f"{fb.max_amplitude_ua:g} uA; clamp_to_encoder_range={fb.clamp_to_encoder_range} "
-             f"({STIM_FREQUENCY_RANGE_HZ[0]:g}-{STIM_FREQUENCY_RANGE_HZ[1]:g} Hz); interrupt before negative "
-             f"feedback: {fb.interrupt_before_negative}; at most {fb.max_datagrams_per_step} datagrams between two "
-             "stimulations (max_datagrams_per_step)"]
+    lines = [
+        f"feedback {'ON' if fb.enabled else 'OFF (nothing below is sent)'}; step feedback: "
+        f"{'reward sign (use_reward_feedback)' if fb.use_reward_feedback else 'event table'}; episode feedback "
+        f"{'on' if fb.use_episode_feedback else 'off'} (use_episode_feedback), surprise-scaled "
+        f"{'yes' if fb.episode_feedback_surprise_scaling and s.enabled else 'no'} "
+        f"(episode_feedback_surprise_scaling); surprise scaling {'on' if s.enabled else 'off'} (baselines: step "
+        f"beta {s.step_baseline_beta:g}, episode beta {s.episode_baseline_beta:g}); amplitude capped at "
+        f"{fb.max_amplitude_ua:g} uA; clamp_to_encoder_range={fb.clamp_to_encoder_range} "
+        f"({STIM_FREQUENCY_RANGE_HZ[0]:g}-{STIM_FREQUENCY_RANGE_HZ[1]:g} Hz); interrupt before negative "
+        f"feedback: {fb.interrupt_before_negative}; at most {fb.max_datagrams_per_step} datagrams between two "
+        "stimulations (max_datagrams_per_step)"
+    ]
     for row in feedback_rows(fb):
         spec = row.spec
         checked = [envelope.check_feedback(commands[-1], "clamp") for commands in row_commands(fb, row)]
@@ -211,22 +225,33 @@ def feedback_lines(experiment: Experiment) -> list[str]:
         if not sent:
             reach = "nothing (off, or every channel forbidden)"
         else:
-            reach = "  ".join(_span(values, unit) for unit, values in (
-                ("Hz", [c.frequency_hz for c in sent]), ("uA", [round(c.amplitude_ua, 3) for c in sent]),
-                ("pulses", [c.pulses for c in sent]))) + clamped
+            reach = (
+                "  ".join(
+                    _span(values, unit)
+                    for unit, values in (
+                        ("Hz", [c.frequency_hz for c in sent]),
+                        ("uA", [round(c.amplitude_ua, 3) for c in sent]),
+                        ("pulses", [c.pulses for c in sent]),
+                    )
+                )
+                + clamped
+            )
         first = {(False,): "", (True,): ", interrupt first"}.get(row.directions, ", interrupt first when negative")
         surprise = ""
         if isinstance(spec, EventFeedbackSpec):
-            surprise = (f"  td_sign={spec.td_sign} gain/max Hz {spec.frequency_gain:g}/x{spec.frequency_scale_max:g} "
-                        f"uA {spec.amplitude_gain:g}/x{spec.amplitude_scale_max:g} pulses {spec.pulse_gain:g}/"
-                        f"x{spec.pulse_scale_max:g} ema_beta={spec.ema_beta:g}")
+            surprise = (
+                f"  td_sign={spec.td_sign} gain/max Hz {spec.frequency_gain:g}/x{spec.frequency_scale_max:g} "
+                f"uA {spec.amplitude_gain:g}/x{spec.amplitude_scale_max:g} pulses {spec.pulse_gain:g}/"
+                f"x{spec.pulse_scale_max:g} ema_beta={spec.ema_beta:g}"
+            )
         lines.append(
             f"  {row.kind:<8}{row.key.removeprefix('events.'):<18} channels {list(spec.channels)}  "
             f"{spec.frequency_hz:g} Hz  {spec.amplitude_ua:g} uA  {spec.pulses} pulses  "
             f"unpredictable={spec.unpredictable}{surprise}"
         )
-        lines.append(f"  {'':<26}-> " + (f"sends {row.name!r}{first}: {reach}" if row.sent else
-                                           f"NOT SENT ({row.why_not})"))
+        lines.append(
+            f"  {'':<26}-> " + (f"sends {row.name!r}{first}: {reach}" if row.sent else f"NOT SENT ({row.why_not})")
+        )
     return lines
 
 
@@ -241,8 +266,11 @@ def main(argv: list[str]) -> int:
         return 2
     experiment = load_or_exit(args)
     failures: list[str] = []
-    print(f"[ok]   config {args.experiment}: valid (name {experiment.name!r}, {len(experiment.devices)} device(s), "
-          f"{experiment.resources.num_env_runners} env runner(s), ablation {experiment.ablation})", flush=True)
+    print(
+        f"[ok]   config {args.experiment}: valid (name {experiment.name!r}, {len(experiment.devices)} device(s), "
+        f"{experiment.resources.num_env_runners} env runner(s), ablation {experiment.ablation})",
+        flush=True,
+    )
 
     fit_line, fit_failure = check_fit(experiment)
     print(fit_line, flush=True)
@@ -256,10 +284,12 @@ def main(argv: list[str]) -> int:
         print(f"[FAIL] scenario {experiment.env.get('scenario', '(default)')!r}: {exc}", flush=True)
 
     envelope = experiment.safety
-    print(f"probing devices with {args.exchanges} stimulation(s) each at the envelope MINIMUM only: "
-          f"{envelope.min_frequency_hz:g} Hz, {envelope.min_amplitude_ua:g} uA on every encoding electrode "
-          f"{list(ENCODING_ELECTRODES)}; no feedback, no events; timeout {experiment.loop.timeout_s * 1000:.0f} ms",
-          flush=True)
+    print(
+        f"probing devices with {args.exchanges} stimulation(s) each at the envelope MINIMUM only: "
+        f"{envelope.min_frequency_hz:g} Hz, {envelope.min_amplitude_ua:g} uA on every encoding electrode "
+        f"{list(ENCODING_ELECTRODES)}; no feedback, no events; timeout {experiment.loop.timeout_s * 1000:.0f} ms",
+        flush=True,
+    )
     # A simulated device is a template (one culture per env runner): probing one instance checks its backend.
     for dev in experiment.devices:
         label = f"device {dev.device_id!r} ({dev.backend})"
@@ -272,28 +302,38 @@ def main(argv: list[str]) -> int:
             continue
         took = time.monotonic() - t0
         if probe.silent:
-            message = (f"{label} at {probe.where} did not answer within "
-                       f"{experiment.loop.timeout_s * 1000:.0f} ms (gave up after {took:.2f} s): is the device "
-                       f"program running on {dev.address.host} port {dev.address.stim_port}, and does it send replies "
-                       "to this host?")
+            message = (
+                f"{label} at {probe.where} did not answer within "
+                f"{experiment.loop.timeout_s * 1000:.0f} ms (gave up after {took:.2f} s): is the device "
+                f"program running on {dev.address.host} port {dev.address.stim_port}, and does it send replies "
+                "to this host?"
+            )
             if probe.foreign_source is not None:
                 index = experiment.devices.index(dev)
                 port = probe.foreign_source.rsplit(":", 1)[1]
-                message += (f" A reply came from {probe.foreign_source}, which is not the device's stimulation port: "
-                            f"if that is the device, set devices.{index}.reply_port: {port} (or any)")
+                message += (
+                    f" A reply came from {probe.foreign_source}, which is not the device's stimulation port: "
+                    f"if that is the device, set devices.{index}.reply_port: {port} (or any)"
+                )
             failures.append(message)
             print(f"[FAIL] {message}", flush=True)
             continue
         lat = probe.latency_ms
         status = "ok" if probe.timeouts == 0 else "FAIL"
-        print(f"[{status:<4}] {label} at {probe.where}: {probe.answered}/{probe.answered + probe.timeouts} answered, "
-              f"{probe.timeouts} timeout(s); latency p50 {lat['p50']:.2f} ms  p99 {lat['p99']:.2f} ms  "
-              f"max {lat['max']:.2f} ms; correlation {probe.correlation}; {took:.1f} s", flush=True)
+        print(
+            f"[{status:<4}] {label} at {probe.where}: {probe.answered}/{probe.answered + probe.timeouts} answered, "
+            f"{probe.timeouts} timeout(s); latency p50 {lat['p50']:.2f} ms  p99 {lat['p99']:.2f} ms  "
+            f"max {lat['max']:.2f} ms; correlation {probe.correlation}; {took:.1f} s",
+            flush=True,
+        )
         if probe.timeouts:
             failures.append(f"{label}: {probe.timeouts} of {probe.answered + probe.timeouts} stimulations timed out")
         if lat["p99"] > SLOW_REPLY_SHARE * experiment.loop.timeout_s * 1000:
-            print(f"[warn] {label}: p99 latency is above {SLOW_REPLY_SHARE:.0%} of loop.timeout_s; "
-                  "expect timeouts during training", flush=True)
+            print(
+                f"[warn] {label}: p99 latency is above {SLOW_REPLY_SHARE:.0%} of loop.timeout_s; "
+                "expect timeouts during training",
+                flush=True,
+            )
         if probe.clamped:
             print(f"[warn] {label}: the envelope clamped {probe.clamped} probe command(s)", flush=True)
         if not dev.simulated:

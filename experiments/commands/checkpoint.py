@@ -25,7 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
         "connection is needed, only access to the run directory.",
     )
     parser.add_argument(
-        "run_dir", metavar="RUN_DIR",
+        "run_dir",
+        metavar="RUN_DIR",
         help=f"a run directory (<output.root_dir>/<name>-<timestamp>/; in a sweep the first trial to finish an "
         f"iteration saves) or one trial directory inside it (that trial saves); either holds {RESOLVED_FILE}",
     )
@@ -55,12 +56,19 @@ def main(argv: list[str]) -> int:
     except FileNotFoundError as exc:
         print(f"spikeloop checkpoint: {exc}", file=sys.stderr)
         return 1
-    is_run = (run_dir / "tuner.pkl").exists() or any(p.is_dir() and (p / RESOLVED_FILE).exists()
-                                                     for p in run_dir.iterdir())
+    is_run = (run_dir / "tuner.pkl").exists() or any(
+        p.is_dir() and (p / RESOLVED_FILE).exists() for p in run_dir.iterdir()
+    )
     # The runner removes a run-level request when the first trial takes it: in a sweep one trial saves.
-    who = ("the run's trial (in a sweep: the first trial to finish its iteration; pass a trial directory to "
-           "choose)" if is_run else "this trial")
+    who = (
+        "the run's trial (in a sweep: the first trial to finish its iteration; pass a trial directory to choose)"
+        if is_run
+        else "this trial"
+    )
     print(f"wrote {request}", flush=True)
-    print(f"{who} will save a checkpoint after its current training iteration (and remove the request file); "
-          "a run that is not running picks the request up when it is resumed", flush=True)
+    print(
+        f"{who} will save a checkpoint after its current training iteration (and remove the request file); "
+        "a run that is not running picks the request up when it is resumed",
+        flush=True,
+    )
     return 0

@@ -12,9 +12,13 @@ def add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
     """EXP.yaml and repeatable --set KEY=VALUE."""
     parser.add_argument("experiment", metavar="EXP.yaml", help="experiment file (see experiments/*.yaml)")
     parser.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="override a setting by its dotted key, e.g. --set stop.iterations=2 --set devices.0.seed=3 "
-             "(values are YAML: numbers, true/false, [lists]); repeatable",
+        "(values are YAML: numbers, true/false, [lists]); repeatable",
     )
 
 

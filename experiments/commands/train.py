@@ -16,8 +16,11 @@ def build_parser() -> argparse.ArgumentParser:
         "learning_curve.png and checkpoints; prints one progress line per training iteration.",
     )
     add_experiment_arguments(parser)
-    parser.add_argument("--resume", action="store_true",
-                        help="continue the newest run of this experiment's name from its last checkpoint")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the newest run of this experiment's name from its last checkpoint",
+    )
     return parser
 
 

@@ -16,9 +16,12 @@ def build_parser() -> argparse.ArgumentParser:
         "from their last checkpoint (tune.max_failures).",
     )
     add_experiment_arguments(parser)
-    parser.add_argument("--resume", action="store_true",
-                        help="resume the newest sweep of this experiment's name (e.g. after the driver was killed); "
-                        "unfinished and errored trials continue from their checkpoints")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="resume the newest sweep of this experiment's name (e.g. after the driver was killed); "
+        "unfinished and errored trials continue from their checkpoints",
+    )
     return parser
 
 

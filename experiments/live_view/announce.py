@@ -29,6 +29,10 @@ def announce(algo: Any, trial_dir: str | Path) -> list[dict[str, Any]]:
         return []
     (Path(trial_dir) / LIVE_VIEW_FILE).write_text(json.dumps({"views": views}, indent=2) + "\n")
     for view in views:
-        where = "" if view["bind_host"] in ("0.0.0.0", "", "::") else f" (bound to {view['bind_host']} on {view['node_ip']})"
+        where = (
+            ""
+            if view["bind_host"] in ("0.0.0.0", "", "::")
+            else f" (bound to {view['bind_host']} on {view['node_ip']})"
+        )
         print(f"live view, env runner {view['env_runner']} ({view['device']}): {view['url']}{where}", flush=True)
     return views

@@ -61,9 +61,19 @@ class Publisher:
     _last_tick: float = 0.0
     _seq: int = 0
 
-    def publish(self, *, episode_key: Any, frame: np.ndarray | None, stim: np.ndarray, raw_spikes: np.ndarray,
-                decoder_spikes: np.ndarray, action: int, reward: float, exchange_ok: bool,
-                stim_timestamp_us: int) -> None:
+    def publish(
+        self,
+        *,
+        episode_key: Any,
+        frame: np.ndarray | None,
+        stim: np.ndarray,
+        raw_spikes: np.ndarray,
+        decoder_spikes: np.ndarray,
+        action: int,
+        reward: float,
+        exchange_ok: bool,
+        stim_timestamp_us: int,
+    ) -> None:
         """Replace the latest tick (called by the env runner after each env step)."""
         now = time.perf_counter()
         if episode_key != self._episode_key:  # a new episode (RLlib's episode id, or a chunk of it)
@@ -74,9 +84,22 @@ class Publisher:
         tick_s = now - self._last_tick if self._last_tick else 0.0
         self._last_tick = now
         # One attribute store: readers in other threads see either the old or the new tick, whole.
-        self.latest = Tick(self._seq, time.time(), frame, stim, raw_spikes, decoder_spikes, action, reward,
-                           exchange_ok, stim_timestamp_us, self.episodes_done + 1, self._episode_step,
-                           self._episode_return, tick_s)
+        self.latest = Tick(
+            self._seq,
+            time.time(),
+            frame,
+            stim,
+            raw_spikes,
+            decoder_spikes,
+            action,
+            reward,
+            exchange_ok,
+            stim_timestamp_us,
+            self.episodes_done + 1,
+            self._episode_step,
+            self._episode_return,
+            tick_s,
+        )
 
     def end_episode(self, episode_return: float) -> None:
         """Record a finished episode's return (shown as the recent returns)."""

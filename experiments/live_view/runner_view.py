@@ -24,7 +24,13 @@ from experiments.live_view.settings import ViewSettings
 log = logging.getLogger(__name__)
 
 # Extra-output columns the culture connector writes (its module imports torch and RLlib; these names are the contract).
-STIM, SPIKES, RAW_SPIKES, EXCHANGE_OK, STIM_TIMESTAMP = "stim", "spikes", "raw_spikes", "exchange_ok", "stim_timestamp_us"
+STIM, SPIKES, RAW_SPIKES, EXCHANGE_OK, STIM_TIMESTAMP = (
+    "stim",
+    "spikes",
+    "raw_spikes",
+    "exchange_ok",
+    "stim_timestamp_us",
+)
 ANY_HOST = ("0.0.0.0", "", "::")
 
 
@@ -71,9 +77,15 @@ class RunnerView:
 
     def address(self) -> dict[str, Any]:
         """Where this view is served (what `live_view.json` lists)."""
-        return {"env_runner": self.publisher.runner_index, "device": self.publisher.device_id, "url": self.url,
-                "mjpeg": self.url + "doom.mjpeg", "node_ip": self.node_ip, "bind_host": self.settings.host,
-                "port": self.server.port}
+        return {
+            "env_runner": self.publisher.runner_index,
+            "device": self.publisher.device_id,
+            "url": self.url,
+            "mjpeg": self.url + "doom.mjpeg",
+            "node_ip": self.node_ip,
+            "bind_host": self.settings.host,
+            "port": self.server.port,
+        }
 
     def publish_step(self, episode: Any, env_index: int = 0) -> None:
         """Publish the tick just taken (first game of the runner only); never raises into the loop."""

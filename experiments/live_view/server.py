@@ -29,8 +29,10 @@ from experiments.live_view.state import layout, tick_state
 log = logging.getLogger(__name__)
 
 BOUNDARY = "spikeloopframe"
-STATIC = {"/": ("dashboard.html", "text/html; charset=utf-8"),
-          "/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8")}
+STATIC = {
+    "/": ("dashboard.html", "text/html; charset=utf-8"),
+    "/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8"),
+}
 POLL_S = 0.005
 """How often a client thread looks for a newer tick once its pacing interval is over."""
 DISCONNECTED = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError)
@@ -59,8 +61,9 @@ class LiveViewServer(ThreadingHTTPServer):
 
     def start(self) -> LiveViewServer:
         """Serve on a daemon thread."""
-        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name=f"live-view-{self.port}", daemon=True)
+        self._thread = threading.Thread(
+            target=self.serve_forever, kwargs={"poll_interval": 0.2}, name=f"live-view-{self.port}", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -104,8 +107,11 @@ class _Handler(BaseHTTPRequestHandler):
                 try:
                     body = resources.files(__package__).joinpath(name).read_bytes()
                 except FileNotFoundError:  # an installation without the package data
-                    self._send(HTTPStatus.INTERNAL_SERVER_ERROR, "text/plain",
-                               f"{name} is missing from this spikeloop installation; /doom.mjpeg still works\n".encode())
+                    self._send(
+                        HTTPStatus.INTERNAL_SERVER_ERROR,
+                        "text/plain",
+                        f"{name} is missing from this spikeloop installation; /doom.mjpeg still works\n".encode(),
+                    )
                     return
                 self._send(HTTPStatus.OK, kind, body)
             elif path == "/doom.mjpeg":

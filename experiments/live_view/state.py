@@ -29,9 +29,11 @@ def layout(publisher: Publisher) -> dict[str, Any]:
         "grid_side": GRID_SIDE,
         "encoding_electrodes": list(ENCODING_ELECTRODES),
         "spike_groups": {name: list(SPIKE_GROUPS[name]) for name in SPIKE_GROUP_NAMES},
-        "feedback_electrodes": {"positive": list(POSITIVE_FEEDBACK_ELECTRODES),
-                                "negative": list(NEGATIVE_FEEDBACK_ELECTRODES),
-                                **{k: list(v) for k, v in EVENT_FEEDBACK_ELECTRODES.items()}},
+        "feedback_electrodes": {
+            "positive": list(POSITIVE_FEEDBACK_ELECTRODES),
+            "negative": list(NEGATIVE_FEEDBACK_ELECTRODES),
+            **{k: list(v) for k, v in EVENT_FEEDBACK_ELECTRODES.items()},
+        },
         "forbidden_electrodes": sorted(FORBIDDEN_ELECTRODES),
         "frequency_range_hz": list(STIM_FREQUENCY_RANGE_HZ),
         "amplitude_range_ua": list(STIM_AMPLITUDE_RANGE_UA),
@@ -54,9 +56,13 @@ def _elapsed_ms(stim_timestamp_us: int, wall_time: float) -> float:
 def tick_state(publisher: Publisher, frames_encoded: int, clients: int, tick: Tick | None = None) -> dict[str, Any]:
     """A tick (default: the latest) as JSON-ready values, built in the server thread, not in the loop."""
     tick = tick or publisher.latest
-    base = {"runner": publisher.runner_index, "device": publisher.device_id, "episodes_done": publisher.episodes_done,
-            "recent_returns": _floats(publisher.recent_returns, 3),
-            "frames": {"encoded": frames_encoded, "clients": clients}}
+    base = {
+        "runner": publisher.runner_index,
+        "device": publisher.device_id,
+        "episodes_done": publisher.episodes_done,
+        "recent_returns": _floats(publisher.recent_returns, 3),
+        "frames": {"encoded": frames_encoded, "clients": clients},
+    }
     if tick is None:
         return base | {"seq": 0}
     stim_to_frame_ms = _elapsed_ms(tick.stim_timestamp_us, tick.wall_time) if tick.stim_timestamp_us else None
@@ -64,17 +70,27 @@ def tick_state(publisher: Publisher, frames_encoded: int, clients: int, tick: Ti
         "seq": tick.seq,
         "age_s": round(time.time() - tick.wall_time, 3),
         # With same-frame rounds the view shows the first round's stimulation and reply.
-        "stim": {"electrodes": list(ENCODING_ELECTRODES),
-                 "frequency_hz": _floats(tick.stim[:N_ENCODING], 2),
-                 "amplitude_ua": _floats(tick.stim[N_ENCODING:2 * N_ENCODING], 3)},
-        "spikes": {"groups": list(SPIKE_GROUP_NAMES),
-                   "counts": _floats(tick.raw_spikes[:len(SPIKE_GROUP_NAMES)], 2),
-                   "decoder_input": _floats(tick.decoder_spikes[:len(SPIKE_GROUP_NAMES)], 2)},
+        "stim": {
+            "electrodes": list(ENCODING_ELECTRODES),
+            "frequency_hz": _floats(tick.stim[:N_ENCODING], 2),
+            "amplitude_ua": _floats(tick.stim[N_ENCODING : 2 * N_ENCODING], 3),
+        },
+        "spikes": {
+            "groups": list(SPIKE_GROUP_NAMES),
+            "counts": _floats(tick.raw_spikes[: len(SPIKE_GROUP_NAMES)], 2),
+            "decoder_input": _floats(tick.decoder_spikes[: len(SPIKE_GROUP_NAMES)], 2),
+        },
         "action": {"index": tick.action, "name": publisher.action_name(tick.action)},
-        "reward": {"step": round(tick.reward, 4), "episode_return": round(tick.episode_return, 3),
-                   "episode": tick.episode, "episode_step": tick.episode_step},
-        "loop": {"exchange_ok": tick.exchange_ok,
-                 "tick_ms": round(tick.tick_s * 1e3, 2),
-                 "ticks_per_s": round(1.0 / tick.tick_s, 1) if tick.tick_s > 0 else None,
-                 "stim_to_frame_ms": None if stim_to_frame_ms is None else round(stim_to_frame_ms, 2)},
+        "reward": {
+            "step": round(tick.reward, 4),
+            "episode_return": round(tick.episode_return, 3),
+            "episode": tick.episode,
+            "episode_step": tick.episode_step,
+        },
+        "loop": {
+            "exchange_ok": tick.exchange_ok,
+            "tick_ms": round(tick.tick_s * 1e3, 2),
+            "ticks_per_s": round(1.0 / tick.tick_s, 1) if tick.tick_s > 0 else None,
+            "stim_to_frame_ms": None if stim_to_frame_ms is None else round(stim_to_frame_ms, 2),
+        },
     }

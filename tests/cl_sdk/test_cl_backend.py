@@ -29,9 +29,16 @@ def test_cl_backend_closed_loop_records_and_stops(tmp_path: Path) -> None:
     rx.settimeout(5.0)
     tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     address = DeviceAddress(stim_port=0, event_port=0, feedback_port=0, spike_port=rx.getsockname()[1])
-    device = Device(DeviceConfig(address=address,
-                                 backend="cl", tick_frequency_hz=100.0, artifact_wait_ms=5.0, collect_window_ms=5.0,
-                                 recording_path=tmp_path))
+    device = Device(
+        DeviceConfig(
+            address=address,
+            backend="cl",
+            tick_frequency_hz=100.0,
+            artifact_wait_ms=5.0,
+            collect_window_ms=5.0,
+            recording_path=tmp_path,
+        )
+    )
     thread = device.start()
     rng = np.random.default_rng(0)
     latencies_ms = []
@@ -49,14 +56,17 @@ def test_cl_backend_closed_loop_records_and_stops(tmp_path: Path) -> None:
                 fb = FeedbackCommand(1, FeedbackType.REWARD, (19, 20, 22), 20, 2.0, 3)
                 tx.sendto(encode_feedback(fb), ("127.0.0.1", device.feedback_port))
             if i % 50 == 49:
-                tx.sendto(encode_feedback(FeedbackCommand(2, FeedbackType.INTERRUPT, (19, 20, 22))),
-                          ("127.0.0.1", device.feedback_port))
+                tx.sendto(
+                    encode_feedback(FeedbackCommand(2, FeedbackType.INTERRUPT, (19, 20, 22))),
+                    ("127.0.0.1", device.feedback_port),
+                )
                 event = EventMessage(3, "episode_end", {"episode": i // 50, "episode_reward": 1.0})
                 tx.sendto(encode_event(event), ("127.0.0.1", device.event_port))
         tx.sendto(b"not a datagram", ("127.0.0.1", device.stim_port))
         time.sleep(0.05)
-        tx.sendto(encode_event(EventMessage(4, "training_complete", {"reason": "test"})),
-                  ("127.0.0.1", device.event_port))
+        tx.sendto(
+            encode_event(EventMessage(4, "training_complete", {"reason": "test"})), ("127.0.0.1", device.event_port)
+        )
         thread.join(30)
     finally:
         rx.close()
@@ -67,8 +77,10 @@ def test_cl_backend_closed_loop_records_and_stops(tmp_path: Path) -> None:
     assert device.counters["feedback"] == 14
     assert device.counters["event_episode_end"] == 4
     assert device.counters["malformed_stim"] == 1
-    print(f"cl-sdk reply latency median {np.median(latencies_ms):.2f} ms for 5 + 5 ms windows; "
-          f"mean counts {np.mean(counts, axis=0).round(2)}")
+    print(
+        f"cl-sdk reply latency median {np.median(latencies_ms):.2f} ms for 5 + 5 ms windows; "
+        f"mean counts {np.mean(counts, axis=0).round(2)}"
+    )
     files = device.recording_files()
     assert len(files) == 1 and files[0].exists() and files[0].suffix == ".h5"
     assert files[0].stat().st_size > 0

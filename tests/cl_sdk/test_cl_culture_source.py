@@ -22,9 +22,18 @@ def test_cl_backend_on_simulated_culture_responds_to_stimulation(tmp_path: Path)
     rx.settimeout(30.0)  # the first reply waits for the culture to be built in the simulator process
     tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     address = DeviceAddress(stim_port=0, event_port=0, feedback_port=0, spike_port=rx.getsockname()[1])
-    device = Device(DeviceConfig(address=address,
-                                 backend="cl", cl_sim_culture=True, seed=1, tick_frequency_hz=10.0,
-                                 artifact_wait_ms=0.0, collect_window_ms=100.0, recording_path=tmp_path))
+    device = Device(
+        DeviceConfig(
+            address=address,
+            backend="cl",
+            cl_sim_culture=True,
+            seed=1,
+            tick_frequency_hz=10.0,
+            artifact_wait_ms=0.0,
+            collect_window_ms=100.0,
+            recording_path=tmp_path,
+        )
+    )
     thread = device.start()
     strong, weak = [], []
     try:

@@ -43,11 +43,29 @@ def short_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root.mkdir(exist_ok=True)
     config = root / "short.yaml"
     config.write_text(SHORT_RUN_YAML)
-    runs = {ablation: subprocess.Popen(
-        [sys.executable, "-m", "experiments.cli", "train", str(config), "--set", f"output.root_dir={root}",
-         "--set", f"ablation={ablation}", "--set", f"name=analysis-{ablation}"],
-        cwd=REPO, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for ablation in ABLATIONS}
+    runs = {
+        ablation: subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "experiments.cli",
+                "train",
+                str(config),
+                "--set",
+                f"output.root_dir={root}",
+                "--set",
+                f"ablation={ablation}",
+                "--set",
+                f"name=analysis-{ablation}",
+            ],
+            cwd=REPO,
+            env=cli_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for ablation in ABLATIONS
+    }
     for ablation, proc in runs.items():
         out, _ = proc.communicate(timeout=400)
         assert proc.returncode == 0, f"{ablation}: {out[-4000:]}"

@@ -28,8 +28,12 @@ def main(path: str) -> int:
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     device = LoopbackDevice(spike_port=free_port())
     device.start()
-    address = DeviceAddress(spike_port=device.spike_port, stim_port=device.stim_port,
-                            feedback_port=device.feedback_port, event_port=device.event_port)
+    address = DeviceAddress(
+        spike_port=device.spike_port,
+        stim_port=device.stim_port,
+        feedback_port=device.feedback_port,
+        event_port=device.event_port,
+    )
     bridge = start_bridge(BridgeConfig(device_id=f"dish-b-{path}", address=address, timeout_s=0.5))
     client = BridgeClient(bridge, fast_path=path == "local-socket")
     rng = np.random.default_rng(0)

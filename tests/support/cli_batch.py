@@ -76,8 +76,14 @@ def main(jobs_path: str) -> int:
                 _run_child(argv, out_path, err_path)
             _, status = os.waitpid(pid, 0)
             with open(out_path) as out, open(err_path) as err:
-                results.append({"argv": argv, "code": os.waitstatus_to_exitcode(status), "stdout": out.read(),
-                                "stderr": err.read()})
+                results.append(
+                    {
+                        "argv": argv,
+                        "code": os.waitstatus_to_exitcode(status),
+                        "stdout": out.read(),
+                        "stderr": err.read(),
+                    }
+                )
     print(json.dumps(results))
     return 0
 

@@ -38,8 +38,17 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 SMALL_MODEL = {"encoder_hiddens": [32], "value_hiddens": [32]}
 """Small nets: these tests are about the loop, not about learning."""
 
-STEP_COLUMNS = (STIM, SPIKES, SPIKE_MEAN, SPIKE_STD, RAW_SPIKES, EXCHANGE_OK, STIM_TIMESTAMP, Columns.ACTION_LOGP,
-                Columns.VF_PREDS)
+STEP_COLUMNS = (
+    STIM,
+    SPIKES,
+    SPIKE_MEAN,
+    SPIKE_STD,
+    RAW_SPIKES,
+    EXCHANGE_OK,
+    STIM_TIMESTAMP,
+    Columns.ACTION_LOGP,
+    Columns.VF_PREDS,
+)
 
 
 def start_loopback(**kwargs: Any) -> LoopbackDevice:
@@ -54,8 +63,13 @@ def cl1_device(device_id: str, device: LoopbackDevice) -> DeviceSettings:
     return DeviceSettings(
         device_id=device_id,
         backend="cl1",
-        address=DeviceAddress(host="127.0.0.1", stim_port=device.stim_port, spike_port=device.spike_port,
-                              event_port=device.event_port, feedback_port=device.feedback_port),
+        address=DeviceAddress(
+            host="127.0.0.1",
+            stim_port=device.stim_port,
+            spike_port=device.spike_port,
+            event_port=device.event_port,
+            feedback_port=device.feedback_port,
+        ),
     )
 
 
@@ -96,8 +110,9 @@ def replay_logp(module, steps: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     obs = tree.map_structure(torch.as_tensor, steps["obs"])
     encoder = module.encoder_distribution(module._forward({Columns.OBS: obs})[STIM_DIST_INPUTS])
     stim_logp = encoder.logp(torch.as_tensor(steps[STIM]))
-    logits = module.decode(torch.as_tensor(steps[SPIKES]), torch.as_tensor(steps[SPIKE_MEAN]),
-                           torch.as_tensor(steps[SPIKE_STD]))
+    logits = module.decode(
+        torch.as_tensor(steps[SPIKES]), torch.as_tensor(steps[SPIKE_MEAN]), torch.as_tensor(steps[SPIKE_STD])
+    )
     decoder = module.decoder_distribution(logits)
     action_logp = decoder.logp(torch.as_tensor(steps["action"]))
     return {

@@ -61,8 +61,17 @@ def _stim_bytes(ts: int, freqs, amps) -> bytes:
     return STIM_STRUCT.pack(ts, *freqs, *amps)
 
 
-def _feedback_bytes(ts: int, ftype: int, channels, freq: int, amp: float, pulses: int, flag: int = 0,
-                    name: bytes = b"fuzz", n: int | None = None) -> bytes:
+def _feedback_bytes(
+    ts: int,
+    ftype: int,
+    channels,
+    freq: int,
+    amp: float,
+    pulses: int,
+    flag: int = 0,
+    name: bytes = b"fuzz",
+    n: int | None = None,
+) -> bytes:
     slots = list(channels) + [0xFF] * (64 - len(channels))
     return FEEDBACK_STRUCT.pack(ts, ftype, len(channels) if n is None else n, *slots, freq, amp, pulses, flag, name)
 
@@ -79,12 +88,17 @@ def _f32_next(value: float, direction: float) -> float:
 def edge_values(envelope: SafetyEnvelope) -> tuple[list[float], list[float]]:
     """(frequencies, amplitudes) just outside the envelope's bounds, as the wire's float32 carries them."""
     hi_a = min(envelope.max_amplitude_ua, envelope.max_charge_per_phase_nc * 1000.0 / envelope.phase_width_us)
-    freqs = [_f32_next(envelope.min_frequency_hz, -1.0) if np.float32(envelope.min_frequency_hz) >= envelope.min_frequency_hz
-             else float(np.float32(envelope.min_frequency_hz)),
-             _f32_next(envelope.max_frequency_hz, math.inf), envelope.max_frequency_hz * 1.25]
+    freqs = [
+        _f32_next(envelope.min_frequency_hz, -1.0)
+        if np.float32(envelope.min_frequency_hz) >= envelope.min_frequency_hz
+        else float(np.float32(envelope.min_frequency_hz)),
+        _f32_next(envelope.max_frequency_hz, math.inf),
+        envelope.max_frequency_hz * 1.25,
+    ]
     amps = [_f32_next(envelope.min_amplitude_ua, -1.0), _f32_next(hi_a, math.inf), hi_a * 1.1]
     return [f for f in freqs if not envelope.min_frequency_hz <= f <= envelope.max_frequency_hz], [
-        a for a in amps if not envelope.min_amplitude_ua <= a <= hi_a]
+        a for a in amps if not envelope.min_amplitude_ua <= a <= hi_a
+    ]
 
 
 def hostile_stims(rng: np.random.Generator, n: int, envelope: SafetyEnvelope) -> list[bytes]:
@@ -118,21 +132,21 @@ def hostile_feedback(rng: np.random.Generator, n: int, envelope: SafetyEnvelope)
         lambda: _feedback_bytes(1, 2, (19, 20, 22), low_hz if low_hz > 0 else 1, 2.0 if low_hz > 0 else -2.0, 30),
         lambda: _feedback_bytes(1, 2, (19, 20, 22), 20, edge_a[int(rng.integers(0, len(edge_a)))], 30),
         lambda: _feedback_bytes(1, 1, (35, 36, 38), 20, 2.0, envelope.max_pulses + 1),
-        lambda: _feedback_bytes(1, 2, (19, 20, 22), 20, 3e38, 30),            # 3e38 uA
-        lambda: _feedback_bytes(1, 2, (19, 20, 22), 20, 2.0, 2**32 - 1),       # 4.29e9 pulses
-        lambda: _feedback_bytes(1, 2, (19, 20, 22), 2**32 - 1, 2.0, 30),       # 4.29e9 Hz
-        lambda: _feedback_bytes(1, 2, (19, 20, 22), 0, 2.0, 30),               # 0 Hz with pulses: no 1 kHz burst
-        lambda: _feedback_bytes(1, 1, (35, 36), 20, -2.0, 30),                 # negative amplitude
-        lambda: _feedback_bytes(1, 2, (19,), 20, math.nan, 30),                # NaN amplitude
-        lambda: _feedback_bytes(1, 2, (19,), 20, math.inf, 30),                # inf amplitude
-        lambda: _feedback_bytes(1, 2, (19,), 20, 1e-45, 30),                   # subnormal amplitude
-        lambda: _feedback_bytes(1, 2, (0, 19), 20, 2.0, 30),                   # forbidden electrode
-        lambda: _feedback_bytes(1, 0, (0, 4, 63), 0, 0.0, 0),                  # interrupt on forbidden ones only
-        lambda: _feedback_bytes(1, 2, (19,), 20, 2.0, 30, n=65),               # more channels than slots
-        lambda: _feedback_bytes(1, 2, (19,), 20, 2.0, 30, n=10),               # unused slots (0xFF) named
-        lambda: _feedback_bytes(1, 2, (64,), 20, 2.0, 30),                     # no such electrode
-        lambda: _feedback_bytes(1, 7, (19,), 20, 2.0, 30),                     # unknown type
-        lambda: _feedback_bytes(1, 2, (19,), 20, 2.0, 30, flag=2),             # flag not 0/1
+        lambda: _feedback_bytes(1, 2, (19, 20, 22), 20, 3e38, 30),  # 3e38 uA
+        lambda: _feedback_bytes(1, 2, (19, 20, 22), 20, 2.0, 2**32 - 1),  # 4.29e9 pulses
+        lambda: _feedback_bytes(1, 2, (19, 20, 22), 2**32 - 1, 2.0, 30),  # 4.29e9 Hz
+        lambda: _feedback_bytes(1, 2, (19, 20, 22), 0, 2.0, 30),  # 0 Hz with pulses: no 1 kHz burst
+        lambda: _feedback_bytes(1, 1, (35, 36), 20, -2.0, 30),  # negative amplitude
+        lambda: _feedback_bytes(1, 2, (19,), 20, math.nan, 30),  # NaN amplitude
+        lambda: _feedback_bytes(1, 2, (19,), 20, math.inf, 30),  # inf amplitude
+        lambda: _feedback_bytes(1, 2, (19,), 20, 1e-45, 30),  # subnormal amplitude
+        lambda: _feedback_bytes(1, 2, (0, 19), 20, 2.0, 30),  # forbidden electrode
+        lambda: _feedback_bytes(1, 0, (0, 4, 63), 0, 0.0, 0),  # interrupt on forbidden ones only
+        lambda: _feedback_bytes(1, 2, (19,), 20, 2.0, 30, n=65),  # more channels than slots
+        lambda: _feedback_bytes(1, 2, (19,), 20, 2.0, 30, n=10),  # unused slots (0xFF) named
+        lambda: _feedback_bytes(1, 2, (64,), 20, 2.0, 30),  # no such electrode
+        lambda: _feedback_bytes(1, 7, (19,), 20, 2.0, 30),  # unknown type
+        lambda: _feedback_bytes(1, 2, (19,), 20, 2.0, 30, flag=2),  # flag not 0/1
         lambda: _feedback_bytes(1, 2, (19,), 20, 2.0, 30, name=b"\xff\xfe" * 16),  # name not UTF-8
     ]
     out = []
@@ -152,13 +166,13 @@ def hostile_events(rng: np.random.Generator, n: int) -> list[bytes]:
     """Malformed events, unknown event types (each new, to test bounded counters), oversize ones."""
     deep = b'{"event_type":"episode_end","data":{"x":' + b"[" * 1990 + b"]" * 1990 + b"}}"
     crafted = [
-        lambda: _event_bytes(deep),                                                # 2000 levels deep
+        lambda: _event_bytes(deep),  # 2000 levels deep
         lambda: _event_bytes(b'{"event_type":"episode_end","data":{"r":1e400}}'),  # inf in disguise
         lambda: _event_bytes(b'{"event_type":"episode_end","data":{"r":NaN}}'),
         lambda: _event_bytes(b'{"event_type":"episode_end","data":{"r":-Infinity}}'),
         lambda: _event_bytes(b'{"event_type":"episode_end"}', header_length=2**32 - 1),
-        lambda: _event_bytes(b"\xff" * 100),                                       # not UTF-8
-        lambda: _event_bytes(b"x" * 5000),                                         # over what a device reads
+        lambda: _event_bytes(b"\xff" * 100),  # not UTF-8
+        lambda: _event_bytes(b"x" * 5000),  # over what a device reads
         lambda: _event_bytes(b'{"event_type":3}'),
         lambda: _event_bytes(b'{"event_type":"episode_end","data":[1,2]}'),
         lambda: _event_bytes(b"[]"),
@@ -170,8 +184,15 @@ def hostile_events(rng: np.random.Generator, n: int) -> list[bytes]:
         if kind == 0:
             out.append(rng.bytes(int(rng.integers(0, 5000))))
         elif kind == 1:  # a valid event of a type no device knows: accepted, counted as "other"
-            out.append(encode_event(EventMessage(int(rng.integers(1, 2**40)), f"invented-{i}-{int(rng.integers(1_000_000_000))}",
-                                                 {"v": float(rng.normal())})))
+            out.append(
+                encode_event(
+                    EventMessage(
+                        int(rng.integers(1, 2**40)),
+                        f"invented-{i}-{int(rng.integers(1_000_000_000))}",
+                        {"v": float(rng.normal())},
+                    )
+                )
+            )
         else:
             out.append(crafted[int(rng.integers(0, len(crafted)))]())
     return out
@@ -210,8 +231,14 @@ def _spy(device: Device, report: FuzzReport) -> None:
     backend.stimulate, backend.feedback = spy_stimulate, spy_feedback
 
 
-def fuzz_device(device: Device, rx: socket.socket, per_port: int, seed: int,
-                check_counts=None, envelope: SafetyEnvelope | None = None) -> FuzzReport:
+def fuzz_device(
+    device: Device,
+    rx: socket.socket,
+    per_port: int,
+    seed: int,
+    check_counts=None,
+    envelope: SafetyEnvelope | None = None,
+) -> FuzzReport:
     """Send `per_port` hostile datagrams to each port (plus foreign ones), a valid stimulation after every batch.
 
     `device` must be started with its spike port on `rx`. `check_counts(freqs, amps, counts)` may check a
@@ -226,8 +253,11 @@ def fuzz_device(device: Device, rx: socket.socket, per_port: int, seed: int,
     foreign.bind((FOREIGN_HOST, 0))
     ports = {"stim": device.stim_port, "feedback": device.feedback_port, "event": device.event_port}
     envelope = envelope or device.config.envelope
-    hostile = {"stim": hostile_stims(rng, per_port, envelope), "feedback": hostile_feedback(rng, per_port, envelope),
-               "event": hostile_events(rng, per_port)}
+    hostile = {
+        "stim": hostile_stims(rng, per_port, envelope),
+        "feedback": hostile_feedback(rng, per_port, envelope),
+        "event": hostile_events(rng, per_port),
+    }
     # From another host: commands that would be accepted from the training host, and the one that stops it.
     foreign_datagrams = {
         "stim": encode_stim(StimCommand(7, (20.0,) * N_ENCODING, (1.5,) * N_ENCODING)),
@@ -242,7 +272,7 @@ def fuzz_device(device: Device, rx: socket.socket, per_port: int, seed: int,
     try:
         for start in range(0, per_port, BATCH):
             for kind, port in ports.items():
-                for datagram in hostile[kind][start:start + BATCH]:
+                for datagram in hostile[kind][start : start + BATCH]:
                     tx.sendto(datagram, ("127.0.0.1", port))
                     report.sent[kind] += 1
                 if start // BATCH % 10 == 0:
@@ -253,8 +283,13 @@ def fuzz_device(device: Device, rx: socket.socket, per_port: int, seed: int,
             amps = tuple(float(a) for a in rng.uniform(1.0, 2.5, N_ENCODING))
             tx.sendto(encode_stim(StimCommand(ts, freqs, amps)), device_addr)
             report.valid_stims += 1
-            _await_reply(rx, ts, device_addr, report, lambda counts, f=freqs, a=amps: (
-                check_counts(f, a, counts) if check_counts else None))
+            _await_reply(
+                rx,
+                ts,
+                device_addr,
+                report,
+                lambda counts, f=freqs, a=amps: check_counts(f, a, counts) if check_counts else None,
+            )
     finally:
         tx.close()
         foreign.close()
@@ -296,7 +331,8 @@ def settle(device: Device, report: FuzzReport, timeout_s: float = 5.0) -> dict[s
 def taken_in(counters) -> int:
     """Datagrams the device has accounted for: decoded, malformed or foreign, on every port."""
     return sum(counters.get(k, 0) for k in ("stim", "feedback", "event")) + sum(
-        v for k, v in counters.items() if k.startswith(("malformed_", "foreign_")))
+        v for k, v in counters.items() if k.startswith(("malformed_", "foreign_"))
+    )
 
 
 def outside_envelope(report: FuzzReport, envelope: SafetyEnvelope) -> list[str]:
@@ -316,14 +352,18 @@ def outside_envelope(report: FuzzReport, envelope: SafetyEnvelope) -> list[str]:
             bad.append(f"feedback on forbidden {sorted(set(cmd.channels) & envelope.forbidden_electrodes)}")
         if cmd.feedback_type == FeedbackType.INTERRUPT:
             continue
-        if not (lo_f <= cmd.frequency_hz <= hi_f and lo_a <= cmd.amplitude_ua <= hi_a
-                and 1 <= cmd.pulses <= envelope.max_pulses):
+        if not (
+            lo_f <= cmd.frequency_hz <= hi_f
+            and lo_a <= cmd.amplitude_ua <= hi_a
+            and 1 <= cmd.pulses <= envelope.max_pulses
+        ):
             bad.append(f"feedback {cmd.frequency_hz!r} Hz {cmd.amplitude_ua!r} uA {cmd.pulses!r} pulses")
     return bad
 
 
 def recording_is_valid_json(paths: list[Path]) -> int:
     """Parse every line of a JSONL recording strictly (no NaN/Infinity); returns the lines read."""
+
     def refuse(name):
         raise ValueError(f"non-JSON constant {name}")
 
@@ -333,4 +373,3 @@ def recording_is_valid_json(paths: list[Path]) -> int:
             json.loads(line, parse_constant=refuse)
             lines += 1
     return lines
-

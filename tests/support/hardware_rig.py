@@ -43,13 +43,26 @@ class DevicePorts:
 
     def device_flags(self) -> list[str]:
         """What `spikeloop device` needs to use them."""
-        return ["--stim-port", str(self.stim), "--spike-port", str(self.spike), "--event-port", str(self.event),
-                "--feedback-port", str(self.feedback)]
+        return [
+            "--stim-port",
+            str(self.stim),
+            "--spike-port",
+            str(self.spike),
+            "--event-port",
+            str(self.event),
+            "--feedback-port",
+            str(self.feedback),
+        ]
 
     def experiment_sets(self, index: int = 0, host: str = "127.0.0.1") -> list[str]:
         """`--set`s that point an experiment's device `index` at them."""
-        sets = {"host": host, "stim_port": self.stim, "spike_port": self.spike, "event_port": self.event,
-                "feedback_port": self.feedback}
+        sets = {
+            "host": host,
+            "stim_port": self.stim,
+            "spike_port": self.spike,
+            "event_port": self.event,
+            "feedback_port": self.feedback,
+        }
         return [arg for key, value in sets.items() for arg in ("--set", f"devices.{index}.{key}={value}")]
 
 
@@ -59,8 +72,14 @@ class DeviceProgram:
     def __init__(self, argv: list[str], log: Path) -> None:
         self.log = log
         self._log_file = log.open("w")
-        self.proc = subprocess.Popen(spikeloop_argv(argv), cwd=REPO, env=user_env(), stdout=self._log_file,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            spikeloop_argv(argv),
+            cwd=REPO,
+            env=user_env(),
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 120
         while "device up" not in self.text():
             assert self.proc.poll() is None, f"the device program exited:\n{self.text()}"

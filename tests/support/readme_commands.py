@@ -30,7 +30,9 @@ def readme_command(prefix: str) -> str:
         if command.startswith(prefix):
             found.append(command)
     if len(found) != 1:
-        raise AssertionError(f"README.md has {len(found)} command lines starting with {prefix!r}, expected one: {found}")
+        raise AssertionError(
+            f"README.md has {len(found)} command lines starting with {prefix!r}, expected one: {found}"
+        )
     return found[0]
 
 

@@ -19,8 +19,14 @@ def cli_env() -> dict[str, str]:
 
 def run_spikeloop(args: list[str], timeout: float) -> subprocess.CompletedProcess:
     """`spikeloop ARGS...` with output captured; never attaches to a cluster named in RAY_ADDRESS."""
-    return subprocess.run([sys.executable, "-m", "experiments.cli", *args], cwd=REPO, env=cli_env(),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "experiments.cli", *args],
+        cwd=REPO,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def recorded_checkpoint(run_dirs: list[Path]) -> bool:

@@ -77,13 +77,17 @@ class ToyCulture:
 
 
 @torch.no_grad()
-def closed_loop_step(module: ClosedLoopRLModule, batch: dict, generator: torch.Generator,
-                     explore: bool = True) -> dict[str, torch.Tensor]:
+def closed_loop_step(
+    module: ClosedLoopRLModule, batch: dict, generator: torch.Generator, explore: bool = True
+) -> dict[str, torch.Tensor]:
     """Forward pass plus one tick through a toy culture: the columns an env runner's episode gets, as tensors."""
     fwd_out = module.forward_exploration(batch) if explore else module.forward_inference(batch)
     result = tick(module, fwd_out[STIM_DIST_INPUTS], ToyCulture(generator), explore=explore, generator=generator)
-    columns = {name: torch.as_tensor(np.asarray(value) if not torch.is_tensor(value) else value)
-               for name, value in result.columns().items() if name != STIM_TIMESTAMP}  # uint64: no torch dtype
+    columns = {
+        name: torch.as_tensor(np.asarray(value) if not torch.is_tensor(value) else value)
+        for name, value in result.columns().items()
+        if name != STIM_TIMESTAMP
+    }  # uint64: no torch dtype
     return columns | {Columns.VF_PREDS: fwd_out[Columns.VF_PREDS]}
 
 
@@ -96,13 +100,20 @@ class ToyCultureConnector(ConnectorV2):
 
     def __call__(self, *, rl_module, batch: dict, episodes, explore: bool | None = None, **kwargs) -> dict:
         """Replace the module's stim-distribution output by the columns of one tick."""
-        result = tick(rl_module, batch.pop(STIM_DIST_INPUTS), ToyCulture(self.generator), explore=bool(explore),
-                      generator=self.generator)
+        result = tick(
+            rl_module,
+            batch.pop(STIM_DIST_INPUTS),
+            ToyCulture(self.generator),
+            explore=bool(explore),
+            generator=self.generator,
+        )
         batch.update(result.columns())
         return batch
 
 
-def synthetic_episodes(module: ClosedLoopRLModule, env: gym.Env, n_steps: int, seed: int = 0) -> list[SingleAgentEpisode]:
+def synthetic_episodes(
+    module: ClosedLoopRLModule, env: gym.Env, n_steps: int, seed: int = 0
+) -> list[SingleAgentEpisode]:
     """Roll the module + toy culture in env for n_steps, into finalized episodes like an env runner's."""
     generator = torch.Generator().manual_seed(seed)
     episodes: list[SingleAgentEpisode] = []
