@@ -32,20 +32,11 @@ import pytest
 from bridge.ports import free_port
 from tests.support.process_tree import group_and_descendants, kill_processes
 from tests.support.ray_jobs import POLL_SCRIPT
+from tests.support.spikeloop_cli import TWO_SMALL_ITERATIONS
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent  # the venv's bin: `ray`, `spikeloop`, `python`
 JOB_TIMEOUT_S = 420
-SHORT = [
-    "--set",
-    "stop.iterations=2",
-    "--set",
-    "ppo.train_batch_size_per_learner=256",
-    "--set",
-    "ppo.minibatch_size=64",
-    "--set",
-    "checkpoint.every_iterations=1",
-]
 
 
 def _http_status(url: str, token: str | None = None) -> int:
@@ -164,7 +155,7 @@ def test_job_submit_quickstart_with_token_auth(head_node, tmp_path: Path) -> Non
             "spikeloop",
             "train",
             "experiments/quickstart.yaml",
-            *SHORT,
+            *TWO_SMALL_ITERATIONS,
             "--set",
             f"output.root_dir={root}",
         ],

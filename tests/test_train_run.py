@@ -15,19 +15,9 @@ import pytest
 import yaml
 
 from models.rllib_notices import NOTICES, TUNE_BANNER
-from tests.support.spikeloop_cli import run_spikeloop
+from tests.support.spikeloop_cli import TWO_SMALL_ITERATIONS, run_spikeloop
 
 TAG_GROUPS = ("episode/", "ppo/", "encoder/", "decoder/", "spikes/", "feedback/", "loop/")
-SHORT = [
-    "--set",
-    "stop.iterations=2",
-    "--set",
-    "ppo.train_batch_size_per_learner=256",
-    "--set",
-    "ppo.minibatch_size=64",
-    "--set",
-    "checkpoint.every_iterations=1",
-]
 
 
 def event_tags(trial_dir: Path) -> set[str]:
@@ -51,7 +41,7 @@ def _only(paths: list[Path], what: str) -> Path:
 def test_train_quickstart_leaves_a_complete_run_directory(tmp_path: Path) -> None:
     root = tmp_path / "runs"
     proc = run_spikeloop(
-        ["train", "experiments/quickstart.yaml", *SHORT, "--set", f"output.root_dir={root}"], timeout=400
+        ["train", "experiments/quickstart.yaml", *TWO_SMALL_ITERATIONS, "--set", f"output.root_dir={root}"], timeout=400
     )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]
@@ -118,7 +108,8 @@ def test_train_quickstart_leaves_a_complete_run_directory(tmp_path: Path) -> Non
 
     # --resume on a finished run: restores it, trains nothing, logs nothing twice.
     proc = run_spikeloop(
-        ["train", "experiments/quickstart.yaml", *SHORT, "--set", f"output.root_dir={root}", "--resume"], timeout=300
+        ["train", "experiments/quickstart.yaml", *TWO_SMALL_ITERATIONS, "--set", f"output.root_dir={root}", "--resume"],
+        timeout=300,
     )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]
@@ -133,7 +124,15 @@ def test_train_the_direct_control_needs_no_culture(tmp_path: Path) -> None:
     # `policy: direct` through the front door: no device is started, episodes are logged like any run.
     root = tmp_path / "runs"
     proc = run_spikeloop(
-        ["train", "experiments/controls.yaml", "--set", "policy=direct", *SHORT, "--set", f"output.root_dir={root}"],
+        [
+            "train",
+            "experiments/controls.yaml",
+            "--set",
+            "policy=direct",
+            *TWO_SMALL_ITERATIONS,
+            "--set",
+            f"output.root_dir={root}",
+        ],
         timeout=400,
     )
     output = proc.stdout + proc.stderr

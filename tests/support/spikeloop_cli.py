@@ -8,6 +8,17 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+TWO_SMALL_ITERATIONS = [
+    "--set",
+    "stop.iterations=2",
+    "--set",
+    "ppo.train_batch_size_per_learner=256",
+    "--set",
+    "ppo.minibatch_size=64",
+    "--set",
+    "checkpoint.every_iterations=1",
+]
+"""Overrides for a short run: two iterations of 256 env steps, a checkpoint after each."""
 
 
 def cli_env() -> dict[str, str]:
