@@ -65,9 +65,8 @@ class CL1Bridge(BridgeCore):
         """(node id, socket path, answer bound in s) of the exchange fast path, started on first use."""
         if self._channel is None:
             methods: dict[str, Callable[..., Any]] = {
-                "feedback": self.feedback,
-                "event": self.event,
-                "send_all": self.send_all,
+                "feedback": self.feedback,  # posted feedback and feedback sent with an exchange
+                "send_all": self.send_all,  # BridgeClient.send_events: held feedback, then events
                 "stats": self.stats,
             }
             self._channel = LocalChannelServer(self.exchange, methods)
