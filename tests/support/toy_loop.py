@@ -84,10 +84,10 @@ def closed_loop_step(
     fwd_out = module.forward_exploration(batch) if explore else module.forward_inference(batch)
     result = tick(module, fwd_out[STIM_DIST_INPUTS], ToyCulture(generator), explore=explore, generator=generator)
     columns = {
-        name: torch.as_tensor(np.asarray(value) if not torch.is_tensor(value) else value)
+        name: torch.as_tensor(value)
         for name, value in result.columns().items()
-        if name != STIM_TIMESTAMP
-    }  # uint64: no torch dtype
+        if name != STIM_TIMESTAMP  # uint64: no torch dtype
+    }
     return columns | {Columns.VF_PREDS: fwd_out[Columns.VF_PREDS]}
 
 
