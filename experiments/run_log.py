@@ -78,7 +78,11 @@ RESULT_TAGS: dict[str, str] = {
     "loop/ambiguous": "env_runners/culture/ambiguous",
     "loop/exchange_ok_fraction": "env_runners/culture/exchange_ok_fraction",
     "loop/device_duty": "env_runners/culture/device_duty",
+    "ppo/env_steps_received": "learners/__all_modules__/num_env_steps_received",
+    "ppo/env_steps_received_lifetime": "learners/__all_modules__/num_env_steps_received_lifetime",
 }
+EMPTY_ITERATIONS_TAG = "ppo/empty_iterations"
+"""Iterations so far in which the learner received no env steps (written by RunLog, not read from RLlib)."""
 SPIKE_MEAN_PREFIX = "spike_mean_"
 
 
@@ -188,6 +192,30 @@ def write_step_log(directory: Path, episode_index: int, steps: dict[str, Any]) -
     return relative
 
 
+def _fmt(value: float | None, spec: str) -> str:
+    """A figure for the progress line, or "-" where there is none yet (never "nan")."""
+    return "-" if value is None or not math.isfinite(value) else format(value, spec)
+
+
+def empty_iteration_cause(result: dict[str, Any], sample_timeout_s: float | None) -> str | None:
+    """Why the learner received no env steps in this iteration, with the fix; None when it received some."""
+    received = _lookup(result, "learners/__all_modules__/num_env_steps_received")
+    if _is_number(received) and received > 0:
+        return None
+    healthy = _lookup(result, "fault_tolerance/num_healthy_workers")
+    if _is_number(healthy) and healthy == 0 and _lookup(result, "config/num_env_runners"):
+        return (
+            "no env runner was healthy to sample (they failed: see the trial's log above); the run cannot train "
+            "until one is restored"
+        )
+    waited = f"{sample_timeout_s:g} s" if sample_timeout_s is not None else "RLlib's sample timeout"
+    return (
+        f"no env runner returned its sample within loop.sample_timeout_s ({waited}), so the learner received 0 env "
+        "steps while the culture was stimulated; set loop.sample_timeout_s: auto (it allows for the device's pace "
+        "and the batch) or a larger number, or make ppo.train_batch_size_per_learner smaller"
+    )
+
+
 class RunLog:
     """TensorBoard, episodes.jsonl and the learning curve of one trial directory."""
 
@@ -199,6 +227,8 @@ class RunLog:
         self.writer = SummaryWriter(log_dir=str(self.trial_dir), flush_secs=10)
         self.episodes_path = self.trial_dir / EPISODES_FILE
         self.episodes_logged = self._count_lines(self.episodes_path)  # continue numbering after a resume
+        self.steps_logged = 0
+        """Env steps of the episodes this RunLog wrote (this driver's; a resume starts again at 0)."""
         self._started = time.monotonic()
 
     @staticmethod
@@ -221,6 +251,7 @@ class RunLog:
             with self.episodes_path.open("a") as f:
                 for record in records:
                     self.episodes_logged += 1
+                    self.steps_logged += int(record.get("episode_length", 0))
                     index = int(record.get("episode") or self.episodes_logged)
                     line = {
                         "episode_index": index,
@@ -276,20 +307,30 @@ class RunLog:
         plt.close(fig)
         tmp.replace(self.trial_dir / CURVE_FILE)
 
-    def progress_line(self, result: dict[str, Any], values: dict[str, float]) -> str:
-        """One human line per iteration: episodes, reward, steps/s, loop latency."""
+    def progress_line(self, result: dict[str, Any], values: dict[str, float], empty_cause: str | None = None) -> str:
+        """One human line per iteration: episodes, reward, steps/s, loop latency; or why nothing was trained.
+
+        `empty_cause` (see `empty_iteration_cause`): the learner received no env steps in this iteration.
+        """
         it = result.get("training_iteration", 0)
-        steps = _lookup(result, "env_runners/num_env_steps_sampled") or 0
-        dt = result.get("time_this_iter_s") or float("nan")
-        reward = values.get("episode/return_mean", float("nan"))
-        kills = values.get("episode/kills", float("nan"))
-        p50 = values.get("loop/latency_p50_ms", float("nan"))
-        timeouts = int(values.get("loop/timeouts", 0))
+        elapsed = f"elapsed {time.monotonic() - self._started:.0f} s"
+        if empty_cause is not None:
+            return f"[iter {it}] NOTHING TRAINED: {empty_cause}  episodes {self.episodes_logged}  {elapsed}"
+        steps = int(values.get("ppo/env_steps_received", 0))
+        dt = result.get("time_this_iter_s") or 0.0
+        p50 = values.get("loop/latency_p50_ms")
         return (
-            f"[iter {it}] episodes {self.episodes_logged}  reward {reward:.1f}  kills/episode {kills:.2f}  "
-            f"steps/s {steps / dt if dt else float('nan'):.1f}  loop p50 {p50:.2f} ms  timeouts {timeouts}  "
-            f"elapsed {time.monotonic() - self._started:.0f} s"
+            f"[iter {it}] episodes {self.episodes_logged}  reward {_fmt(values.get('episode/return_mean'), '.1f')}  "
+            f"kills/episode {_fmt(values.get('episode/kills'), '.2f')}  env steps {steps}  "
+            f"steps/s {_fmt(steps / dt if dt else None, '.1f')}  "
+            f"loop p50 {_fmt(p50, '.2f')}{' ms' if p50 is not None else ''}  "
+            f"timeouts {int(values.get('loop/timeouts', 0))}  {elapsed}"
         )
+
+    def log_empty_iterations(self, result: dict[str, Any], count: int) -> None:
+        """Write the running count of iterations that trained on nothing (0 while all is well)."""
+        step = int(result.get("num_env_steps_sampled_lifetime") or result.get("training_iteration", 0))
+        self.writer.add_scalar(EMPTY_ITERATIONS_TAG, count, global_step=step)
 
     def close(self) -> None:
         """Flush and close the event file."""

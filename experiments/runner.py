@@ -40,6 +40,17 @@ SETUP_ERROR = "setup_error"
 """Result key of a trial that failed before its first iteration (reported, not raised: see `train_trial`)."""
 DEVICE_LOST = "device_lost"
 """Result key of a trial that ended because its device stopped answering (reported, not raised or retried)."""
+NOTHING_TRAINED = "nothing_trained"
+"""Result key of a trial whose learner received no env steps at all: it did not complete, whatever it sampled."""
+EMPTY_ITERATIONS = "empty_iterations"
+"""Result key: iterations of the trial (in this driver) in which the learner received no env steps."""
+EPISODE_STEPS_LOGGED = "episode_steps_logged"
+"""Result key: env steps of the episodes this driver wrote to episodes.jsonl (finished episodes, whole)."""
+LEARNER_ENV_STEPS = "learner_env_steps"
+"""Result key: env steps the learner received in this driver's iterations of the trial (what was trained on)."""
+ACCOUNTING_KEYS = ("env_steps_taken", EPISODE_STEPS_LOGGED, "unfinished_episode_steps", LEARNER_ENV_STEPS)
+"""Where a trial's env steps went (summary.yaml): taken by its env runners = in finished episodes + in the episodes
+still going at the stop; reached the learner (less than taken only if a sample was given up on)."""
 RESOLVED_FILE = "experiment.yaml"
 CHECKPOINT_REQUEST = "checkpoint.request"
 SCORE_TAG = "episode/return_mean"
@@ -76,11 +87,17 @@ def _request_pending(trial_dir: Path) -> bool:
     return False
 
 
-def _pull_episode_records(algo) -> list[dict[str, Any]]:
-    from experiments.closed_loop.callbacks import pop_episode_records
+def _pull_episode_records(algo, accounting: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    """The episodes every env runner finished since the last pull; `accounting` gets where their steps went."""
+    from experiments.closed_loop.callbacks import pop_episode_records, step_accounting
 
-    batches = algo.env_runner_group.foreach_env_runner(lambda _runner: pop_episode_records(), local_env_runner=True)
-    return [record for batch in batches for record in batch]
+    pulled = algo.env_runner_group.foreach_env_runner(
+        lambda _runner: (pop_episode_records(), step_accounting()), local_env_runner=True
+    )
+    if accounting is not None:
+        for key in ("env_steps_taken", "unfinished_episode_steps"):
+            accounting[key] = sum(steps[key] for _, steps in pulled)
+    return [record for records, _ in pulled for record in records]
 
 
 def _trial_dir() -> Path:
@@ -149,7 +166,7 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
     from experiments.closed_loop.episode_numbers import start_counter
     from experiments.closed_loop.ppo import finish, restore
     from experiments.live_view.announce import announce
-    from experiments.run_log import EPISODES_FILE, RunLog, last_episode_index, metric_key
+    from experiments.run_log import EPISODES_FILE, RunLog, empty_iteration_cause, last_episode_index, metric_key
 
     experiment = _trial_experiment(tune_config)
     score, _, worst = score_of(experiment)
@@ -177,11 +194,17 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
     # Restored from the final checkpoint (driver killed before the trial was marked finished): nothing to train.
     steps_done = int(algo.metrics.peek("num_env_steps_sampled_lifetime", default=0)) if start is not None else 0
     finished = start is not None and stop_reached(stop, algo.iteration, steps_done, log.episodes_logged)
+    # This driver's iterations only: what reached the learner, and where the env runners' steps went.
+    trained = {LEARNER_ENV_STEPS: 0, EMPTY_ITERATIONS: 0, "env_steps_taken": 0, "unfinished_episode_steps": 0}
     try:
         while not finished:
             result = _train_iteration(algo)
-            values = log.log_iteration(result, _pull_episode_records(algo))
-            print(log.progress_line(result, values), flush=True)
+            values = log.log_iteration(result, _pull_episode_records(algo, trained))
+            empty = empty_iteration_cause(result, config.sample_timeout_s)
+            trained[LEARNER_ENV_STEPS] += int(values.get("ppo/env_steps_received", 0))
+            trained[EMPTY_ITERATIONS] += empty is not None
+            log.log_empty_iterations(result, trained[EMPTY_ITERATIONS])
+            print(log.progress_line(result, values, empty), flush=True)
             iteration = algo.iteration
             done = stop_reached(
                 stop,
@@ -194,9 +217,18 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
             # tune.report) before the cleanup below can tell the culture training completed.
             # The tune.metric key is in every report (its worst value until it has one): Tune ranks checkpoints
             # and trials by it.
-            metrics = {score: worst, "finished": done, "episodes_logged": log.episodes_logged} | {
-                metric_key(k): v for k, v in values.items()
-            }
+            metrics = (
+                {score: worst, "finished": done, "episodes_logged": log.episodes_logged}
+                | trained
+                | {EPISODE_STEPS_LOGGED: log.steps_logged}
+                | {metric_key(k): v for k, v in values.items()}
+            )
+            if done and not trained[LEARNER_ENV_STEPS]:
+                # Not "completed": the culture was stimulated, the learner got nothing (`run` fails the run).
+                reason = "error: no env steps reached the learner"
+                metrics[NOTHING_TRAINED] = (
+                    f"the learner received 0 env steps in {progress['iterations'] + 1} iteration(s): {empty}"
+                )
             requested = _request_pending(trial_dir)  # first, so a request is taken even when a save is due anyway
             save = (
                 requested
@@ -222,7 +254,7 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
             finish(
                 algo,
                 reason=reason,
-                total_steps=int(algo.metrics.peek("num_env_steps_sampled_lifetime", default=0)),
+                total_steps=trained[LEARNER_ENV_STEPS],
                 total_episodes=log.episodes_logged,
                 hardware=False,
             )
@@ -303,11 +335,12 @@ def _tell_hardware(experiment: Experiment, reason: str, results) -> None:
     culture = experiment.culture_settings()
     if not culture.hardware or experiment.policy == "direct":
         return
+    # total_steps: the env steps that reached the learner (what was trained on), not what was sampled.
     totals = {"total_episodes": 0, "total_steps": 0}
     for r in results:
         metrics = r.metrics or {}
         totals["total_episodes"] += int(metrics.get("episodes_logged", 0) or 0)
-        totals["total_steps"] += int(metrics.get("episode_env_steps_lifetime", 0) or 0)
+        totals["total_steps"] += int(metrics.get(LEARNER_ENV_STEPS, 0) or 0)
     from experiments.closed_loop.ppo import tell_devices_training_complete
 
     for line in tell_devices_training_complete(culture, totals | {"reason": reason}):
@@ -418,12 +451,26 @@ def run(experiment: Experiment, *, sweep: bool, resume: bool = False) -> Path:
     errors = [r for r in results if r.error]
     setup_errors = [r.metrics[SETUP_ERROR] for r in results if r.metrics and SETUP_ERROR in r.metrics]
     lost = [r.metrics[DEVICE_LOST] for r in results if r.metrics and DEVICE_LOST in r.metrics]
-    summary = {"run_dir": str(run_dir), "trials": len(results), "errored": len(errors) + len(setup_errors) + len(lost)}
+    untrained = [r.metrics[NOTHING_TRAINED] for r in results if r.metrics and NOTHING_TRAINED in r.metrics]
+    summary = {
+        "run_dir": str(run_dir),
+        "trials": len(results),
+        "errored": len(errors) + len(setup_errors) + len(lost) + len(untrained),
+        "learner_env_steps": sum(int((r.metrics or {}).get(LEARNER_ENV_STEPS, 0) or 0) for r in results),
+        "empty_iterations": sum(int((r.metrics or {}).get(EMPTY_ITERATIONS, 0) or 0) for r in results),
+    }
     if setup_errors:
         summary["failed_before_first_iteration"] = setup_errors
     if lost:
         summary["device_lost"] = lost
-    failed = errors or setup_errors or lost
+    if untrained:
+        summary["nothing_trained"] = untrained
+    summary["env_steps"] = {
+        Path(r.path).name: {key: int((r.metrics or {}).get(key, 0) or 0) for key in ACCOUNTING_KEYS}
+        for r in results
+        if r.path
+    }
+    failed = errors or setup_errors or lost or untrained
     _tell_hardware(experiment, "error: a trial failed" if failed else "completed", results)
     try:
         best = results.get_best_result(metric=score, mode=mode)
@@ -454,6 +501,16 @@ def run(experiment: Experiment, *, sweep: bool, resume: bool = False) -> Path:
             f"{len(setup_errors)} of {len(results)} trial(s) failed before their first iteration and were not "
             f"retried (the same settings would fail the same way): {setup_errors[0]}; see {run_dir}"
         )
+    if untrained:
+        raise RuntimeError(
+            f"{len(untrained)} of {len(results)} trial(s) trained on nothing (see {run_dir}): {untrained[0]}"
+        )
     if errors:
         raise RuntimeError(f"{len(errors)} of {len(results)} trial(s) failed; see {run_dir}")
+    if summary["empty_iterations"]:
+        print(
+            f"warning: in {summary['empty_iterations']} iteration(s) the learner received no env steps (their "
+            "lines say why); ppo/empty_iterations in TensorBoard",
+            flush=True,
+        )
     return run_dir

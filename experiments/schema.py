@@ -41,6 +41,7 @@ from experiments.closed_loop.feedback import (
     feedback_rows,
     row_commands,
 )
+from experiments.closed_loop.sampling import SamplePace
 from experiments.closed_loop.settings import CultureSettings, DeviceSettings
 from experiments.live_view.settings import ViewSettings
 from models.module_config import ClosedLoopModelConfig
@@ -78,6 +79,18 @@ class LoopSection(BaseModel):
     reply_spin_ms: float = Field(
         1.0, ge=0, le=20, description="the bridge polls for a reply this long either side of its expected arrival"
     )
+    sample_timeout_s: float | Literal["auto"] = Field(
+        "auto",
+        description="how long RLlib waits for an env runner's sample before training without it; auto: the "
+        "longest a sample can take while the loop still moves (experiments/closed_loop/sampling.py)",
+    )
+
+    @field_validator("sample_timeout_s")
+    @classmethod
+    def _positive_timeout(cls, value: float | str) -> float | str:
+        if value != "auto" and not value > 0:
+            raise ValueError("must be auto or a number of seconds > 0")
+        return value
 
 
 class PPOSection(BaseModel):
@@ -364,6 +377,7 @@ class Experiment(BaseModel):
             )
         for key, spec in self.tune.search_space.items():
             _check_search_entry(self, key, spec)
+        self.sample_pace().check(self.loop.sample_timeout_s)
         return self
 
     # --- what the experiment builds -------------------------------------------------
@@ -384,11 +398,41 @@ class Experiment(BaseModel):
             step_log=self.output.step_log,
         )
 
+    def rollout_steps_per_runner(self) -> int:
+        """Env steps each env runner samples per iteration (RLlib's `rollout_fragment_length: auto`)."""
+        from models.ppo_config import ClosedLoopPPOConfig
+
+        per_learner = self.ppo.train_batch_size_per_learner or ClosedLoopPPOConfig().train_batch_size_per_learner
+        batch = per_learner * max(1, self.resources.num_learners)
+        return math.ceil(batch / max(1, self.resources.num_env_runners))
+
+    def sample_pace(self) -> SamplePace:
+        """What one env runner's sample asks of its culture: steps, stimulations, waits (`loop.sample_timeout_s`)."""
+        culture = self.culture_settings()
+        paced = [d for d in self.devices if not d.simulated or d.realtime]
+        rounds = 1 if self.policy == "direct" else self.model.same_frame_rounds
+        return SamplePace(
+            rollout_steps=self.rollout_steps_per_runner(),
+            rounds=rounds,
+            reply_horizon_s=0.0
+            if self.policy == "direct"
+            else max(culture.bridge_config(d).horizon_s for d in self.devices),
+            reset_delay_s=float(
+                self.env.get("reset_delay_s", env_section_model().model_fields["reset_delay_s"].default)
+            ),
+            device_step_s=(
+                max(d.artifact_wait_ms + d.collect_window_ms for d in paced) / 1000.0
+                if paced and self.policy != "direct"
+                else None
+            ),
+        )
+
     def algorithm_config(self):
         """The ClosedLoopPPOConfig this experiment trains with."""
         from experiments.closed_loop.ppo import closed_loop_config
 
         return closed_loop_config(
+            sample_timeout_s=self.sample_pace().timeout_s(self.loop.sample_timeout_s),
             culture=self.culture_settings(),
             policy=self.policy,
             env_config=dict(self.env),

@@ -9,7 +9,8 @@ Extends RLlib's PPOTorchLearner at its extension points only:
   "decoder" (lr * decoder_lr_multiplier) and the default one (value net, lr);
 - `postprocess_gradients_for_module`: one clip of the global gradient norm over all of the
   module's parameters (the reference's max norm 3), not RLlib's clip per optimizer;
-- `build`: appends `UpdateRunningStats` to the learner connector (spike mean and value-target
+- `build`: prepends `CountEnvStepsReceived` (the env steps this update got) and appends
+  `UpdateRunningStats` to the learner connector (spike mean and value-target
   statistics, once per train batch);
 - `after_gradient_based_update`: folds the train batch into the observation-feature statistics
   (after the gradient steps, so the loss saw the ones the env runners acted with) and logs the
@@ -40,6 +41,7 @@ from ray.rllib.utils.typing import ModuleID, TensorType
 from bridge.channels import SPIKE_GROUP_NAMES
 from models.closed_loop_module import ClosedLoopRLModule
 from models.columns import STIM, STIM_DIST_INPUTS, STIM_LOGP
+from models.env_steps_received import CountEnvStepsReceived
 from models.running_stats_connector import UpdateRunningStats
 from models.value import NormalizedValueNet
 
@@ -98,9 +100,13 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
 
     @override(PPOTorchLearner)
     def build(self) -> None:
-        """PPO's build, then the spike-mean connector after GAE at the end of the learner pipeline."""
+        """PPO's build; then the env-step count first in the learner pipeline, the spike-mean connector last.
+
+        The count goes before PPO's own first piece, which adds an artificial step to every episode chunk.
+        """
         super().build()
         if self._learner_connector is not None:
+            self._learner_connector.prepend(CountEnvStepsReceived())
             self._learner_connector.append(UpdateRunningStats())
 
     @override(PPOTorchLearner)

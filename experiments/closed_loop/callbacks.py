@@ -13,8 +13,9 @@ Loop metrics (latency, timeouts, feedback counts, surprise, duty) are logged
 under the `culture/` prefix; `on_sample_end` adds what the feedback policy
 built since the last sample, per feedback name (count, mean scales). With the live view on (`view.enabled`), they also
 start this env runner's view and publish each tick to it (`experiments.live_view`).
-Every finished episode's summary is kept in this process until the driver
-collects it (`pop_episode_records`). With the `direct` policy (no culture) there
+Every finished episode's summary, read from the whole episode (whole_episode.py),
+is kept in this process until the driver collects it (`pop_episode_records`),
+with where this process's env steps went (`step_accounting`). With the `direct` policy (no culture) there
 is no link: only the episode summaries and their metrics.
 """
 
@@ -35,6 +36,7 @@ from experiments.closed_loop.experiment_config import ClosedLoopExperimentConfig
 from experiments.closed_loop.link import close_link, current_link, open_link
 from experiments.closed_loop.settings import CultureSettings
 from experiments.closed_loop.step_feedback import log_step_feedback, step_feedback
+from experiments.closed_loop.whole_episode import WholeEpisode
 from experiments.live_view.runner_view import current_view, start_view, view_settings
 from experiments.run_log import FEEDBACK_BY_NAME
 from models.columns import EXCHANGE_OK, RAW_SPIKES, SPIKES, STIM, STIM_TIMESTAMP
@@ -45,11 +47,20 @@ _EPISODE_RECORDS: list[dict[str, Any]] = []
 """Finished episodes of this env runner process, until the driver collects them."""
 
 
+_STEPS = {"taken": 0, "in_episode": 0}
+"""This process's env steps: all taken so far, and those of the episode still going."""
+
+
 def pop_episode_records() -> list[dict[str, Any]]:
     """The episode summaries this process finished since the last call (the driver writes them to the JSONL)."""
     records = list(_EPISODE_RECORDS)
     _EPISODE_RECORDS.clear()
     return records
+
+
+def step_accounting() -> dict[str, int]:
+    """Where this process's env steps went: every step taken is in a finished episode or in the one still going."""
+    return {"env_steps_taken": _STEPS["taken"], "unfinished_episode_steps": _STEPS["in_episode"]}
 
 
 def _has_culture(env_runner) -> bool:
@@ -63,28 +74,26 @@ def _value_of(module, observation: Any) -> float:
         return float(module.compute_values({Columns.OBS: obs})[0])
 
 
-def episode_steps(episode, link) -> dict[str, np.ndarray]:
+def episode_steps(episode: WholeEpisode, link) -> dict[str, np.ndarray]:
     """The episode's compact per-step log (`output.step_log`): what was sent, what came back, what was done."""
-    stamps = np.asarray(episode.get_extra_model_outputs(STIM_TIMESTAMP), dtype=np.uint64)
+    stamps = episode.model_outputs(STIM_TIMESTAMP, dtype=np.uint64)
     return {
-        "stim": np.asarray(episode.get_extra_model_outputs(STIM), dtype=np.float32),
-        "raw_spikes": np.asarray(episode.get_extra_model_outputs(RAW_SPIKES), dtype=np.float32),
-        "spikes": np.asarray(episode.get_extra_model_outputs(SPIKES), dtype=np.float32),
-        "action": np.asarray(episode.get_actions()),
-        "reward": np.asarray(episode.get_rewards(), dtype=np.float32),
-        "exchange_ok": np.asarray(episode.get_extra_model_outputs(EXCHANGE_OK), dtype=np.float32),
+        "stim": episode.model_outputs(STIM, dtype=np.float32),
+        "raw_spikes": episode.model_outputs(RAW_SPIKES, dtype=np.float32),
+        "spikes": episode.model_outputs(SPIKES, dtype=np.float32),
+        "action": episode.actions(),
+        "reward": episode.rewards().astype(np.float32),
+        "exchange_ok": episode.model_outputs(EXCHANGE_OK, dtype=np.float32),
         "stim_timestamp_us": stamps,
         "latency_ms": link.pop_latencies_ms(stamps),
     }
 
 
-def episode_end_payload(episode, episode_index: int) -> dict[str, Any]:
-    """The `episode_end` event data devices record (spec: event metadata)."""
-    rewards = np.asarray(episode.get_rewards(), dtype=np.float64)
-    infos = episode.get_infos()
-    last = infos[-1] if len(infos) else {}
-    kills = int(last.get("kills", 0))
-    game_reward_sum = float(sum(i.get("game_reward", 0.0) for i in infos[1:]))  # the game's own reward
+def episode_end_payload(episode: WholeEpisode, episode_index: int) -> dict[str, Any]:
+    """The `episode_end` event data devices record (spec: event metadata), over the whole episode."""
+    rewards = episode.rewards()
+    kills = int(episode.last_info().get("kills", 0))
+    game_reward_sum = float(sum(i.get("game_reward", 0.0) for i in episode.step_infos()))  # the game's own reward
     success, fail = int((rewards > 0).sum()), int((rewards < 0).sum())
     length = len(rewards)
     return {
@@ -122,13 +131,23 @@ class ClosedLoopCallbacks(RLlibCallback):
             start_view(view, env_runner.worker_index, env, link.device.device_id)
 
     def on_episode_step(self, *, episode, env_runner=None, metrics_logger=None, **kwargs) -> None:
-        """Publish the step to the live view, if one runs."""
+        """Count the step; publish it to the live view, if one runs."""
+        _STEPS["taken"] += 1
+        _STEPS["in_episode"] = episode.t  # steps since the episode began, across the chunks RLlib cut it into
         view = current_view()
         if view is not None:
             view.publish_step(episode, kwargs.get("env_index", 0))
 
-    def on_episode_end(self, *, episode, env_runner=None, metrics_logger=None, **kwargs) -> None:
-        """Episode feedback and the episode_end event, sent now; the episode's summary kept for the driver."""
+    def on_episode_end(
+        self, *, episode, prev_episode_chunks=None, env_runner=None, metrics_logger=None, **kwargs
+    ) -> None:
+        """Episode feedback and the episode_end event, sent now; the episode's summary kept for the driver.
+
+        Everything is read from the whole episode: RLlib hands over its last chunk as `episode` and the chunks
+        it cut off at earlier sample boundaries as `prev_episode_chunks`.
+        """
+        last_chunk, episode = episode, WholeEpisode.of(episode, prev_episode_chunks)
+        _STEPS["in_episode"] = 0
         payload = episode_end_payload(episode, self.episode_numbers.next(env_runner.config))
         if not _has_culture(env_runner):
             _EPISODE_RECORDS.append(
@@ -138,11 +157,11 @@ class ClosedLoopCallbacks(RLlibCallback):
             return
         link = current_link()
         # The last step's feedback (no next tick will send it) and the episode feedback, in one budget.
-        value_next = 0.0 if episode.is_terminated else _value_of(env_runner.module, episode.get_observations(-1))
-        last_step = step_feedback(link.feedback_policy, episode, value_next)
-        log_step_feedback(metrics_logger, last_step, episode)
-        value_s0 = float(episode.get_extra_model_outputs(Columns.VF_PREDS, 0))
-        episode_return = float(np.sum(episode.get_rewards()))
+        value_next = 0.0 if last_chunk.is_terminated else _value_of(env_runner.module, last_chunk.get_observations(-1))
+        last_step = step_feedback(link.feedback_policy, last_chunk, value_next)
+        log_step_feedback(metrics_logger, last_step, last_chunk)
+        value_s0 = episode.value_s0()
+        episode_return = float(np.sum(episode.rewards()))
         commands, scales = link.feedback_policy.for_episode(episode_return, value_s0)
         link.send_feedback(last_step.commands, commands)
         link.send_events([("episode_end", payload)])
@@ -152,7 +171,7 @@ class ClosedLoopCallbacks(RLlibCallback):
         record = payload | {
             "episode_feedback_commands": len(commands),
             "episode_surprise_td_error": scales.td_error,
-            "timeouts_in_episode": int(len(episode) - np.sum(episode.get_extra_model_outputs(EXCHANGE_OK))),
+            "timeouts_in_episode": int(len(episode) - np.sum(episode.model_outputs(EXCHANGE_OK))),
             "wall_time": time.time(),
         }
         if link.settings.step_log:
@@ -227,4 +246,4 @@ def _log_episode_metrics(metrics_logger, payload: dict[str, Any]) -> None:
             metrics_logger.log_value(f"episode/{kind}_actions", count, reduce="sum")  # "sum" restarts each iteration
 
 
-__all__ = ["ClosedLoopCallbacks", "close_link", "episode_end_payload", "pop_episode_records"]
+__all__ = ["ClosedLoopCallbacks", "close_link", "episode_end_payload", "pop_episode_records", "step_accounting"]

@@ -3,7 +3,8 @@
 RLlib hands it the module's batched output for this step. It
 
 1. sends the previous step's feedback (its surprise needs this pass's V(s_t)),
-   ahead of this step's stimulation;
+   ahead of this step's stimulation, also when that step ended the previous
+   sample (the episode chunk RLlib continues with holds it as lookback);
 2. runs `tick` (tick.py) against this env runner's culture link: stimulation
    out, spikes in, action out, logging the feedback's metrics while the culture
    answers;
@@ -64,7 +65,9 @@ class CultureExchange(ConnectorV2):
         values = batch[Columns.VF_PREDS]
         sent = []
         for row, episode in enumerate(episodes or ()):
-            if len(episode) > 0:
+            # A step before this one: in this chunk, or, at the start of a chunk RLlib cut at a sample boundary,
+            # the previous chunk's last step (kept in the chunk's lookback). A new episode has none.
+            if len(episode) > 0 or episode.t_started > 0:
                 feedback = step_feedback(link.feedback_policy, episode, float(values[row]))
                 link.send_feedback(feedback.commands)
                 sent.append((feedback, episode))

@@ -42,8 +42,13 @@ def closed_loop_config(
     training: dict[str, Any] | None = None,
     seed: int | None = None,
     view: ViewSettings | None = None,
+    sample_timeout_s: float | None = None,
 ) -> ClosedLoopExperimentConfig:
-    """A closed-loop PPO config wired to the culture (one device per env runner), or the direct control."""
+    """A closed-loop PPO config wired to the culture (one device per env runner), or the direct control.
+
+    `sample_timeout_s`: how long RLlib waits for an env runner's sample (experiments/closed_loop/sampling.py);
+    None keeps RLlib's default, for tests that build toy configs.
+    """
     from envs import register
 
     if policy not in POLICIES:
@@ -80,6 +85,8 @@ def closed_loop_config(
         # RLlib's default (restart failed env runners) swallows an env runner's error, waits 60 s and
         # restarts it: a lost device would never stop the experiment. Let the error end the run.
         config.fault_tolerance(restart_failed_env_runners=False)
+    if sample_timeout_s is not None:
+        config.env_runners(sample_timeout_s=sample_timeout_s)
     if training:
         config.training(**training)
     config.experiment(culture_settings=None if direct else culture, live_view=view)

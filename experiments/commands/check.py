@@ -120,6 +120,26 @@ def check_fit(experiment: Experiment) -> tuple[str, str | None]:
     return f"[FAIL] resources: {problem}", "resources: " + problem.splitlines()[0]
 
 
+def sampling_line(experiment: Experiment) -> str:
+    """How long one iteration's sample takes at the devices' pace, and how long RLlib will wait for it."""
+    pace = experiment.sample_pace()
+    timeout_s = pace.timeout_s(experiment.loop.sample_timeout_s)
+    runners = max(1, experiment.resources.num_env_runners)
+    steps = f"{pace.rollout_steps} env steps per env runner ({runners} env runner(s)) per iteration"
+    if pace.device_step_s is None:
+        at_pace = "the culture is not paced (it runs as fast as it can)"
+    else:
+        at_pace = (
+            f"at the devices' pace ({pace.rounds} x {pace.device_step_s * 1000:.0f} ms of windows a step, no faster "
+            f"than {1 / (pace.rounds * pace.device_step_s):.0f} steps/s) a sample takes at least "
+            f"{pace.nominal_sample_s():.0f} s"
+        )
+    return (
+        f"[ok]   sampling: {steps}; {at_pace}; RLlib waits up to {timeout_s:g} s for it "
+        f"(loop.sample_timeout_s: {experiment.loop.sample_timeout_s})"
+    )
+
+
 def _shape(obs) -> str:
     if isinstance(obs, dict):
         return "{" + ", ".join(f"{k}: {getattr(v, 'shape', '?')}" for k, v in obs.items()) + "}"
@@ -276,6 +296,7 @@ def main(argv: list[str]) -> int:
     print(fit_line, flush=True)
     if fit_failure:
         failures.append(fit_failure)
+    print(sampling_line(experiment), flush=True)
 
     try:
         print(f"[ok]   {check_scenario(experiment)}", flush=True)
