@@ -3,7 +3,7 @@
 The bridge (`bridge.core.BridgeConfig`), the device program (`bridge.device.DeviceConfig`)
 and an experiment's device (`experiments.closed_loop.settings.DeviceSettings`, the YAML's
 flat `devices:` keys) each hold one `DeviceAddress`. The default ports come from
-`bridge.channels` (spec: shared/spec/cl1-wire-protocol.md).
+`bridge.channels` (ports: docs/protocol.md).
 
 The same six fields read the same way from both ends: `host` is always the device's
 side and `bind_host` always the trainer's.

@@ -1,7 +1,7 @@
 """The CL1 channel map, ports and reference ranges: the one source of truth.
 
 Everything that names an electrode, a port or a reference stimulation range
-imports it from here (spec: shared/spec/cl1-wire-protocol.md).
+imports it from here (the protocol they belong to: docs/protocol.md).
 """
 
 from __future__ import annotations

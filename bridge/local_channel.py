@@ -8,7 +8,7 @@ the device window, and a Ray compiled graph keeps a core busy polling. A
 connected Unix socket is one message each way and sleeps while it waits
 (measured: docs/benchmarks.md, bridge and loop).
 
-Env runners are placed on their device's node (see DESIGN.md), so the socket
+Env runners are placed on their device's node (docs/architecture.md), so the socket
 is always reachable for them; a caller on another node falls back to actor
 calls (`bridge.client.BridgeClient` decides). The actor still owns the device
 sockets, the correlation and the safety envelope: the channel only carries the

@@ -1,6 +1,6 @@
 """CL1 wire protocol v1: encode and decode its four datagrams byte for byte.
 
-Layouts (little-endian) follow shared/spec/cl1-wire-protocol.md:
+Layouts (little-endian), specified in docs/protocol.md:
 stimulation `<Q16f` (72 B), spike counts `<Q8f` (40 B), feedback
 `<QBB64BIfIB32sx` (120 B), event `<QI` header + UTF-8 JSON.
 Decoders reject anything a well-behaved peer would not send, with a

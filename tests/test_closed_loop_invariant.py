@@ -1,5 +1,5 @@
 """The closed-loop invariant, end to end: every action is decoded from the culture's answer to
-*that* step's stimulation (docs/DESIGN.md, "The closed loop (the invariant)").
+*that* step's stimulation (docs/architecture.md, "One tick").
 
 A `LoopbackDevice` (real UDP on loopback, started in the test process) answers each
 stimulation with counts equal to the stimulation's 8 frequencies, so a step's spikes

@@ -2,7 +2,7 @@
 
 Each test drives the feedback policy as an env runner does (step feedback queued, the budget applied, sent ahead
 of the next stimulation) and reads the datagrams back from the device's feedback socket: what is checked is what
-a culture would get. The reference values are shared/docs/reference-trainer.md, 5.4.
+a culture would get. The reference values are bridge/channels.py's (docs/protocol.md, channel map).
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ def test_cl1_example_has_the_reference_settings():
 
 
 def test_reference_example_has_the_reference_trainer_settings():
-    """shared/docs/reference-trainer.md, 2.4 and 2.8: the values a lab reproducing the reference expects."""
+    """The reference trainer's feedback and surprise switches: the values a lab reproducing the reference expects."""
     e = load_experiment(ROOT / "experiments" / "reference.yaml")
     fb, s = e.feedback, e.feedback.surprise
     assert (fb.use_reward_feedback, fb.use_episode_feedback, fb.episode_feedback_surprise_scaling) == (True,) * 3

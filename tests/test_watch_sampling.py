@@ -1,7 +1,7 @@
 """`spikeloop watch` samples one episode at a time through RLlib's public `sample(num_timesteps=...)`.
 
 Fast (no Ray cluster, no training): a local `SingleAgentEnvRunner` on CartPole with a
-seed. It pins the RLlib behaviour `experiments/watch_checkpoint.sample_one_episode`
+seed. It pins the RLlib behaviour `sample_one_episode` (experiments/watch_checkpoint.py)
 relies on, so a Ray upgrade that changes it fails here and names the file to fix.
 """
 

@@ -1,7 +1,8 @@
 """Feedback stimulation: what the culture is told about rewards and game events.
 
-Reference behaviour (shared/spec/cl1-wire-protocol.md, "Feedback reference
-values" and "Surprise scaling"; shared/docs/reference-trainer.md, 5.4):
+Reference behaviour (the reference trainer's feedback rows and surprise
+scaling; the rows' wire form: docs/protocol.md, the reference values the
+README's "Differences from the reference trainer" table and bridge/channels.py):
 
 * Step feedback is either the reward's sign (`use_reward_feedback`, the
   reference default: `step_positive` / `step_negative` whenever the reward is
