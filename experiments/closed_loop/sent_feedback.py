@@ -98,13 +98,13 @@ class SentFeedback:
 
 
 def log_sent_feedback(metrics_logger, drained: dict[str, dict[str, float]]) -> None:
-    """Log one drain: the means averaged and the maxima kept over the iteration (and over env runners)."""
+    """Log one drain: the means averaged and the maxima kept over the iteration (and over env runners).
+
+    RLlib 2.60's mean and max statistics start empty after each reduce, i.e. each iteration (a name not sent in an
+    iteration has no point there); merged over env runners, the mean is the mean of their means.
+    """
     for name, stats in drained.items():
         for stat in MEAN_STATS:
-            metrics_logger.log_value(
-                f"{FEEDBACK_BY_NAME}{name}/{stat}", stats[stat], reduce="mean", clear_on_reduce=True
-            )
+            metrics_logger.log_value(f"{FEEDBACK_BY_NAME}{name}/{stat}", stats[stat], reduce="mean")
         for stat in MAX_STATS:
-            metrics_logger.log_value(
-                f"{FEEDBACK_BY_NAME}{name}/{stat}", stats[stat], reduce="max", clear_on_reduce=True
-            )
+            metrics_logger.log_value(f"{FEEDBACK_BY_NAME}{name}/{stat}", stats[stat], reduce="max")
