@@ -14,6 +14,8 @@ naming the problem instead of a late engine error.
 from __future__ import annotations
 
 import os
+import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,21 +97,153 @@ def available_scenarios() -> list[str]:
     return own + [name for name in VIZDOOM_SCENARIOS if name not in own]
 
 
+@dataclass(frozen=True)
+class CfgEntry:
+    """One setting of a vizdoom cfg: `key = value`, `key += value` or `key = { items }` (items joined by spaces)."""
+
+    line: int
+    key: str
+    value: str
+
+    @property
+    def normal_key(self) -> str:
+        """The key as vizdoom compares it: case and underscores do not matter (`episodeTimeout`)."""
+        return self.key.replace("_", "").lower()
+
+
+CFG_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+CFG_EXAMPLE = "`doom_scenario_path = my_map.wad`, `living_reward = -1`, `available_buttons = { ATTACK }`"
+
+
+def read_cfg(cfg_path: Path) -> list[CfgEntry]:
+    """The settings of a vizdoom cfg file, checked for vizdoom's syntax; ValueError naming the line if it is not one.
+
+    The syntax is vizdoom's: one `key = value` (or `key += value`) per line, a list in `{ }` that may span lines
+    (its `{` on the key's line or the next), `#` starting a comment. Whether vizdoom knows each key is not checked
+    here (vizdoom ignores keys it does not know, with a warning: `ignored_cfg_entries`).
+    """
+    raw = cfg_path.read_bytes()
+    hint = " (a .wad is a map: name it in a cfg's doom_scenario_path)" if raw[:4] in (b"IWAD", b"PWAD") else ""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = "\0"
+    if "\0" in text:
+        raise ValueError(f"{cfg_path} is not a vizdoom config: it is not a text file{hint}")
+
+    def refuse(number: int, what: str) -> ValueError:
+        return ValueError(
+            f"{cfg_path} is not a vizdoom config: line {number}: {what}; a cfg holds settings like {CFG_EXAMPLE}"
+        )
+
+    entries: list[CfgEntry] = []
+    pending: tuple[int, str] | None = None  # a key whose value is a list still being read
+    items: list[str] = []
+    awaiting_brace = False
+    for number, full in enumerate(text.splitlines(), start=1):
+        line = full.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if pending is not None:
+            if awaiting_brace:
+                if not line.startswith("{"):
+                    raise refuse(pending[0], f"{pending[1]!r} has no value")
+                awaiting_brace, line = False, line[1:]
+            body, closed, rest = line.partition("}")
+            if "{" in body or rest.strip():
+                raise refuse(number, f"{full.strip()!r} is not a list item")
+            items += body.split()
+            if closed:
+                entries.append(CfgEntry(pending[0], pending[1], " ".join(items)))
+                pending, items = None, []
+            continue
+        key, equals, value = line.partition("=")
+        key, value = key.strip().removesuffix("+").strip(), value.strip()
+        if not equals or not CFG_KEY.match(key):
+            raise refuse(number, f"{full.strip()!r} is not `key = value`")
+        if value.startswith("{") or not value:
+            pending, items, awaiting_brace = (number, key), [], not value
+            if value:
+                body, closed, rest = value[1:].partition("}")
+                if "{" in body or rest.strip():
+                    raise refuse(number, f"{full.strip()!r} is not `key = {{ items }}`")
+                items = body.split()
+                if closed:
+                    entries.append(CfgEntry(number, key, " ".join(items)))
+                    pending = None
+            continue
+        entries.append(CfgEntry(number, key, value))
+    if pending is not None:
+        raise refuse(
+            pending[0], f"{pending[1]!r} " + ("has no value" if awaiting_brace else "opens a { list never closed")
+        )
+    if not entries:
+        raise ValueError(
+            f"{cfg_path} is not a vizdoom config: it sets nothing; a cfg holds settings like {CFG_EXAMPLE}"
+        )
+    return entries
+
+
+def ignored_cfg_entries(cfg_path: Path) -> list[CfgEntry]:
+    """The entries of a cfg that vizdoom does not apply (a key it does not know, or a value it refuses).
+
+    vizdoom skips such lines with a warning on stderr and plays on; the reference trainer's survival.cfg has two
+    (`user_kill_reward`, `penalty_per_shot`, which its map's script has as its own defaults). Each entry is tried
+    in a config of its own, so this prints vizdoom's warning for each ignored one.
+    """
+    entries = read_cfg(cfg_path)
+    if vizdoom.DoomGame().load_config(str(cfg_path)):
+        return []
+    ignored = []
+    with tempfile.TemporaryDirectory(prefix="spikeloop-cfg-") as tmp:
+        probe = Path(tmp) / "entry.cfg"
+        for entry in entries:
+            value = f"{{ {entry.value} }}" if entry.normal_key in LIST_KEYS else entry.value
+            probe.write_text(f"{entry.key} = {value}\n")
+            if not vizdoom.DoomGame().load_config(str(probe)):
+                ignored.append(entry)
+    return ignored
+
+
+LIST_KEYS = frozenset({"availablebuttons", "availablegamevariables"})
+"""cfg keys whose value is a `{ }` list (`game_args` is a plain string)."""
+REWARD_GETTERS = {
+    "living_reward": "get_living_reward",
+    "death_penalty": "get_death_penalty",
+    "kill_reward": "get_kill_reward",
+    "hit_reward": "get_hit_reward",
+    "hit_taken_reward": "get_hit_taken_reward",
+    "damage_made_reward": "get_damage_made_reward",
+    "damage_taken_reward": "get_damage_taken_reward",
+    "health_reward": "get_health_reward",
+    "armor_reward": "get_armor_reward",
+    "item_reward": "get_item_reward",
+    "secret_reward": "get_secret_reward",
+    "frag_reward": "get_frag_reward",
+    "map_exit_reward": "get_map_exit_reward",
+}
+"""The reward settings a cfg can make (vizdoom's names), read back from a game that loaded it."""
+
+
+def cfg_rewards(cfg_path: Path) -> dict[str, float]:
+    """The non-zero rewards the cfg sets, as vizdoom applies them (the map's own script may add more)."""
+    game = vizdoom.DoomGame()
+    game.load_config(str(cfg_path))
+    values = {name: getattr(game, getter, None) for name, getter in REWARD_GETTERS.items()}
+    return {name: float(get()) for name, get in values.items() if get is not None and float(get()) != 0.0}
+
+
 def _cfg_value(cfg_path: Path, key: str) -> str | None:
-    """The value of `key = value` in a vizdoom cfg (last one wins, as in vizdoom), or None."""
-    value = None
-    for line in cfg_path.read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if "=" in line:
-            name, _, rest = line.partition("=")
-            if name.strip().lower() == key:
-                value = rest.strip()
-    return value
+    """The value of `key` in a vizdoom cfg (last one wins, as in vizdoom; case and underscores ignored), or None."""
+    wanted = key.replace("_", "").lower()
+    values = [e.value for e in read_cfg(cfg_path) if e.normal_key == wanted]
+    return values[-1] if values else None
 
 
 def _find_file(name: str, cfg_path: Path) -> Path | None:
     """A file named in a cfg: as given, next to the cfg, or in vizdoom's scenarios folder."""
-    for candidate in (Path(name), cfg_path.parent / name, VIZDOOM_SCENARIOS_DIR / name, VIZDOOM_DIR / name):
+    # Next to the cfg first: vizdoom resolves a cfg's relative paths from the cfg's own folder.
+    for candidate in (cfg_path.parent / name, Path(name), VIZDOOM_SCENARIOS_DIR / name, VIZDOOM_DIR / name):
         if candidate.is_file():
             return candidate.resolve()
     return None
@@ -123,6 +257,7 @@ def resolve_scenario(scenario: str | os.PathLike) -> Scenario:
         cfg_path = Path(text).expanduser()
         if not cfg_path.is_file():
             raise FileNotFoundError(f"scenario cfg not found: {cfg_path} (resolved to {cfg_path.resolve()})")
+        read_cfg(cfg_path)  # a user's file: refused unless it is a vizdoom config
         name = cfg_path.stem
     elif (OWN_SCENARIOS_DIR / f"{text}.cfg").is_file():
         cfg_path, name = OWN_SCENARIOS_DIR / f"{text}.cfg", text

@@ -52,6 +52,8 @@ ACCOUNTING_KEYS = ("env_steps_taken", EPISODE_STEPS_LOGGED, "unfinished_episode_
 """Where a trial's env steps went (summary.yaml): taken by its env runners = in finished episodes + in the episodes
 still going at the stop; reached the learner (less than taken only if a sample was given up on)."""
 RESOLVED_FILE = "experiment.yaml"
+START_FROM = "start_from"
+"""Tune config key: the checkpoint a new run's trials start from (`--from`; experiments/start_from.py)."""
 CHECKPOINT_REQUEST = "checkpoint.request"
 SCORE_TAG = "episode/return_mean"
 """The default `tune.metric`: trials and checkpoints are ranked by it unless the experiment names another."""
@@ -187,6 +189,10 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
         with start.as_directory() as path:
             restore(algo, path)
         print(f"resumed from {start.path} at iteration {algo.iteration}", flush=True)
+    elif tune_config.get(START_FROM):  # `--from`: a new trial on another run's weights (retries take their own)
+        from experiments.start_from import start_trial
+
+        start_trial(algo, Path(tune_config[START_FROM]), trial_dir)
     log = RunLog(trial_dir)
     stop = experiment.stop
     t0 = time.monotonic()
@@ -389,8 +395,12 @@ def _check_cluster_fit(experiment: Experiment) -> None:
         raise DoesNotFit(problem)
 
 
-def run(experiment: Experiment, *, sweep: bool, resume: bool = False) -> Path:
-    """Train (one trial) or sweep (the tune section), returning the run directory."""
+def run(experiment: Experiment, *, sweep: bool, resume: bool = False, start_from: Path | None = None) -> Path:
+    """Train (one trial) or sweep (the tune section), returning the run directory.
+
+    `start_from`: a checkpoint (checked by `experiments.start_from.check_start`) whose weights every new trial
+    starts from.
+    """
     import ray
     from ray import tune
 
@@ -418,6 +428,8 @@ def run(experiment: Experiment, *, sweep: bool, resume: bool = False) -> Path:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / RESOLVED_FILE).write_text(experiment.to_yaml())
         param_space: dict[str, Any] = {"experiment": experiment.plain()}
+        if start_from is not None:
+            param_space[START_FROM] = str(start_from)
         if sweep and experiment.tune.search_space:
             param_space["sweep"] = _search_space(experiment)
         t = experiment.tune
@@ -459,6 +471,8 @@ def run(experiment: Experiment, *, sweep: bool, resume: bool = False) -> Path:
         "learner_env_steps": sum(int((r.metrics or {}).get(LEARNER_ENV_STEPS, 0) or 0) for r in results),
         "empty_iterations": sum(int((r.metrics or {}).get(EMPTY_ITERATIONS, 0) or 0) for r in results),
     }
+    if start_from is not None:
+        summary["started_from"] = str(start_from)
     if setup_errors:
         summary["failed_before_first_iteration"] = setup_errors
     if lost:

@@ -17,6 +17,7 @@ from PIL import Image
 
 from bridge.channels import LIVE_VIEW_PORT, SPIKE_GROUP_NAMES, STIM_FREQUENCY_RANGE_HZ
 from bridge.ports import free_port
+from bridge.safety import SafetyEnvelope
 from experiments.live_view.announce import LIVE_VIEW_FILE, announce
 from experiments.live_view.publisher import Publisher
 from experiments.live_view.runner_view import _bind, current_view
@@ -193,3 +194,12 @@ def test_real_run_streams_the_game(ray_session, tmp_path):
     assert len(state["spikes"]["counts"]) == len(SPIKE_GROUP_NAMES) and sum(state["spikes"]["counts"]) > 0
     assert state["action"]["name"] and state["loop"]["exchange_ok"] is True
     assert state["frames"]["encoded"] >= 10
+    # The feedback panel: what was sent per name, in Hz and uA after the envelope (TINY_RUN keeps the defaults).
+    envelope = SafetyEnvelope()
+    assert state["feedback"], "no feedback shown (reward feedback goes out on every missed shot in basic)"
+    for row in state["feedback"]:
+        assert row["sent"] >= 1 and row["last_pulses"] >= 1, row
+        assert envelope.min_frequency_hz <= row["mean_frequency_hz"] <= row["max_frequency_hz"], row
+        assert row["max_frequency_hz"] <= envelope.max_frequency_hz, row
+        assert envelope.min_amplitude_ua <= row["mean_amplitude_ua"] <= row["max_amplitude_ua"], row
+        assert row["max_amplitude_ua"] <= envelope.effective_max_amplitude_ua, row

@@ -28,6 +28,7 @@ from PIL import Image
 
 from bridge.channels import STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
 from bridge.ports import free_port
+from bridge.safety import SafetyEnvelope
 from experiments.live_view.announce import served_views
 from tests.support.live_view_run import training_with_view
 
@@ -214,3 +215,13 @@ def test_dashboard_shows_the_game_and_the_culture(ray_session):
         assert float(_cell(dom, "tick-ms")) >= 0
         assert _cell(dom, "device") == "sim-1"
     assert sum(float(_cell(last, f"spike-{i}")) for i in range(8)) > 0, "no spikes shown"
+    # The feedback panel: a row per feedback name sent, Hz and uA within the envelope.
+    rows = re.findall(r'<tr id="fb-([A-Za-z0-9_-]+)"', last)
+    assert rows, "the feedback panel shows no feedback"
+    envelope = SafetyEnvelope()
+    for name in rows:
+        mean_hz, max_hz = float(_cell(last, f"fb-{name}-mean-hz")), float(_cell(last, f"fb-{name}-max-hz"))
+        mean_ua, max_ua = float(_cell(last, f"fb-{name}-mean-ua")), float(_cell(last, f"fb-{name}-max-ua"))
+        assert int(_cell(last, f"fb-{name}-sent")) >= 1
+        assert envelope.min_frequency_hz - 0.1 <= mean_hz <= max_hz + 0.1 <= envelope.max_frequency_hz + 0.2
+        assert envelope.min_amplitude_ua - 0.01 <= mean_ua <= max_ua + 0.01 <= envelope.max_amplitude_ua + 0.02

@@ -11,10 +11,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bridge.safety import SafetyEnvelope
 from envs.rewards import EVENTS
+from experiments.closed_loop.feedback import FeedbackSettings
 from tests.support.spikeloop_cli import run_spikeloop
 
 BATCH = 256
+SENT_STATS = ("mean_frequency_hz", "max_frequency_hz", "mean_amplitude_ua", "max_amplitude_ua", "max_pulses")
 
 
 def event_scalars(directory: Path) -> dict[str, list[tuple[int, float]]]:
@@ -89,6 +92,21 @@ def test_train_and_watch_write_the_reference_telemetry_once(tmp_path: Path) -> N
     for name in event_rows:
         for stat in ("count", "frequency_scale", "amplitude_scale", "pulse_scale"):
             assert f"feedback/{name}/{stat}" in tags
+    # What reached the wire, in absolute units, per feedback name: within the envelope, the mean below the max.
+    envelope, feedback = SafetyEnvelope(), FeedbackSettings()  # quickstart sets neither
+    sent = {t.split("/")[1] for t in tags if t.startswith("feedback/") and t.endswith("/max_frequency_hz")}
+    assert event_rows & sent and {"episode_negative", "episode_positive"} & sent, sorted(tags)
+    for name in sent:
+        series = {stat: [v for _, v in scalars[f"feedback/{name}/{stat}"]] for stat in SENT_STATS}
+        assert all(
+            envelope.min_frequency_hz <= mean <= high <= envelope.max_frequency_hz
+            for mean, high in zip(series["mean_frequency_hz"], series["max_frequency_hz"], strict=True)
+        ), (name, series)
+        assert all(
+            envelope.min_amplitude_ua <= mean <= high <= min(envelope.max_amplitude_ua, feedback.max_amplitude_ua)
+            for mean, high in zip(series["mean_amplitude_ua"], series["max_amplitude_ua"], strict=True)
+        ), (name, series)
+        assert all(1 <= pulses <= envelope.max_pulses for pulses in series["max_pulses"]), (name, series)
     # Steps with a positive, negative or zero reward: every step of an ended episode is one of them.
     ended = sum(
         v

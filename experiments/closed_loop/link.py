@@ -34,6 +34,7 @@ from bridge.core import BridgeConfig, SpikeReply
 from bridge.ports import free_port
 from bridge.protocol import FeedbackCommand
 from experiments.closed_loop.feedback import FeedbackPolicy, within_budget
+from experiments.closed_loop.sent_feedback import SentFeedback
 from experiments.closed_loop.settings import CultureSettings, DeviceSettings
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class CultureLink:
         self.settings = settings
         self.runner_index = runner_index
         self.feedback_policy = FeedbackPolicy(settings.feedback, gamma)
+        self.sent_feedback = SentFeedback(settings.envelope, settings.envelope_policy)
         self.counts: Counter[str] = Counter()
         self.consecutive_timeouts = 0
         self._feedback_this_step = 0  # commands sent since the last stimulation (the per-step budget)
@@ -222,6 +224,7 @@ class CultureLink:
         if dropped:
             self.counts["feedback_dropped"] += dropped
         self.bridge.send_feedback(sent)
+        self.sent_feedback.record(sent)  # Hz and uA as they left (feedback/<name>/*_hz, *_ua)
 
     def send_events(self, events: list[tuple[str, dict[str, Any]]]) -> None:
         """Send events (`episode_end`, `training_complete`) now, after any feedback the bridge client holds back."""

@@ -154,6 +154,11 @@ def restore(algo, checkpoint_path: str) -> None:
     untrained encoder and a zero spike mean. A blocking sync closes that gap.
     """
     algo.restore_from_path(checkpoint_path)
+    sync_env_runners(algo)
+
+
+def sync_env_runners(algo) -> None:
+    """Block until every env runner holds the learner's weights (RLlib's own sync after a restore does not wait)."""
     if algo.env_runner_group is not None and algo.learner_group is not None:
         algo.env_runner_group.sync_weights(
             from_worker_or_learner_group=algo.learner_group, inference_only=True, timeout_seconds=60

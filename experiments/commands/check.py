@@ -96,9 +96,31 @@ def check_scenario(experiment: Experiment) -> str:
         return (
             f"scenario {scenario!r}: reset and one step ok (observation {_shape(obs)}, "
             f"{env.action_space}, step reward {float(reward):g}, terminated={terminated}, truncated={truncated})"
+            + scenario_files(env.scenario, env.reward_mode)
         )
     finally:
         env.close()
+
+
+def scenario_files(scenario, reward_mode: str) -> str:
+    """Continuation lines: the scenario's cfg and WAD, the rewards the cfg sets, and the lines vizdoom ignores."""
+    from envs.scenarios import cfg_rewards, ignored_cfg_entries
+
+    rewards = ", ".join(f"{name} {value:g}" for name, value in cfg_rewards(scenario.cfg_path).items()) or "none"
+    used = (
+        "not in the reward (env.reward_mode: shaped); in episode_end's game_reward_sum"
+        if reward_mode == "shaped"
+        else f"in the reward (env.reward_mode: {reward_mode}) and in episode_end's game_reward_sum"
+    )
+    lines = [
+        f"\n       cfg {scenario.cfg_path}, map {scenario.wad_path or '(the game WAD)'}",
+        f"\n       the cfg's rewards: {rewards} (the game's reward, with the map's own: {used})",
+    ]
+    ignored = ignored_cfg_entries(scenario.cfg_path)
+    if ignored:
+        listed = ", ".join(f"line {e.line} {e.key} = {e.value}" for e in ignored)
+        lines.append(f"\n       vizdoom ignores (unknown key or value): {listed}")
+    return "".join(lines)
 
 
 def check_fit(experiment: Experiment) -> tuple[str, str | None]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from experiments.commands.common import add_experiment_arguments, load_or_exit
+from experiments.commands.common import add_experiment_arguments, add_start_argument, load_or_exit, start_or_exit
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="continue the newest run of this experiment's name from its last checkpoint",
     )
+    add_start_argument(parser)
     return parser
 
 
@@ -28,7 +29,8 @@ def main(argv: list[str]) -> int:
     """Run `spikeloop train`."""
     args = build_parser().parse_args(argv)
     experiment = load_or_exit(args)
+    start_from = start_or_exit(args, experiment)
     from experiments.runner import run
 
-    run(experiment, sweep=False, resume=args.resume)
+    run(experiment, sweep=False, resume=args.resume, start_from=start_from)
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from experiments.commands.common import add_experiment_arguments, load_or_exit
+from experiments.commands.common import add_experiment_arguments, add_start_argument, load_or_exit, start_or_exit
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="resume the newest sweep of this experiment's name (e.g. after the driver was killed); "
         "unfinished and errored trials continue from their checkpoints",
     )
+    add_start_argument(parser)
     return parser
 
 
@@ -32,7 +33,8 @@ def main(argv: list[str]) -> int:
     if not experiment.tune.search_space and not args.resume:
         print("spikeloop tune: the experiment has no tune.search_space; use `spikeloop train` for a single run")
         return 2
+    start_from = start_or_exit(args, experiment)
     from experiments.runner import run
 
-    run(experiment, sweep=True, resume=args.resume)
+    run(experiment, sweep=True, resume=args.resume, start_from=start_from)
     return 0

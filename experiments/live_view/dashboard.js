@@ -76,6 +76,7 @@ function update(state) {
   text("frames-encoded", state.frames.encoded);
   text("clients", state.frames.clients);
   showReturns(state.recent_returns);
+  showFeedback(state.feedback || []);
   if (!state.seq) return;
   document.body.dataset.seq = state.seq;
   text("seq", state.seq);
@@ -119,6 +120,29 @@ function paintArray(stim, counts) {
         el.style.background = `rgba(255,165,58,${(0.1 + 0.9 * Math.min(1, counts[g] / spikeScale)).toFixed(2)})`;
       }
     });
+  });
+}
+
+// One row per feedback name (reward_positive, an event, episode_negative, ...): absolute Hz and uA as sent.
+function showFeedback(rows) {
+  const body = $("feedback").tBodies[0];
+  $("feedback-none").style.display = rows.length ? "none" : "";
+  rows.forEach((r) => {
+    const id = "fb-" + r.name.replace(/[^A-Za-z0-9_-]/g, "_");
+    if (!$(id)) {
+      const row = body.insertRow();
+      row.id = id;
+      cell(row, r.name.replace(/_/g, " "));
+      ["sent", "mean-hz", "max-hz", "mean-ua", "max-ua", "last"].forEach((k) => {
+        cell(row, "\u2013", k === "last" ? "" : "num").id = id + "-" + k;
+      });
+    }
+    text(id + "-sent", r.sent);
+    text(id + "-mean-hz", r.mean_frequency_hz.toFixed(1));
+    text(id + "-max-hz", r.max_frequency_hz.toFixed(1));
+    text(id + "-mean-ua", r.mean_amplitude_ua.toFixed(2));
+    text(id + "-max-ua", r.max_amplitude_ua.toFixed(2));
+    text(id + "-last", `${r.last_frequency_hz.toFixed(0)} / ${r.last_amplitude_ua.toFixed(2)} / ${r.last_pulses}`);
   });
 }
 

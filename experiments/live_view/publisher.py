@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +61,8 @@ class Publisher:
     _episode_step: int = 0
     _last_tick: float = 0.0
     _seq: int = 0
+    feedback_source: Callable[[], Mapping[str, Mapping[str, float]]] | None = None
+    """Per feedback name, what was sent this iteration (`SentFeedback.shown`); None: the panel stays empty."""
 
     def publish(
         self,

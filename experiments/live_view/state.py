@@ -53,6 +53,26 @@ def _elapsed_ms(stim_timestamp_us: int, wall_time: float) -> float:
     return ((int(wall_time * 1e6) - stim_timestamp_us) % 2**32) / 1e3
 
 
+FEEDBACK_FIGURES = (
+    "mean_frequency_hz",
+    "max_frequency_hz",
+    "mean_amplitude_ua",
+    "max_amplitude_ua",
+    "last_frequency_hz",
+    "last_amplitude_ua",
+)
+
+
+def feedback_rows(publisher: Publisher) -> list[dict[str, Any]]:
+    """The feedback panel: per feedback name, what was sent this iteration after the envelope (Hz, uA, pulses)."""
+    shown = publisher.feedback_source() if publisher.feedback_source is not None else {}
+    return [
+        {"name": name, "sent": int(shown[name]["sent"]), "last_pulses": int(shown[name]["last_pulses"])}
+        | {key: round(float(shown[name][key]), 3) for key in FEEDBACK_FIGURES}
+        for name in sorted(shown)
+    ]
+
+
 def tick_state(publisher: Publisher, frames_encoded: int, clients: int, tick: Tick | None = None) -> dict[str, Any]:
     """A tick (default: the latest) as JSON-ready values, built in the server thread, not in the loop."""
     tick = tick or publisher.latest
@@ -62,6 +82,7 @@ def tick_state(publisher: Publisher, frames_encoded: int, clients: int, tick: Ti
         "episodes_done": publisher.episodes_done,
         "recent_returns": _floats(publisher.recent_returns, 3),
         "frames": {"encoded": frames_encoded, "clients": clients},
+        "feedback": feedback_rows(publisher),
     }
     if tick is None:
         return base | {"seq": 0}
