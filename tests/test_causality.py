@@ -23,29 +23,57 @@ def test_stim_drive_is_the_sum_of_frequency_times_amplitude():
     assert stim_drive([1.0, 40.0], [0.5, 2.5]) == 100.5
 
 
-def test_unweighted_correlations_are_pearson_over_the_same_replies():
+def partial_r(y: np.ndarray, lags: list[np.ndarray], k: int) -> tuple[float, float]:
+    """Partial correlation of y with lags[k] given the other lags, by regression residuals; and its exact p."""
+    others = np.column_stack([np.ones_like(y)] + [x for i, x in enumerate(lags) if i != k])
+
+    def residual(v: np.ndarray) -> np.ndarray:
+        return v - others @ np.linalg.lstsq(others, v, rcond=None)[0]
+
+    r, _ = stats.pearsonr(residual(y), residual(lags[k]))
+    dof = len(y) - 2 - (len(lags) - 1)
+    t = r * math.sqrt(dof / (1 - r * r))
+    return float(r), float(2 * stats.t.sf(abs(t), dof))
+
+
+def test_unweighted_correlations_are_partial_over_the_same_replies():
     rng = np.random.default_rng(3)
     x = rng.uniform(0, 100, 200)
-    y = 0.5 * x + 0.8 * np.r_[0.0, x[:-1]] + rng.normal(0, 10, 200)
+    x = x + 0.7 * np.r_[0.0, x[:-1]]  # successive stimulations alike, as in training
+    y = 0.5 * x + 0.3 * np.r_[0.0, x[:-1]] + rng.normal(0, 10, 200)
     c = meter_for(x, y).snapshot()
     # Every lag over the replies that have MAX_LAG stimulations before them.
-    replies = slice(MAX_LAG, None)
+    lags = [x[MAX_LAG - k : len(x) - k] for k in range(MAX_LAG + 1)]
     for k in range(MAX_LAG + 1):
-        expected, _ = stats.pearsonr(x[MAX_LAG - k : len(x) - k], y[replies])
-        assert c.r_lags[k] == pytest.approx(expected, abs=1e-9)
+        expected_r, expected_p = partial_r(y[MAX_LAG:], lags, k)
+        assert c.r_lags[k] == pytest.approx(expected_r, abs=1e-9)
+        # Fisher's z is close to the exact t test where it matters.
+        if 1e-12 < expected_p < 0.01:
+            assert math.log10(c.p_lags[k]) == pytest.approx(math.log10(expected_p), rel=0.1)
     assert c.n == pytest.approx(200 - MAX_LAG)
-    # Fisher's z is close to the exact test where it matters.
-    _, p_exact = stats.pearsonr(x[MAX_LAG:], y[replies])
-    assert math.log10(c.p_current) == pytest.approx(math.log10(p_exact), rel=0.1)
+    assert c.verdict == "current" and c.r_current > c.r_previous > 0.3 > abs(c.r_lags[2])
+
+
+def test_alike_successive_stimulations_do_not_make_a_correct_device_look_late():
+    rng = np.random.default_rng(7)
+    x = np.cumsum(rng.normal(0, 1, 1000))  # a slowly wandering stimulation: plain correlations carry each other
+    y = x + rng.normal(0, 3, 1000)
+    plain = np.corrcoef(x[1:], y[1:])[0, 1], np.corrcoef(x[:-1], y[1:])[0, 1]
+    assert abs(plain[0] - plain[1]) < 0.02  # the plain r can hardly tell lag 0 from lag 1...
+    c = meter_for(x, y).snapshot()
+    assert c.verdict == "current" and c.r_current > 0.2 and abs(c.r_previous) < 0.1  # ...the partial can
+    late = meter_for(x, np.r_[0.0, y[:-1]]).snapshot()
+    assert late.verdict == "late" and late.late_by == 1
 
 
 def test_a_timeout_leaves_its_reply_out_but_its_stimulation_counts_as_the_previous():
-    x = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])
-    y = np.array([0.0, 0.0, 5.0, np.nan, 1.0, 9.0, 2.0, 7.0])
+    x = np.array([3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0, 5.0, 3.0])
+    y = np.array([0.0, 0.0, 5.0, np.nan, 1.0, 9.0, 2.0, 7.0, 4.0, 4.0])
     c = meter_for(x, y).snapshot()
-    kept = [2, 4, 5, 6, 7]  # reply 3 timed out; replies 0 and 1 have fewer than MAX_LAG before them
+    kept = np.array([2, 4, 5, 6, 7, 8, 9])  # reply 3 timed out; replies 0 and 1 have fewer than MAX_LAG before them
     assert c.n == len(kept)
-    assert c.r_previous == pytest.approx(np.corrcoef(x[[k - 1 for k in kept]], y[kept])[0, 1])
+    lags = [x[kept - k] for k in range(MAX_LAG + 1)]
+    assert c.r_previous == pytest.approx(partial_r(y[kept], lags, 1)[0])
 
 
 def test_weighted_correlations_follow_the_recent_window():
