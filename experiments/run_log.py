@@ -78,6 +78,9 @@ RESULT_TAGS: dict[str, str] = {
     "loop/ambiguous": "env_runners/culture/ambiguous",
     "loop/exchange_ok_fraction": "env_runners/culture/exchange_ok_fraction",
     "loop/device_duty": "env_runners/culture/device_duty",
+    "loop/causality_r_current": "env_runners/culture/causality_r_current",
+    "loop/causality_r_previous": "env_runners/culture/causality_r_previous",
+    "loop/unsolicited": "env_runners/culture/unsolicited",
 }
 SPIKE_MEAN_PREFIX = "spike_mean_"
 

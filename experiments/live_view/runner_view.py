@@ -131,8 +131,17 @@ def _bind(publisher: Publisher, settings: ViewSettings, port: int) -> LiveViewSe
         return LiveViewServer(publisher, settings, 0)
 
 
-def start_view(settings: ViewSettings, runner_index: int, vector_env: Any, device_id: str = "") -> RunnerView:
-    """Start this process's view (once); a re-created env only changes where frames come from."""
+def start_view(
+    settings: ViewSettings,
+    runner_index: int,
+    vector_env: Any,
+    device_id: str = "",
+    reply_check: Callable[[], dict[str, Any]] | None = None,
+) -> RunnerView:
+    """Start this process's view (once); a re-created env only changes where frames come from.
+
+    `reply_check` (the culture link's) is read by the server, when a viewer asks, never by the loop.
+    """
     global _VIEW
     source = _frame_source(vector_env)
     if _VIEW is not None:
@@ -142,7 +151,7 @@ def start_view(settings: ViewSettings, runner_index: int, vector_env: Any, devic
         log.warning("live view: the games run in subprocesses (async vector env); serving state without frames")
     import ray
 
-    publisher = Publisher(runner_index, device_id, _action_names(vector_env))
+    publisher = Publisher(runner_index, device_id, _action_names(vector_env), reply_check=reply_check)
     server = _bind(publisher, settings, settings.port_for(runner_index)).start()
     _VIEW = RunnerView(settings, publisher, server, source, ray.util.get_node_ip_address())
     print(f"live view of env runner {runner_index} ({device_id}): {_VIEW.url}", flush=True)
