@@ -23,6 +23,7 @@ import pytest
 from experiments.commands.check import PROBE_ON_AMPLITUDE_UA, PROBE_ON_FREQUENCY_HZ
 from tests.support.hardware_rig import REPO, DevicePorts, DeviceProgram, spikeloop_argv, user_env
 from tests.support.readme_commands import readme_argv
+from tests.support.tensorboard_events import event_scalars
 
 pytestmark = pytest.mark.slow  # each test starts a device program and a check: 15-30 s
 
@@ -111,3 +112,62 @@ def test_ablation_controls_pass_with_a_note(backend: str, note: str, tmp_path: P
     assert check.returncode == 0, check.stdout + check.stderr
     assert f"[info] device 'cl1-a' (cl1): {note}" in check.stdout
     assert "none unsolicited" in check.stdout and "check passed" in check.stdout
+
+
+TRAIN = "spikeloop train experiments/cl1.yaml"
+ONE_ITERATION = [
+    "--set",
+    "ppo.train_batch_size_per_learner=128",
+    "--set",
+    "ppo.minibatch_size=64",
+    "--set",
+    "ppo.num_epochs=1",
+    "--set",
+    "stop.iterations=1",
+    "--set",
+    "loop.timeout_s=1.0",  # a loaded 2-core machine may stall the device program; lateness is not at issue here
+]
+
+
+@pytest.mark.parametrize("fault", [None, "--answer-previous", "--chatty"], ids=["correct", "late", "chatty"])
+def test_training_shows_which_stimulation_the_replies_follow_on_tensorboard(fault: str | None, tmp_path: Path) -> None:
+    """The same statistics, during training: loop/causality_r_current, _previous and loop/unsolicited.
+
+    The device is the perfect channel in real time (its counts a fixed function of the stimulation), so that what
+    is tested is the loop's bookkeeping. With the simulated culture the training values are far weaker (the
+    policy's stimulation varies little, and feedback bursts add spikes of their own): 0.05-0.1 at both lags in
+    real time with cl1.yaml's feedback, too weak to tell the two apart; `spikeloop check`'s probe is the test.
+    """
+    ports = DevicePorts()
+    device = DeviceProgram(
+        DEVICE + ["--backend", "transparent", *([fault] if fault else [])] + ports.device_flags(),
+        tmp_path / "device.log",
+    )
+    root = tmp_path / "runs"
+    try:
+        train = subprocess.run(
+            spikeloop_argv(readme_argv(TRAIN))
+            + ports.experiment_sets()
+            + ONE_ITERATION
+            + ["--set", f"output.root_dir={root}"],
+            cwd=REPO,
+            env=user_env(),
+            capture_output=True,
+            text=True,
+            timeout=420,
+        )
+    finally:
+        device.stop()
+    assert train.returncode == 0, (train.stdout + train.stderr)[-6000:]
+    (trial,) = [p for p in next(root.glob("cl1-*")).iterdir() if p.is_dir() and p.name.startswith("train_trial")]
+    scalars = event_scalars(trial)
+    (_, r_current), (_, r_previous) = scalars["loop/causality_r_current"][-1], scalars["loop/causality_r_previous"][-1]
+    (_, unsolicited) = scalars["loop/unsolicited"][-1]
+    print(f"{fault}: r_current {r_current:.3f}  r_previous {r_previous:.3f}  unsolicited {unsolicited:g}")
+    if fault == "--answer-previous":
+        assert r_previous > r_current + 0.1, (r_current, r_previous)
+    elif fault is None:
+        assert r_current > r_previous + 0.1, (r_current, r_previous)
+    # Chatty: its unasked datagrams echo the newest stamp and carry this channel's counts of the newest
+    # stimulation, so whichever is taken the correlations cannot tell; only the count shows it.
+    assert (unsolicited > 0) == (fault == "--chatty"), unsolicited
