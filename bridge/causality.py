@@ -219,14 +219,24 @@ class CausalityMeter:
 
 
 def _partial_correlations(cov: np.ndarray) -> np.ndarray:
-    """Partial correlation of variable 0 with each other one, all the rest taken out (NaN if they are collinear)."""
+    """Partial correlation of variable 0 with each other one, all the rest taken out.
+
+    NaN when the others move in lockstep (their parts cannot be told apart); 0 for a variable that adds nothing
+    because the rest already explain variable 0 entirely (a noise-free late device: the lag it answers does).
+    """
     scale = np.sqrt(np.diag(cov))
     corr = cov / np.outer(scale, scale)
-    try:
-        precision = np.linalg.inv(corr)
-    except np.linalg.LinAlgError:
-        return np.full(len(cov) - 1, math.nan)
-    if np.linalg.cond(corr) > 1e8:  # the lags move in lockstep: their parts cannot be told apart
-        return np.full(len(cov) - 1, math.nan)
-    partial = -precision[0, 1:] / np.sqrt(precision[0, 0] * np.diag(precision)[1:])
+    r_y, r_x = corr[0, 1:], corr[1:, 1:]
+    m = len(r_y)
+    if np.linalg.cond(r_x) > 1e8:
+        return np.full(m, math.nan)
+    partial = np.empty(m)
+    for k in range(m):
+        rest = [i for i in range(m) if i != k]
+        inverse = np.linalg.inv(r_x[np.ix_(rest, rest)])
+        # Residual (co)variances of y and x_k once the other lags are regressed out.
+        left_y = 1.0 - r_y[rest] @ inverse @ r_y[rest]
+        left_k = 1.0 - r_x[k, rest] @ inverse @ r_x[k, rest]
+        shared = r_y[k] - r_y[rest] @ inverse @ r_x[k, rest]
+        partial[k] = 0.0 if left_y <= 1e-12 else shared / math.sqrt(left_y * left_k)
     return np.clip(partial, -1.0, 1.0)

@@ -64,6 +64,8 @@ def test_alike_successive_stimulations_do_not_make_a_correct_device_look_late():
     assert c.verdict == "current" and c.r_current > 0.2 and abs(c.r_previous) < 0.1  # ...the partial can
     late = meter_for(x, np.r_[0.0, y[:-1]]).snapshot()
     assert late.verdict == "late" and late.late_by == 1
+    exact = meter_for(x, np.r_[0.0, x[:-1]]).snapshot()  # noise-free: the counts ARE the previous drive
+    assert exact.verdict == "late" and exact.r_previous == 1.0 and exact.r_current == 0.0
 
 
 def test_a_timeout_leaves_its_reply_out_but_its_stimulation_counts_as_the_previous():
