@@ -134,6 +134,7 @@ def test_assess_needs_the_earlier_lag_significant_and_clearly_stronger():
     assert assess(40, (0.1, 0.9, 0.0)).verdict == "late"
     assert assess(40, (0.6, 0.7, 0.0)).verdict == "mixed"  # stronger, but not clearly: not late
     assert assess(40, (0.7, 0.6, 0.0)).verdict == "current"
+    assert assess(40, (0.39, 0.8, 0.22)).verdict == "late"  # not clearly stronger, but the own one not significant
     assert assess(40, (0.1, 0.3, 0.0)).verdict == "none"  # not significant at ALPHA for 40 replies
     assert assess(1000, (0.1, 0.3, 0.0)).verdict == "late"  # ...which 1,000 replies are
     assert ALPHA <= 0.001
