@@ -173,6 +173,8 @@ class SpikeReply:
     reply_timestamp_us: int | None
     clamped: int
     """How many stimulation values the safety envelope had to fix."""
+    unsolicited: int = 0
+    """Datagrams from the device so far that answered no stimulation (`BridgeCore.unsolicited`), as of this reply."""
 
     @property
     def ok(self) -> bool:
@@ -233,6 +235,7 @@ def _locked(method: Callable[..., R]) -> Callable[..., R]:
 
 COUNTERS = (
     "exchanges",
+    "received",
     "ok",
     "timeouts",
     "ambiguous",
@@ -248,8 +251,10 @@ COUNTERS = (
     "clamped_commands",
     "clamped_values",
 )
-"""`ambiguous`: exchanges on probation that got two or more replies (none taken; not counted in `timeouts`).
-`written_off`: stimulations whose reply never came within their horizon (plain devices)."""
+"""`received`: well-formed spike datagrams from the device's address, answers or not.
+`ambiguous`: exchanges on probation that got two or more replies (none taken; not counted in `timeouts`).
+`written_off`: stimulations whose reply never came within their horizon (plain devices).
+`stale` and `duplicates` together are the device's unsolicited datagrams (`BridgeCore.unsolicited`)."""
 
 
 class BridgeCore:
@@ -320,6 +325,17 @@ class BridgeCore:
     def spike_port(self) -> int:
         """The port actually bound for spike replies."""
         return self._spike_sock.getsockname()[1]
+
+    @property
+    def unsolicited(self) -> int:
+        """Datagrams from the device that answered no stimulation: `stale` (none was owed or awaited, or it came
+        sooner than the device can answer) plus `duplicates` (copies of a reply already taken).
+
+        Protocol v1 allows one reply per stimulation and nothing unasked. Whichever of them the bridge counted,
+        one more datagram than stimulations came; from a plain device (no echoed stamp) the unasked one may even
+        have been taken as the answer, and the real answer counted `stale` instead.
+        """
+        return self._counts["stale"] + self._counts["duplicates"]
 
     @_locked
     def exchange(
@@ -462,6 +478,7 @@ class BridgeCore:
             "reply_source": self._reply_source(),
             "last_foreign_source": None if foreign is None else f"{foreign[0]}:{foreign[1]}",
             **self._counts,
+            "unsolicited": self.unsolicited,
             "consecutive_timeouts": self._consecutive_timeouts,
             "last_reply_wall": self._last_reply_wall,
             "last_heard_wall": self._last_heard_wall,
@@ -540,14 +557,14 @@ class BridgeCore:
         self._consecutive_timeouts = 0
         self._last_reply_wall = time.time()
         counts = np.asarray(reply.counts, dtype=np.float32)
-        return SpikeReply(counts, "ok", latency, stim.timestamp_us, reply.timestamp_us, clamped)
+        return SpikeReply(counts, "ok", latency, stim.timestamp_us, reply.timestamp_us, clamped, self.unsolicited)
 
     def _no_answer(self, stim: StimCommand, clamped: int, count_timeout: bool) -> SpikeReply:
         if count_timeout:
             self._counts["timeouts"] += 1
         self._consecutive_timeouts += 1
         zeros = np.zeros(N_SPIKE_GROUPS, dtype=np.float32)
-        return SpikeReply(zeros, "timeout", self.config.timeout_s, stim.timestamp_us, None, clamped)
+        return SpikeReply(zeros, "timeout", self.config.timeout_s, stim.timestamp_us, None, clamped, self.unsolicited)
 
     def _note_repin(self) -> None:
         """Auto reply port, at a timeout: a device program restarted with a new socket is followed."""
@@ -669,6 +686,7 @@ class BridgeCore:
         except ProtocolError:
             self._counts["malformed"] += 1
             return None
+        self._counts["received"] += 1
         return _Datagram(reply, data, addr[1], arrived)
 
     def _echo_bookkeeping(self, ts: int) -> bool:

@@ -38,6 +38,14 @@ from a socket of its own rather than its stimulation port. In tick mode the
 counters show how far behind the device fell: `lag_ticks_max_<port>` (the most
 ticks a datagram waited to be taken) and `backlog_max_<port>`.
 
+Protocol faults, to show that `spikeloop check` and training catch them
+(`--answer-previous`, `--chatty`; never what a device should do): answering each
+stimulation with the counts evoked by the one before it (as a device does that
+applies a stimulation only after the tick it reports: stamps and timing stay
+right, only the counts are one stimulation late), and sending one spike
+datagram per tick whether a stimulation asked for it or not (counted as
+`unsolicited_sent`).
+
 In-process use (tests, one simulated device per env runner):
 
     address = DeviceAddress(stim_port=0, event_port=0, feedback_port=0, spike_port=my_port)
@@ -162,6 +170,10 @@ class DeviceConfig:
     clock_resolution_ms: float = 0.0
     """With reply_stamp "own": the device clock moves in steps of this many ms (0: microseconds)."""
     reply_from: Literal["stim_port", "ephemeral"] = "stim_port"
+    answer_previous: bool = False
+    """Fault: answer each stimulation with the counts of the previous one's windows (the first with zeros)."""
+    chatty: bool = False
+    """Fault: besides the replies, send one spike datagram per tick that answers no stimulation."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.address, DeviceAddress):
@@ -184,10 +196,9 @@ class DeviceConfig:
             raise ValueError(f"device clock_resolution_ms={self.clock_resolution_ms!r}: must be a finite number >= 0")
         if self.tick_quantised and self.backend == "cl":
             raise ValueError("--tick-quantised emulates a hardware loop; the cl backend already runs on its own ticks")
-        if self.tick_quantised and not self.realtime and self.backend in ("sim", "transparent"):
-            raise ValueError(
-                "--tick-quantised runs on the wall clock: use it with --realtime, not --as-fast-as-possible"
-            )
+        for flag, on in (("--tick-quantised", self.tick_quantised), ("--chatty", self.chatty)):
+            if on and not self.realtime and self.backend in ("sim", "transparent"):
+                raise ValueError(f"{flag} runs on the wall clock: use it with --realtime, not --as-fast-as-possible")
         longest_burst = self.envelope.max_frequency_hz / self.tick_frequency_hz
         if longest_burst > self.envelope.max_pulses:
             raise ValueError(
@@ -239,6 +250,9 @@ class Device:
         self._reply_sock = self._stim_sock if config.reply_from == "stim_port" else self._bind(0)
         self._constant_stamp_us = now_us()
         self._tick = 0  # tick-quantised: the current tick
+        self._held_counts = [0.0] * channels.N_SPIKE_GROUPS  # answer_previous: the counts the next reply carries
+        self._last_stim_us = 0  # chatty: the newest stimulation's stamp, echoed by unasked datagrams
+        self._next_chatter_s = -math.inf  # chatty, free-running: when the next unasked datagram leaves
         self._window_ticks = reply_ticks(config.tick_frequency_hz, config.artifact_wait_ms, config.collect_window_ms)
         # Feedback before stimulation before events: the order a trainer sends them in.
         self._socks = [self._feedback_sock, self._stim_sock, self._event_sock]
@@ -362,6 +376,10 @@ class Device:
         if self.backend.paced:
             self.backend.advance_to(self.backend.now_s())
         self._send_due_replies()
+        if self.config.chatty and self.backend.now_s() >= self._next_chatter_s:
+            period = 1.0 / self.config.tick_frequency_hz
+            self._next_chatter_s = max(self._next_chatter_s + period, self.backend.now_s())
+            self._chatter()
 
     def _wait_s(self) -> float:
         if not self._pending:
@@ -460,6 +478,8 @@ class Device:
                     self._handle(sock, data, source)
             self.backend.advance_to(self.backend.now_s())
             self._send_due_replies()
+            if self.config.chatty:
+                self._chatter()
             self._tick += 1
             next_tick += period
             if next_tick < time.monotonic() - period:
@@ -483,6 +503,7 @@ class Device:
         at_s = self.backend.now_s()
         cmd = decode_stim(data)
         self.counters["stim"] += 1
+        self._last_stim_us = cmd.timestamp_us
         refused = None
         try:
             self.config.envelope.check_stim(cmd, "raise")
@@ -583,12 +604,27 @@ class Device:
 
     def _reply_datagram(self, reply: _PendingReply) -> tuple[list[float], bytes]:
         counts = [float(c) for c in self.backend.spike_counts(reply.collect_start_s, reply.collect_end_s)]
-        return counts, encode_spikes(SpikeCounts(self._reply_stamp(reply), tuple(counts)))
+        if self.config.answer_previous:  # the fault: this window's counts wait for the next stimulation's reply
+            counts, self._held_counts = self._held_counts, counts
+        return counts, encode_spikes(SpikeCounts(self._stamp(reply.stim_timestamp_us), tuple(counts)))
 
-    def _reply_stamp(self, reply: _PendingReply) -> int:
-        """The reply's timestamp: the stimulation's (echo), or the device's own clock."""
+    def _chatter(self) -> None:
+        """The chatty fault: one datagram answering no stimulation, with the last tick's counts."""
+        now = self.backend.now_s()
+        counts = self.backend.spike_counts(max(0.0, now - 1.0 / self.config.tick_frequency_hz), now)
+        datagram = encode_spikes(SpikeCounts(self._stamp(self._last_stim_us), tuple(float(c) for c in counts)))
+        try:
+            self._reply_sock.sendto(datagram, self._reply_to)
+        except OSError as exc:
+            self.counters["send_errors"] += 1
+            log.debug("could not send an unasked datagram: %s", exc)
+            return
+        self.counters["unsolicited_sent"] += 1
+
+    def _stamp(self, stim_timestamp_us: int) -> int:
+        """A datagram's timestamp: the stimulation's (echo), or the device's own clock."""
         if self.config.reply_stamp == "echo":
-            return reply.stim_timestamp_us
+            return stim_timestamp_us
         if self.config.reply_stamp == "constant":
             return self._constant_stamp_us
         stamp = now_us()
@@ -761,6 +797,25 @@ def build_parser() -> argparse.ArgumentParser:
         default="stim-port",
         help="send replies from the stimulation port, or from a socket of their own on a free port",
     )
+    faults = p.add_argument_group(
+        "protocol faults (to show that spikeloop check and training catch them; never for a real run)",
+        "break the rule every protocol-v1 device must keep: one reply per stimulation, carrying the spikes "
+        "counted in the windows after that stimulation, and nothing unasked",
+    )
+    faults.add_argument(
+        "--answer-previous",
+        action="store_true",
+        help="answer each stimulation with the counts evoked by the stimulation before it (the first with "
+        "zeros), on time and with the right stamp: a device that applies a stimulation only after the tick it "
+        "reports. `spikeloop check` fails it: its counts follow the previous stimulation",
+    )
+    faults.add_argument(
+        "--chatty",
+        action="store_true",
+        help="besides the replies, send one spike datagram per tick (--tick-frequency) whether a stimulation "
+        "asked for it or not, with the last tick's counts (stamped with the newest stimulation's timestamp, or "
+        "the device clock with --own-clock); needs real time. `spikeloop check` fails it: unsolicited datagrams",
+    )
     envelope = p.add_argument_group(
         "device safety envelope",
         "the device's own limits, checked on every stimulation and feedback command "
@@ -848,6 +903,8 @@ def config_from_args(args: argparse.Namespace) -> DeviceConfig:
         reply_stamp="constant" if args.constant_clock else "own" if args.own_clock else "echo",
         clock_resolution_ms=args.clock_resolution_ms,
         reply_from=args.reply_from.replace("-", "_"),
+        answer_previous=args.answer_previous,
+        chatty=args.chatty,
     )
 
 

@@ -58,7 +58,7 @@ _STIM, _REPLY, _ERROR = b"S", b"R", b"E"
 _CALL, _RESULT = b"C", b"V"  # any other bridge method, and its result: pickled
 _FEEDBACK = b"F"  # feedback commands sent ahead of the next request, unanswered: pickled
 _STIM_HEADER = struct.Struct("<HH")  # number of frequencies, number of amplitudes; then that many doubles
-_REPLY_HEADER = struct.Struct("<?dQqIH")  # ok, latency_s, stim ts, reply ts (-1: none), clamped, n counts
+_REPLY_HEADER = struct.Struct("<?dQqIQH")  # ok, latency_s, stim ts, reply ts (-1: none), clamped, unsolicited, n counts
 _NO_TIMESTAMP = -1
 _STATUS: dict[bool, Literal["ok", "timeout"]] = {True: "ok", False: "timeout"}
 
@@ -88,15 +88,18 @@ def encode_reply(reply: SpikeReply) -> bytes:
     """A SpikeReply as packed numbers."""
     counts = np.ascontiguousarray(reply.counts, dtype=np.float32)
     stamp = _NO_TIMESTAMP if reply.reply_timestamp_us is None else reply.reply_timestamp_us
-    header = _REPLY_HEADER.pack(reply.ok, reply.latency_s, reply.stim_timestamp_us, stamp, reply.clamped, counts.size)
+    header = _REPLY_HEADER.pack(
+        reply.ok, reply.latency_s, reply.stim_timestamp_us, stamp, reply.clamped, reply.unsolicited, counts.size
+    )
     return _REPLY + header + counts.tobytes()
 
 
 def decode_reply(message: bytes) -> SpikeReply:
     """The SpikeReply packed by `encode_reply`."""
-    ok, latency_s, stim_us, reply_us, clamped, n = _REPLY_HEADER.unpack_from(message, 1)
+    ok, latency_s, stim_us, reply_us, clamped, unsolicited, n = _REPLY_HEADER.unpack_from(message, 1)
     counts = np.frombuffer(message, dtype=np.float32, count=n, offset=1 + _REPLY_HEADER.size).copy()
-    return SpikeReply(counts, _STATUS[ok], latency_s, stim_us, None if reply_us == _NO_TIMESTAMP else reply_us, clamped)
+    reply_stamp = None if reply_us == _NO_TIMESTAMP else reply_us
+    return SpikeReply(counts, _STATUS[ok], latency_s, stim_us, reply_stamp, clamped, unsolicited)
 
 
 class ChannelLost(ConnectionError):

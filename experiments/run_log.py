@@ -80,6 +80,9 @@ RESULT_TAGS: dict[str, str] = {
     "loop/device_duty": "env_runners/culture/device_duty",
     "ppo/env_steps_received": "learners/__all_modules__/num_env_steps_received",
     "ppo/env_steps_received_lifetime": "learners/__all_modules__/num_env_steps_received_lifetime",
+    "loop/causality_r_current": "env_runners/culture/causality_r_current",
+    "loop/causality_r_previous": "env_runners/culture/causality_r_previous",
+    "loop/unsolicited": "env_runners/culture/unsolicited",
 }
 EMPTY_ITERATIONS_TAG = "ppo/empty_iterations"
 """Iterations so far in which the learner received no env steps (written by RunLog, not read from RLlib)."""

@@ -50,7 +50,9 @@ def test_quickstart_passes_and_prints_latency_and_envelope():
     ), out
     assert "scenario 'basic': reset and one step ok" in out
     assert SafetyEnvelope().describe() in out
-    assert "envelope MINIMUM only" in out
+    assert re.search(r"off = the envelope MINIMUM 1 Hz, 0\.5 uA; on = 20 Hz, 1\.5 uA .*order \(1 = on\): [01]{10}", out)
+    assert "replies answer their own stimulation" not in out  # 10 exchanges: too few to tell
+    assert "only 8 replies to correlate" in out
     for group in (
         "step_positive",
         "step_negative",
@@ -113,13 +115,14 @@ def test_silent_device_fails_within_its_timeout_naming_device_and_port():
     assert gave_up_s < 2 * 0.2  # one timeout, not one per planned exchange (20 x 0.2 s)
 
 
-def test_probe_stimulates_only_at_the_envelope_minimum():
+def test_minimum_only_probe_stimulates_only_at_the_envelope_minimum():
     spike_port = free_port()
     with LoopbackDevice(spike_port=spike_port) as device:
         result = spikeloop_check(
             QUICKSTART,
             "--exchanges",
             "5",
+            "--minimum-only",
             "--set",
             cl1_device("loop-cl1", device.stim_port, spike_port, device.feedback_port, device.event_port),
             "--set",
@@ -128,6 +131,8 @@ def test_probe_stimulates_only_at_the_envelope_minimum():
             "safety.min_amplitude_ua=0.75",
         )
         assert result.returncode == 0, result.stdout + result.stderr
+        assert "5 stimulation(s) at the envelope MINIMUM only: 2 Hz, 0.75 uA" in result.stdout
+        assert "answer their own stimulation" not in result.stdout and "no sign" not in result.stdout
         stims = [decode_stim(d) for d in device.received_stims]
         assert len(stims) == 5
         assert all(s.frequencies_hz == (2.0,) * 8 and s.amplitudes_ua == (0.75,) * 8 for s in stims)
@@ -144,7 +149,7 @@ def test_invalid_experiment_exits_2_naming_the_key(capsys):
 
 def test_help_explains_every_flag():
     text = check.build_parser().format_help()
-    for flag in ("EXP.yaml", "--set", "--exchanges"):
+    for flag in ("EXP.yaml", "--set", "--exchanges", "--minimum-only", "THE PROBE STIMULATES"):
         assert flag in text
 
 
@@ -197,3 +202,20 @@ def test_a_device_replying_from_another_port_works_and_check_names_the_port(caps
         thread.join()
         stim.close()
         other.close()
+
+
+def test_probe_plan_is_modest_fixed_balanced_and_inside_the_envelope():
+    from bridge.channels import STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
+
+    plan = check.probe_plan(SafetyEnvelope(), 40)
+    assert STIM_FREQUENCY_RANGE_HZ[0] <= plan.on_hz <= STIM_FREQUENCY_RANGE_HZ[1]
+    assert STIM_AMPLITUDE_RANGE_UA[0] <= plan.on_ua <= STIM_AMPLITUDE_RANGE_UA[1]
+    assert (plan.off_hz, plan.off_ua) == (SafetyEnvelope().min_frequency_hz, SafetyEnvelope().min_amplitude_ua)
+    assert sum(plan.pattern) == 20 and plan.pattern == check.probe_plan(SafetyEnvelope(), 40).pattern
+    assert plan.stimulation(plan.pattern.index(True)) == ([plan.on_hz] * 8, [plan.on_ua] * 8)
+    # A narrower envelope brings "on" inside it; one that allows a single level leaves nothing to compare.
+    narrow = check.probe_plan(SafetyEnvelope(max_frequency_hz=10, max_charge_per_phase_nc=0.144), 40)
+    assert (narrow.on_hz, narrow.on_ua) == (10, 1.2) and narrow.varies
+    pinned = SafetyEnvelope(min_frequency_hz=5, max_frequency_hz=5, min_amplitude_ua=1, max_amplitude_ua=1)
+    assert not check.probe_plan(pinned, 40).varies
+    assert not check.probe_plan(SafetyEnvelope(), 40, minimum_only=True).varies

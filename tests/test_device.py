@@ -138,6 +138,43 @@ def test_transparent_backend_replies_a_fixed_function_of_the_stimulation(trainer
     assert classification_accuracy(trainer, backend="transparent", realtime=False) == 1.0
 
 
+def test_answer_previous_fault_replies_with_the_counts_of_the_stimulation_before(trainer: Trainer) -> None:
+    # The perfect channel makes each window's counts a known function of its stimulation: reply n must carry
+    # stimulation n-1's, on time and with stimulation n's stamp (the first one zeros).
+    device, thread = start_device(trainer, backend="transparent", realtime=False, answer_previous=True)
+    rng = np.random.default_rng(6)
+    stims = [
+        (tuple(float(f) for f in rng.uniform(4.0, 40.0, N_ENCODING)), tuple(float(a) for a in rng.uniform(1, 2.5, 8)))
+        for _ in range(20)
+    ]
+    try:
+        replies = [trainer.exchange(device, i + 1, *stim) for i, stim in enumerate(stims)]
+    finally:
+        device.stop()
+        thread.join(5)  # type: ignore[attr-defined]
+    np.testing.assert_array_equal(replies[0], 0.0)
+    for i in range(1, len(stims)):
+        np.testing.assert_allclose(replies[i], transparent_counts(*stims[i - 1]), rtol=1e-6)
+    assert device.counters["stim"] == device.counters["replies"] == 20
+
+
+def test_chatty_fault_sends_datagrams_nobody_asked_for(trainer: Trainer) -> None:
+    device, thread = start_device(trainer, backend="zero", chatty=True)
+    try:
+        unasked = decode_spikes(trainer.rx.recv(64))  # no stimulation was sent, yet a datagram comes
+        assert unasked.timestamp_us == 0  # echoing the newest stimulation: none yet
+        trainer.tx.sendto(encode_stim(StimCommand(77, *pattern(0))), ("127.0.0.1", device.stim_port))
+        stamps: list[int] = []
+        while stamps.count(77) < 4:  # unasked ones sent before the stimulation was taken in may come first
+            stamps.append(decode_spikes(trainer.rx.recv(64)).timestamp_us)
+    finally:
+        device.stop()
+        thread.join(5)  # type: ignore[attr-defined]
+    # One stimulation, one reply; every other datagram was unasked, the later ones echoing its stamp.
+    assert set(stamps) == {0, 77} or set(stamps) == {77}, stamps
+    assert device.counters["replies"] == 1 and device.counters["unsolicited_sent"] >= 4
+
+
 def test_random_backend_counts_follow_the_configured_rate(trainer: Trainer) -> None:
     device, thread = start_device(
         trainer, backend="random", seed=2, artifact_wait_ms=0.0, collect_window_ms=20.0, random_spike_rate_hz=50.0
@@ -246,6 +283,8 @@ def test_help_explains_every_flag() -> None:
         "--max-frequency-hz",
         "--max-pulses",
         "--forbid-electrode",
+        "--answer-previous",
+        "--chatty",
     ):
         assert flag in text
 
@@ -354,6 +393,7 @@ def test_accept_from_spike_port_takes_commands_from_the_bridge_socket_only(train
         ({"address": ("127.0.0.1", 12345)}, "DeviceAddress"),
         ({"tick_frequency_hz": 0.5}, "max_pulses"),
         ({"accept_from": "everyone"}, "accept_from"),
+        ({"chatty": True, "backend": "sim", "realtime": False}, "--chatty runs on the wall clock"),
     ],
 )
 def test_device_config_that_cannot_work_is_refused(kwargs: dict, message: str) -> None:

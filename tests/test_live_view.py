@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from bridge.causality import CausalityMeter
 from bridge.channels import LIVE_VIEW_PORT, SPIKE_GROUP_NAMES, STIM_FREQUENCY_RANGE_HZ
 from bridge.ports import free_port
 from bridge.safety import SafetyEnvelope
@@ -23,6 +24,7 @@ from experiments.live_view.publisher import Publisher
 from experiments.live_view.runner_view import _bind, current_view
 from experiments.live_view.server import LiveViewServer
 from experiments.live_view.settings import ViewSettings
+from experiments.live_view.state import tick_state
 from experiments.schema import ExperimentError, experiment_from_dict
 from tests.support.live_view_run import TINY_RUN, training_with_view
 
@@ -140,6 +142,27 @@ def test_routes_state_and_events(served):
     assert line.startswith(b"data: ") and json.loads(line[6:])["seq"] == 2
 
 
+def test_state_carries_the_reply_check_when_a_culture_link_gives_one():
+    # A late device's replies, through the meter the culture link keeps, as the server reads them.
+    meter = CausalityMeter()
+    drives = np.random.default_rng(0).permutation([240.0] * 20 + [4.0] * 20)
+    for i, drive in enumerate(drives):
+        meter.observe(drive, float(drives[i - 1]) if i else 0.0)  # each reply: the one before's response
+    publisher = Publisher(
+        runner_index=1, reply_check=lambda: {"causality": meter.snapshot().as_dict(), "unsolicited": 3}
+    )
+    server = LiveViewServer(publisher, ViewSettings(enabled=True, port=0), 0).start()
+    try:
+        state = json.loads(_get(f"http://127.0.0.1:{server.port}/state.json"))
+    finally:
+        server.close()
+    assert state["replies"]["unsolicited"] == 3
+    causality = state["replies"]["causality"]
+    assert causality["verdict"] == "late" and causality["late_by"] == 1
+    assert causality["r_previous"] == 1.0 and abs(causality["r_current"]) < 0.5 and causality["n"] == 38
+    assert "replies" not in json.loads(json.dumps(tick_state(Publisher(runner_index=2), 0, 0)))  # no link: none
+
+
 def test_busy_port_falls_back_to_a_free_one():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -203,3 +226,9 @@ def test_real_run_streams_the_game(ray_session, tmp_path):
         assert row["max_frequency_hz"] <= envelope.max_frequency_hz, row
         assert envelope.min_amplitude_ua <= row["mean_amplitude_ua"] <= row["max_amplitude_ua"], row
         assert row["max_amplitude_ua"] <= envelope.effective_max_amplitude_ua, row
+    # The reply check of the env runner's culture link: a correct simulated device, nothing unasked.
+    replies = state["replies"]
+    assert replies["unsolicited"] == 0
+    # A short run with 10 + 20 ms windows: the counts may not follow the policy's stimulation clearly yet, but
+    # never an earlier one.
+    assert replies["causality"]["n"] > 5 and replies["causality"]["verdict"] not in ("late", "mixed"), replies

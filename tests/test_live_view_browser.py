@@ -26,10 +26,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from bridge.causality import CausalityMeter
 from bridge.channels import STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
 from bridge.ports import free_port
 from bridge.safety import SafetyEnvelope
 from experiments.live_view.announce import served_views
+from experiments.live_view.publisher import Publisher
+from experiments.live_view.server import LiveViewServer
+from experiments.live_view.settings import ViewSettings
 from tests.support.live_view_run import training_with_view
 
 CHROMIUM = shutil.which("chromium")
@@ -225,3 +229,40 @@ def test_dashboard_shows_the_game_and_the_culture(ray_session):
         assert int(_cell(last, f"fb-{name}-sent")) >= 1
         assert envelope.min_frequency_hz - 0.1 <= mean_hz <= max_hz + 0.1 <= envelope.max_frequency_hz + 0.2
         assert envelope.min_amplitude_ua - 0.01 <= mean_ua <= max_ua + 0.01 <= envelope.max_amplitude_ua + 0.02
+    # The reply check: which stimulation the counts follow, their correlations, nothing unasked.
+    follows = _cell(last, "replies-follow")
+    assert follows in ("its own stim", "no stim (no signal)", "too few replies yet"), follows  # never an earlier one
+    assert re.fullmatch(r"[+-]\d\.\d\d / [+-]\d\.\d\d", _cell(last, "causality-r")), _cell(last, "causality-r")
+    assert _cell(last, "unsolicited") == "0"
+
+
+def test_dashboard_flags_a_late_and_chatty_device():
+    """No Ray: the server and publisher an env runner uses, with a culture link's reply check of a device one
+    stimulation late that also sent 3 datagrams unasked; the page must say so, in red."""
+    meter = CausalityMeter()
+    drives = np.random.default_rng(0).permutation([240.0] * 20 + [4.0] * 20)
+    for i, drive in enumerate(drives):
+        meter.observe(drive, float(drives[i - 1]) if i else 0.0)
+    publisher = Publisher(
+        runner_index=1, reply_check=lambda: {"causality": meter.snapshot().as_dict(), "unsolicited": 3}
+    )
+    server = LiveViewServer(publisher, ViewSettings(enabled=True, port=0), 0).start()
+    browser = Chromium(f"http://127.0.0.1:{server.port}/")
+    try:
+        deadline = time.monotonic() + 60
+        shown = ""
+        while time.monotonic() < deadline and shown in ("", "\u2013"):
+            shown = browser.evaluate("(document.getElementById('replies-follow') || {}).textContent || ''")
+            time.sleep(0.2)
+        cells = browser.evaluate(
+            "['replies-follow', 'causality-r', 'unsolicited'].map((id) => {"
+            " const el = document.getElementById(id); return [el.textContent, el.classList.contains('bad')]; })"
+        )
+        browser.screenshot(ARTIFACTS / "dashboard-late-device.png")
+    finally:
+        browser.close()
+        server.close()
+    follows, r_values, unsolicited = cells
+    assert follows == ["an EARLIER stim (1 before)", True], cells
+    assert re.fullmatch(r"[+-]0\.\d\d / \+1\.00", r_values[0]) and r_values[1] is False, cells
+    assert unsolicited == ["3", True], cells

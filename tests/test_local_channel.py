@@ -43,18 +43,26 @@ def test_request_and_reply_survive_the_codec_exactly():
     assert f == tuple(float(x) for x in freqs) and a == amps and fb == (FEEDBACK,)
     assert decode_request(encode_request(freqs, amps, ()))[2] == ()
     for reply in (
-        SpikeReply(np.arange(8, dtype=np.float32), "ok", 0.1003, 123456789012, 987654321, 2),
+        SpikeReply(np.arange(8, dtype=np.float32), "ok", 0.1003, 123456789012, 987654321, 2, 7),
         SpikeReply(np.zeros(8, dtype=np.float32), "timeout", 0.5, 42, None, 0),
     ):
         back = decode_reply(encode_reply(reply))
         np.testing.assert_array_equal(back.counts, reply.counts)
         assert back.counts.flags.writeable
-        assert (back.status, back.latency_s, back.stim_timestamp_us, back.reply_timestamp_us, back.clamped) == (
+        assert (
+            back.status,
+            back.latency_s,
+            back.stim_timestamp_us,
+            back.reply_timestamp_us,
+            back.clamped,
+            back.unsolicited,
+        ) == (
             reply.status,
             reply.latency_s,
             reply.stim_timestamp_us,
             reply.reply_timestamp_us,
             reply.clamped,
+            reply.unsolicited,
         )
 
 

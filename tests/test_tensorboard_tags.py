@@ -15,22 +15,10 @@ from bridge.safety import SafetyEnvelope
 from envs.rewards import EVENTS
 from experiments.closed_loop.feedback import FeedbackSettings
 from tests.support.spikeloop_cli import run_spikeloop
+from tests.support.tensorboard_events import event_scalars
 
 BATCH = 256
 SENT_STATS = ("mean_frequency_hz", "max_frequency_hz", "mean_amplitude_ua", "max_amplitude_ua", "max_pulses")
-
-
-def event_scalars(directory: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar tag in the directory's TensorBoard event files: (step, value) points."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    out: dict[str, list[tuple[int, float]]] = {}
-    for path in sorted(directory.glob("events.out.tfevents.*")):
-        acc = EventAccumulator(str(path), size_guidance={"scalars": 0})
-        acc.Reload()
-        for tag in acc.Tags()["scalars"]:
-            out.setdefault(tag, []).extend((e.step, e.value) for e in acc.Scalars(tag))
-    return out
 
 
 @pytest.mark.slow
@@ -80,8 +68,16 @@ def test_train_and_watch_write_the_reference_telemetry_once(tmp_path: Path) -> N
         "feedback/step/pulse_scale",
         "feedback/episode/frequency_scale",
         "feedback/episode/amplitude_scale",
+        "loop/causality_r_current",
+        "loop/causality_r_previous",
+        "loop/unsolicited",
     ):
         assert tag in tags, f"{tag} missing from {sorted(tags)}"
+    # The reply check (tests/test_check_causality.py tells a late device from a correct one by them): correlations,
+    # and no datagram unasked from the simulated device.
+    for tag in ("loop/causality_r_current", "loop/causality_r_previous"):
+        assert all(-1.0 <= value <= 1.0 for _, value in scalars[tag]), scalars[tag]
+    assert all(value == 0.0 for _, value in scalars["loop/unsolicited"])
     assert all(value == 0.0 for _, value in scalars["decoder/bias_norm"])  # the zero-bias readout has none
     assert all(value > 0.0 for _, value in scalars["ppo/advantage_std"])  # unnormalised: not PPO's std of 1
     # Counts add up per iteration: every step's feedback is built once (the last one, on the next tick).

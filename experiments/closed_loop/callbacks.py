@@ -33,7 +33,7 @@ from ray.rllib.core.columns import Columns
 
 from experiments.closed_loop.episode_numbers import EpisodeNumbers
 from experiments.closed_loop.experiment_config import ClosedLoopExperimentConfig
-from experiments.closed_loop.link import close_link, current_link, open_link
+from experiments.closed_loop.link import close_link, current_link, log_reply_check, open_link
 from experiments.closed_loop.sent_feedback import log_sent_feedback
 from experiments.closed_loop.settings import CultureSettings
 from experiments.closed_loop.step_feedback import log_step_feedback, step_feedback
@@ -129,7 +129,14 @@ class ClosedLoopCallbacks(RLlibCallback):
         link = open_link(settings, env_runner.worker_index, env_runner.config.gamma)
         view = view_settings(env_runner.config)
         if view is not None:
-            start_view(view, env_runner.worker_index, env, link.device.device_id, feedback=link.sent_feedback.shown)
+            start_view(
+                view,
+                env_runner.worker_index,
+                env,
+                link.device.device_id,
+                link.reply_check,
+                feedback=link.sent_feedback.shown,
+            )
 
     def on_episode_step(self, *, episode, env_runner=None, metrics_logger=None, **kwargs) -> None:
         """Count the step; publish it to the live view, if one runs."""
@@ -222,6 +229,7 @@ class ClosedLoopCallbacks(RLlibCallback):
             return  # the local env runner of a run with remote ones drives no culture
         log_feedback_telemetry(metrics_logger, link.feedback_policy.telemetry.drain())
         log_sent_feedback(metrics_logger, link.sent_feedback.drain())  # absolute Hz and uA, after the envelope
+        log_reply_check(metrics_logger, link)
 
 
 def log_feedback_telemetry(metrics_logger, telemetry: dict[str, dict[str, float]]) -> None:

@@ -7,6 +7,13 @@ and used by the culture connector (stimulation -> spikes) and the callbacks
 (feedback and events). For `sim`, `random` and `zero` devices it also starts
 the device itself, on the env runner's node, with free ports.
 
+Every reply also feeds the link's reply check: running (partial) correlations
+of each reply's total count with the drive of the stimulation it answers and of
+the ones before it (`bridge.causality`), and the bridge's count of datagrams
+that answered no stimulation (`SpikeReply.unsolicited`). `log_reply_check` puts them on
+TensorBoard (`loop/causality_r_current`, `loop/causality_r_previous`,
+`loop/unsolicited`); `reply_check` gives them to the live view.
+
 When a device stops answering (`max_consecutive_timeouts` in a row) and the
 experiment says stop, the link raises `DeviceLost` with what was observed and
 what to check, and leaves the same report in Ray's key-value store: RLlib ends
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 import uuid
@@ -29,6 +37,7 @@ import numpy as np
 import ray
 
 from bridge.actor import start_bridge
+from bridge.causality import CausalityMeter, stim_drive
 from bridge.client import BridgeClient
 from bridge.core import BridgeConfig, SpikeReply
 from bridge.ports import free_port
@@ -41,6 +50,9 @@ log = logging.getLogger(__name__)
 
 BRIDGE_START_WAIT_S = 60.0
 """How long an env runner waits for its device's bridge: the previous trial's may still be shutting down."""
+CAUSALITY_WINDOW = 500
+"""Stimulations the training-time correlations follow (exponentially weighted): about 50 s at 10 Hz, several
+iterations' worth, so that they settle yet still show a device that turns late."""
 LOSS_KEY_PREFIX = "spikeloop/device-lost/"
 """Ray key-value keys of device-loss reports: prefix + placement group (the trial's) + device id."""
 
@@ -70,6 +82,10 @@ class CultureLink:
         self._loss_key = _loss_key_scope()
         self._busy_s = 0.0
         self._t_sent = 0.0
+        self._stim_drive = 0.0  # the drive of the stimulation awaiting its reply (bridge.causality)
+        self.causality = CausalityMeter(window=CAUSALITY_WINDOW)
+        self.unsolicited = 0
+        """Datagrams from the device that answered no stimulation, as of the last reply (the bridge's count)."""
         self._opened = time.monotonic()
         self._node_id = ray.get_runtime_context().get_node_id()
         self._owner = f"env-runner-{runner_index}@{self._node_id[:8]}:{os.getpid()}"
@@ -142,12 +158,15 @@ class CultureLink:
         self._feedback_this_step = 0  # a new step: the feedback budget starts again
         half = len(stim) // 2
         self.bridge.send_exchange(stim[:half], stim[half:])
+        self._stim_drive = stim_drive(stim[:half], stim[half:])  # while the culture answers
 
     def receive_spikes(self) -> SpikeReply:
         """The culture's answer to the stimulation `send_stim` sent; counts timeouts and device loss."""
         reply = self.bridge.receive_reply()
         self._busy_s += time.perf_counter() - self._t_sent
         self.counts["exchanges"] += 1
+        self.causality.observe(self._stim_drive, float(reply.counts.sum()) if reply.ok else None)
+        self.unsolicited = reply.unsolicited
         if self.settings.step_log:
             self._latency_ms_by_stim[reply.stim_timestamp_us] = reply.latency_s * 1e3
         if reply.ok:
@@ -236,6 +255,10 @@ class CultureLink:
         kept, self._latency_ms_by_stim = self._latency_ms_by_stim, {}
         return np.array([kept.get(int(t), np.nan) for t in stim_timestamps_us], dtype=np.float32)
 
+    def reply_check(self) -> dict[str, Any]:
+        """Which stimulation the replies follow and how many datagrams answered none (for the live view)."""
+        return {"causality": self.causality.snapshot().as_dict(), "unsolicited": self.unsolicited}
+
     def duty(self) -> float:
         """Share of wall time spent in exchanges since the link opened."""
         wall = time.monotonic() - self._opened
@@ -261,6 +284,19 @@ class CultureLink:
                 ray.get(self._device_actor.stop.remote(), timeout=10)
             except Exception as exc:  # closing must not hide the error that led here
                 log.warning("could not stop simulated device %s: %s", self.device.device_id, exc)
+
+
+def log_reply_check(metrics_logger: Any, link: CultureLink) -> None:
+    """The reply check's TensorBoard values (`loop/causality_r_current`, `_previous`, `loop/unsolicited`).
+
+    The correlations are over about the last CAUSALITY_WINDOW stimulations (left out until defined: constant
+    counts, as the zero ablation's, have none); `unsolicited` counts since the bridge started, as `loop/stale` does.
+    """
+    causality = link.causality.snapshot()
+    for key, r in (("causality_r_current", causality.r_current), ("causality_r_previous", causality.r_previous)):
+        if math.isfinite(r):
+            metrics_logger.log_value(f"culture/{key}", r, window=1)
+    metrics_logger.log_value("culture/unsolicited", link.unsolicited, reduce="max", window=1)
 
 
 _LINK: CultureLink | None = None

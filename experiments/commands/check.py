@@ -3,35 +3,59 @@
 In order: the experiment validates; a trial fits this machine (what RLlib will
 ask Tune for, against the CPUs, GPUs and the device resources spikeloop's own
 local Ray advertises; skipped under RAY_ADDRESS); its scenario
-loads (env built, reset, one step, closed); every device answers a short series of stimulations (latency and
-timeouts printed); the safety envelope and every feedback row (channels, base
-values, surprise settings, what it sends after the envelope, or which switch
-keeps it off) are printed for review. No Ray is needed: cl1 devices are reached with a
+loads (env built, reset, one step, closed); every device answers a short series of stimulations; the safety
+envelope and every feedback row (channels, base values, surprise settings, what it sends after the envelope, or
+which switch keeps it off) are printed for review. No Ray is needed: cl1 devices are reached with a
 `BridgeCore` in this process at the configured host and ports; sim, random and
 zero devices are started here on free ports.
 
-The probe stimulates only with the envelope's minimum settings (minimum
-frequency and minimum amplitude on every encoding electrode) and sends no
-feedback and no events (a `training_complete` would end a device's recording).
+The probe keeps the device's reply discipline in view (README, "What a device
+must do"): one reply per stimulation, answering that stimulation, nothing
+unasked. It sends a fixed pseudo-random order of "off" stimulations (the
+envelope's minimum frequency and amplitude on every encoding electrode) and
+"on" ones (a modest `PROBE_ON_FREQUENCY_HZ`, `PROBE_ON_AMPLITUDE_UA`, inside
+the encoder's range and the envelope), printed exactly, and reports from the
+replies: timeouts; replies per stimulation and unsolicited datagrams (any one
+fails); the correlation of the counts with the stimulation they answer and
+with the ones before it (`bridge.causality`: counts that follow an earlier
+stimulation fail; counts that follow none, as the zero and random ablations',
+pass with a note); latency against the configured windows. `--minimum-only`
+stimulates at the envelope minimum only and skips the correlations. No
+feedback and no events are sent (a `training_complete` would end a device's
+recording).
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 import time
 from dataclasses import dataclass, replace
 
-from bridge.channels import ENCODING_ELECTRODES, N_ENCODING, STIM_FREQUENCY_RANGE_HZ
+from bridge.causality import ALPHA, MAX_LAG, MIN_PAIRS, Causality, CausalityMeter, stim_drive
+from bridge.channels import ENCODING_ELECTRODES, N_ENCODING, STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
 from bridge.core import BridgeConfig, BridgeCore
+from bridge.safety import SafetyEnvelope
 from experiments.closed_loop.feedback import EventFeedbackSpec, feedback_rows, row_commands
 from experiments.closed_loop.settings import DeviceSettings
 from experiments.commands.common import add_experiment_arguments, load_or_exit
 from experiments.schema import Experiment
 
-DEFAULT_EXCHANGES = 20
+DEFAULT_EXCHANGES = 40
+"""Enough for the correlations to tell (ALPHA 0.001) a responding culture's own answer from a late one: a
+response with r 0.6 or more, against about 4 s at 10 Hz."""
 SLOW_REPLY_SHARE = 0.8
 """A p99 latency above this share of loop.timeout_s is flagged: the loop would time out under load."""
+PROBE_ON_FREQUENCY_HZ = 20.0
+PROBE_ON_AMPLITUDE_UA = 1.5
+"""The probe's "on" stimulation: the middle of what the encoder sends in training (STIM_*_RANGE), 0.18 nC per
+phase at 120 us; the simulated culture answers it with about 25 times its spontaneous count."""
+PATTERN_SEED = 0
+"""The probe's on/off order is a fixed shuffle of equally many of each: the same order every time, for review."""
+MIN_EXCHANGES_FOR_CAUSALITY = MIN_PAIRS + MAX_LAG
+EARLY_REPLY_SHARE = 0.9
+"""Replies whose median latency is below this share of the configured windows are flagged: too soon to count them."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,12 +64,19 @@ def build_parser() -> argparse.ArgumentParser:
         prog="spikeloop check",
         description="Preflight an experiment before a culture is connected to it: validate the YAML, check that a "
         "trial fits this machine (CPUs, GPUs, and the device resources a local Ray advertises), load the "
-        "scenario (reset and one step), send each device a short series of stimulations and print its reply "
-        "latency (p50/p99/max) and timeouts, and print the safety envelope and every feedback row (what it "
-        "sends, or which switch keeps it off) for review. cl1 devices are contacted at their configured host and ports; sim/random/zero devices "
-        "are started locally on free ports. The probe stimulates ONLY at the envelope's minimum frequency and "
-        "amplitude and sends no feedback or events. Exit status: 0 all good, 1 a check failed, 2 invalid "
-        "experiment.",
+        "scenario (reset and one step), probe each device, and print the safety envelope and every feedback row "
+        "(what it sends, or which switch keeps it off) for review. cl1 devices are contacted at their configured "
+        "host and ports; sim/random/zero devices are started locally on free ports. "
+        "THE PROBE STIMULATES: --exchanges stimulations on every encoding electrode, half 'off' (the envelope's "
+        f"minimum frequency and amplitude) and half 'on' ({PROBE_ON_FREQUENCY_HZ:g} Hz, {PROBE_ON_AMPLITUDE_UA:g} uA, "
+        "inside the encoder's range, brought inside the envelope if it is narrower), in a fixed pseudo-random "
+        "order that is printed before it is sent; --minimum-only sends only 'off'. No feedback or events are "
+        "sent. From the replies it prints timeouts and latency (p50/p99/max, and against the configured "
+        "windows), replies per stimulation, and the correlation of the spike counts with the stimulation each "
+        "reply answers and with the ones before it. It fails a device that times out, sends datagrams nobody "
+        "asked for, or whose counts follow an earlier stimulation than the one they answer (the README's 'What "
+        "a device must do'); counts that follow no stimulation (the zero and random ablations) pass with a note. "
+        "Exit status: 0 all good, 1 a check failed, 2 invalid experiment.",
     )
     add_experiment_arguments(parser)
     parser.add_argument(
@@ -53,8 +84,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=DEFAULT_EXCHANGES,
         metavar="N",
-        help=f"stimulations sent to each device (default {DEFAULT_EXCHANGES}); a device that does not answer the "
-        "first one within loop.timeout_s is reported silent at once",
+        help=f"stimulations sent to each device (default {DEFAULT_EXCHANGES}: about 4 s at 10 Hz, enough for the "
+        "correlations to tell a responding culture's own answer from a late one; fewer than "
+        f"{MIN_EXCHANGES_FOR_CAUSALITY} decide nothing); a device that does not answer the first one within "
+        "loop.timeout_s is reported silent at once",
+    )
+    parser.add_argument(
+        "--minimum-only",
+        action="store_true",
+        help="stimulate only at the envelope's minimum frequency and amplitude (no 'on' stimulations); which "
+        "stimulation the replies answer is then not checked",
     )
     return parser
 
@@ -74,6 +113,18 @@ class DeviceProbe:
     """The last reply refused for its source address (ip:port), if any."""
     reply_source: str = ""
     """Where replies were taken from (ip:port once an answer pinned it)."""
+    exchanges: int = 0
+    received: int = 0
+    """Well-formed datagrams from the device, answers or not."""
+    stale: int = 0
+    duplicates: int = 0
+    causality: Causality | None = None
+    """Which stimulation the counts follow (None with --minimum-only)."""
+
+    @property
+    def unsolicited(self) -> int:
+        """Datagrams that answered no stimulation (the bridge's stale plus duplicates)."""
+        return self.stale + self.duplicates
 
     @property
     def silent(self) -> bool:
@@ -189,21 +240,73 @@ def _start_local_device(dev: DeviceSettings, envelope):
     return device, replace(dev, address=address)
 
 
-def probe_device(experiment: Experiment, dev: DeviceSettings, exchanges: int) -> DeviceProbe:
-    """Send `exchanges` minimum-setting stimulations and measure the replies; stops early if the device is silent."""
+@dataclass(frozen=True)
+class ProbePlan:
+    """What the probe sends, in order: each stimulation is "off" or "on" on every encoding electrode."""
+
+    off_hz: float
+    off_ua: float
+    on_hz: float
+    on_ua: float
+    pattern: tuple[bool, ...]
+    """True: on."""
+
+    @property
+    def varies(self) -> bool:
+        """Whether on differs from off at all (else which stimulation a reply answers cannot be told)."""
+        return (self.on_hz, self.on_ua) != (self.off_hz, self.off_ua) and len(set(self.pattern)) == 2
+
+    def stimulation(self, index: int) -> tuple[list[float], list[float]]:
+        """Frequencies (Hz) and amplitudes (uA) of stimulation `index` on the encoding electrodes."""
+        hz, ua = (self.on_hz, self.on_ua) if self.pattern[index] else (self.off_hz, self.off_ua)
+        return [hz] * N_ENCODING, [ua] * N_ENCODING
+
+    def describe(self) -> str:
+        """Exactly what is sent, for the lab's review."""
+        electrodes = f"on every encoding electrode {list(ENCODING_ELECTRODES)}"
+        if not self.varies:
+            return (
+                f"{len(self.pattern)} stimulation(s) at the envelope MINIMUM only: {self.off_hz:g} Hz, "
+                f"{self.off_ua:g} uA {electrodes}"
+            )
+        order = "".join("1" if on else "0" for on in self.pattern)
+        return (
+            f"{len(self.pattern)} stimulations, off and on in a fixed pseudo-random order, {electrodes}: off = the "
+            f"envelope MINIMUM {self.off_hz:g} Hz, {self.off_ua:g} uA; on = {self.on_hz:g} Hz, {self.on_ua:g} uA "
+            f"(encoder range {STIM_FREQUENCY_RANGE_HZ[0]:g}-{STIM_FREQUENCY_RANGE_HZ[1]:g} Hz, "
+            f"{STIM_AMPLITUDE_RANGE_UA[0]:g}-{STIM_AMPLITUDE_RANGE_UA[1]:g} uA); order (1 = on): {order}"
+        )
+
+
+def probe_plan(envelope: SafetyEnvelope, exchanges: int, minimum_only: bool = False) -> ProbePlan:
+    """The probe for this envelope: off at its minimum; on at the modest probe level, brought inside it."""
+    off_hz, off_ua = envelope.min_frequency_hz, envelope.min_amplitude_ua
+    if minimum_only:
+        return ProbePlan(off_hz, off_ua, off_hz, off_ua, (False,) * exchanges)
+    on_hz = min(max(PROBE_ON_FREQUENCY_HZ, off_hz), envelope.max_frequency_hz)
+    on_ua = min(max(PROBE_ON_AMPLITUDE_UA, off_ua), envelope.effective_max_amplitude_ua)
+    pattern = [True] * (exchanges // 2) + [False] * (exchanges - exchanges // 2)
+    random.Random(PATTERN_SEED).shuffle(pattern)
+    return ProbePlan(off_hz, off_ua, on_hz, on_ua, tuple(pattern))
+
+
+def probe_device(experiment: Experiment, dev: DeviceSettings, plan: ProbePlan) -> DeviceProbe:
+    """Send the plan's stimulations and measure the replies; stops early if the device is silent."""
     device = None
     if dev.simulated:
         device, dev = _start_local_device(dev, experiment.safety)
-    envelope = experiment.safety
-    frequencies_hz = [envelope.min_frequency_hz] * N_ENCODING
-    amplitudes_ua = [envelope.min_amplitude_ua] * N_ENCODING
+    meter = CausalityMeter()
     try:
         with BridgeCore(_bridge_config(experiment, dev)) as bridge:
             if device is not None:
                 device.spike_port = bridge.spike_port  # the device learns where replies go once we bound it
                 device.start()
-            for i in range(exchanges):
+            for i in range(len(plan.pattern)):
+                frequencies_hz, amplitudes_ua = plan.stimulation(i)
                 reply = bridge.exchange(frequencies_hz, amplitudes_ua)
+                meter.observe(
+                    stim_drive(frequencies_hz, amplitudes_ua), float(reply.counts.sum()) if reply.ok else None
+                )
                 if i == 0 and not reply.ok:
                     break  # silent: more tries would only multiply the wait
             stats = bridge.stats()
@@ -220,7 +323,110 @@ def probe_device(experiment: Experiment, dev: DeviceSettings, exchanges: int) ->
         clamped=stats["clamped_commands"],
         foreign_source=stats.get("last_foreign_source"),
         reply_source=stats.get("reply_source", ""),
+        exchanges=stats["exchanges"],
+        received=stats["received"],
+        stale=stats["stale"],
+        duplicates=stats["duplicates"],
+        causality=meter.snapshot() if plan.varies else None,
     )
+
+
+# --- what the replies say: reply discipline, causality, latency ------------------------
+
+DEVICE_RULE = (
+    "A device must send exactly one reply per stimulation, carrying the spikes counted in the windows after that "
+    'stimulation (artifact wait, then collection window), and nothing unasked (README, "What a device must do").'
+)
+
+
+def unsolicited_line(label: str, probe: DeviceProbe) -> tuple[str, str | None]:
+    """(line, failure or None): replies per stimulation, and any datagram that answered none."""
+    per_stim = probe.received / probe.exchanges if probe.exchanges else 0.0
+    counted = f"{probe.received} datagram(s) for {probe.exchanges} stimulation(s): {per_stim:.2f} per stimulation"
+    if not probe.unsolicited:
+        return f"[ok]   {label}: {counted}, none unsolicited", None
+    failure = (
+        f"{label} sent {probe.unsolicited} datagram(s) that answer no stimulation ({counted}; "
+        f"{probe.stale} answering none, {probe.duplicates} copies of answered ones). The bridge cannot tell an "
+        "unasked datagram from an answer: from a device that does not echo the stimulation's timestamp it takes "
+        f"whichever comes first, so actions would be decoded from spikes that answer nothing. {DEVICE_RULE}"
+    )
+    return f"[FAIL] {failure}", failure
+
+
+def _lag(k: int) -> str:
+    return "the stimulation before it" if k == 1 else f"the stimulation {k} before it"
+
+
+def _r(value: float) -> str:
+    return "undefined" if value != value else f"{value:+.2f}"
+
+
+def causality_lines(label: str, causality: Causality, plan: ProbePlan) -> tuple[list[str], str | None]:
+    """(lines, failure or None): which stimulation the counts follow, decided with every lag (bridge.causality)."""
+    c = causality
+    before = ", ".join(f"{_r(r)} with {_lag(k)}" for k, r in enumerate(c.r_lags[1:], start=1))
+    measured = f"r {_r(c.r_current)} with the stimulation each reply answers, {before} ({c.n:.0f} replies)"
+    if c.verdict == "late":
+        k = c.late_by
+        failure = (
+            f"{label} answers each stimulation with the counts evoked by {_lag(k)} (p {c.p_lags[k]:.1g}): "
+            f"{measured}. Training would decode every action from the culture's answer to an earlier step, with "
+            f"no timeout or error to show it. {DEVICE_RULE}"
+        )
+        return [f"[FAIL] {failure}"], failure
+    if c.verdict == "current":
+        lines = [f"[ok]   {label}: replies answer their own stimulation: {measured}"]
+        carried = [k for k in range(1, len(c.r_lags)) if c.p_lags[k] < ALPHA]
+        if carried:
+            lines.append(
+                f"[warn] {label}: the counts also follow {_lag(carried[0])} (r "
+                f"{_r(c.r_lags[carried[0]])}): the culture's response outlasts an exchange, or the device mixes "
+                "windows"
+            )
+        return lines, None
+    if c.verdict == "mixed":
+        return [
+            f"[warn] {label}: the counts follow an earlier stimulation as well as the one each reply answers, "
+            f"neither clearly more: {measured}. A culture whose response outlasts an exchange does this, and so "
+            "does a device that mixes windows; more --exchanges decide it"
+        ], None
+    if c.verdict == "constant_counts":
+        return [
+            f"[info] {label}: every reply counted the same spikes, so they carry no stimulus and which stimulation "
+            "they answer cannot be told (expected of the zero ablation)"
+        ], None
+    if c.verdict == "too_few":
+        return [
+            f"[warn] {label}: only {c.n:.0f} replies to correlate; which stimulation they answer is not checked "
+            "(--exchanges 40 or more)"
+        ], None
+    return [
+        f"[info] {label}: the counts show no sign of the stimulation ({measured}; none significant at "
+        f"{ALPHA:g}), so which one they answer cannot be told: expected of the zero and random ablations; a "
+        f"culture that does not respond to {plan.on_hz:g} Hz, {plan.on_ua:g} uA cannot show it either"
+    ], None
+
+
+def latency_line(label: str, dev: DeviceSettings, probe: DeviceProbe) -> str | None:
+    """The median latency against the configured windows (None for a device simulated as fast as possible)."""
+    if dev.simulated and not dev.realtime:
+        return None  # its windows are culture time: the latency is only the simulation's speed
+    windows_ms = dev.artifact_wait_ms + dev.collect_window_ms
+    tick_ms = 1000.0 / dev.tick_frequency_hz
+    p50 = probe.latency_ms["p50"]
+    configured = (
+        f"latency p50 {p50:.1f} ms against the configured windows {dev.artifact_wait_ms:g} + "
+        f"{dev.collect_window_ms:g} ms (a reply is due {windows_ms:g} ms after its stimulation, up to "
+        f"{windows_ms + tick_ms:g} ms on a device that works in {tick_ms:g} ms ticks)"
+    )
+    if p50 < EARLY_REPLY_SHARE * windows_ms:
+        return (
+            f"[warn] {label}: {configured}: replies come sooner than the windows allow, so they cannot count the "
+            "spikes after their stimulation; if the device's windows are shorter, set devices.N.artifact_wait_ms "
+            "and collect_window_ms to its values"
+        )
+    return f"[ok]   {label}: {configured}"
 
 
 def reply_source_line(experiment: Experiment, dev: DeviceSettings, probe: DeviceProbe) -> str:
@@ -327,10 +533,10 @@ def main(argv: list[str]) -> int:
         print(f"[FAIL] scenario {experiment.env.get('scenario', '(default)')!r}: {exc}", flush=True)
 
     envelope = experiment.safety
+    plan = probe_plan(envelope, args.exchanges, args.minimum_only)
     print(
-        f"probing devices with {args.exchanges} stimulation(s) each at the envelope MINIMUM only: "
-        f"{envelope.min_frequency_hz:g} Hz, {envelope.min_amplitude_ua:g} uA on every encoding electrode "
-        f"{list(ENCODING_ELECTRODES)}; no feedback, no events; timeout {experiment.loop.timeout_s * 1000:.0f} ms",
+        f"probing each device with {plan.describe()}; no feedback, no events; timeout "
+        f"{experiment.loop.timeout_s * 1000:.0f} ms",
         flush=True,
     )
     # A simulated device is a template (one culture per env runner): probing one instance checks its backend.
@@ -338,7 +544,7 @@ def main(argv: list[str]) -> int:
         label = f"device {dev.device_id!r} ({dev.backend})"
         t0 = time.monotonic()
         try:
-            probe = probe_device(experiment, dev, args.exchanges)
+            probe = probe_device(experiment, dev, plan)
         except OSError as exc:
             failures.append(f"{label}: {exc}")
             print(f"[FAIL] {label}: {exc}", flush=True)
@@ -377,6 +583,19 @@ def main(argv: list[str]) -> int:
                 "expect timeouts during training",
                 flush=True,
             )
+        line = latency_line(label, dev, probe)
+        if line is not None:
+            print(line, flush=True)
+        line, failure = unsolicited_line(label, probe)
+        print(line, flush=True)
+        if failure:
+            failures.append(failure)
+        if probe.causality is not None:
+            lines, failure = causality_lines(label, probe.causality, plan)
+            for line in lines:
+                print(line, flush=True)
+            if failure:
+                failures.append(failure)
         if probe.clamped:
             print(f"[warn] {label}: the envelope clamped {probe.clamped} probe command(s)", flush=True)
         if not dev.simulated:

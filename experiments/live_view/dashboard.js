@@ -77,6 +77,7 @@ function update(state) {
   text("clients", state.frames.clients);
   showReturns(state.recent_returns);
   showFeedback(state.feedback || []);
+  showReplies(state.replies);
   if (!state.seq) return;
   document.body.dataset.seq = state.seq;
   text("seq", state.seq);
@@ -144,6 +145,30 @@ function showFeedback(rows) {
     text(id + "-max-ua", r.max_amplitude_ua.toFixed(2));
     text(id + "-last", `${r.last_frequency_hz.toFixed(0)} / ${r.last_amplitude_ua.toFixed(2)} / ${r.last_pulses}`);
   });
+}
+
+const FOLLOWS = {
+  current: "its own stim",
+  mixed: "its own and an earlier stim",
+  none: "no stim (no signal)",
+  constant_counts: "no stim (constant)",
+  constant_stim: "constant stim",
+  too_few: "too few replies yet",
+};
+
+function signed(r) {
+  return r === null || r === undefined ? "\u2013" : (r >= 0 ? "+" : "") + r.toFixed(2);
+}
+
+function showReplies(replies) {
+  if (!replies) return;  // no culture link (the direct policy)
+  const c = replies.causality;
+  const late = c.verdict === "late";
+  text("replies-follow", late ? `an EARLIER stim (${c.late_by} before)` : FOLLOWS[c.verdict] || c.verdict);
+  $("replies-follow").classList.toggle("bad", late);
+  text("causality-r", signed(c.r_current) + " / " + signed(c.r_previous));
+  text("unsolicited", replies.unsolicited);
+  $("unsolicited").classList.toggle("bad", replies.unsolicited > 0);
 }
 
 function showReturns(returns) {

@@ -53,6 +53,9 @@ class Publisher:
     runner_index: int
     device_id: str = ""
     action_names: tuple[str, ...] = ()
+    reply_check: Callable[[], dict[str, Any]] | None = None
+    """Which stimulation the culture's replies follow, and unsolicited datagrams (the culture link's
+    `reply_check`); called by the server when it builds a state, never by the loop."""
     latest: Tick | None = None
     episodes_done: int = 0
     recent_returns: deque = field(default_factory=lambda: deque(maxlen=RECENT_EPISODES))

@@ -136,10 +136,12 @@ def start_view(
     runner_index: int,
     vector_env: Any,
     device_id: str = "",
+    reply_check: Callable[[], dict[str, Any]] | None = None,
     feedback: Callable[[], Any] | None = None,
 ) -> RunnerView:
     """Start this process's view (once); a re-created env only changes where frames come from.
 
+    `reply_check` (the culture link's) is read by the server, when a viewer asks, never by the loop;
     `feedback`: what the feedback panel shows (the link's `SentFeedback.shown`).
     """
     global _VIEW
@@ -151,7 +153,9 @@ def start_view(
         log.warning("live view: the games run in subprocesses (async vector env); serving state without frames")
     import ray
 
-    publisher = Publisher(runner_index, device_id, _action_names(vector_env), feedback_source=feedback)
+    publisher = Publisher(
+        runner_index, device_id, _action_names(vector_env), reply_check=reply_check, feedback_source=feedback
+    )
     server = _bind(publisher, settings, settings.port_for(runner_index)).start()
     _VIEW = RunnerView(settings, publisher, server, source, ray.util.get_node_ip_address())
     print(f"live view of env runner {runner_index} ({device_id}): {_VIEW.url}", flush=True)

@@ -84,6 +84,8 @@ def tick_state(publisher: Publisher, frames_encoded: int, clients: int, tick: Ti
         "frames": {"encoded": frames_encoded, "clients": clients},
         "feedback": feedback_rows(publisher),
     }
+    if publisher.reply_check is not None:
+        base["replies"] = publisher.reply_check()
     if tick is None:
         return base | {"seq": 0}
     stim_to_frame_ms = _elapsed_ms(tick.stim_timestamp_us, tick.wall_time) if tick.stim_timestamp_us else None
