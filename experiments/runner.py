@@ -195,6 +195,8 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
             restore(algo, path)
         print(f"resumed from {start.path} at iteration {algo.iteration}", flush=True)
     log = RunLog(trial_dir)
+    if start is None:  # a resumed trial's first event file has its HPARAMS session already
+        log.start_session(experiment, base_seed=int(tune_config["experiment"].get("seed", 0)))
     stop = experiment.stop
     t0 = time.monotonic()
     reason = "completed"

@@ -40,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="spikeloop check",
         description="Preflight an experiment before a culture is connected to it: validate the YAML, check that a "
         "trial fits this machine (CPUs, GPUs, and the device resources a local Ray advertises), load the "
-        "scenario (reset and one step), send each device a short series of stimulations and print its reply "
+        "scenario (reset and one step), for a sweep (tune.search_space, tune.seeds) print its trials, estimated "
+        "wall time and the smallest difference its seeds can detect, send each device a short series of stimulations and print its reply "
         "latency (p50/p99/max) and timeouts, and print the safety envelope and every feedback row (what it "
         "sends, or which switch keeps it off) for review. cl1 devices are contacted at their configured host and ports; sim/random/zero devices "
         "are started locally on free ports. The probe stimulates ONLY at the envelope's minimum frequency and "
@@ -118,6 +119,14 @@ def check_fit(experiment: Experiment) -> tuple[str, str | None]:
         owned = f"; its own Ray will advertise {', '.join(f'{v:g} {k}' for k, v in devices.items())}" if devices else ""
         return f"[ok]   resources: a trial needs {wanted}; this machine has {available['CPU']:g} CPU{owned}", None
     return f"[FAIL] resources: {problem}", "resources: " + problem.splitlines()[0]
+
+
+def sweep_lines(experiment: Experiment) -> list[str]:
+    """A sweep's trials, estimated wall time on this machine and smallest detectable difference (analysis/plan.py)."""
+    from experiments import fit
+    from experiments.analysis import plan
+
+    return plan.lines(experiment, cpus=fit.local_resources(experiment)["CPU"])
 
 
 def _shape(obs) -> str:
@@ -276,6 +285,8 @@ def main(argv: list[str]) -> int:
     print(fit_line, flush=True)
     if fit_failure:
         failures.append(fit_failure)
+    for line in sweep_lines(experiment):
+        print(line, flush=True)
 
     try:
         print(f"[ok]   {check_scenario(experiment)}", flush=True)
