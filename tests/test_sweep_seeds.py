@@ -126,3 +126,21 @@ def test_the_hparams_tab_shows_every_trial(run_dir: Path) -> None:
     assert set(rows) == {(float(k), v) for k in range(SEEDS) for v in (-5.0, -4.0)}
     for k in range(SEEDS):
         assert rows[(k, -4.0)]["final/return_mean"] - rows[(k, -5.0)]["final/return_mean"] == pytest.approx(100.0)
+
+
+def test_seed_k_moves_every_seed_and_varies_slowest() -> None:
+    """`seeded` and the order Tune expands the grid in (no Ray started: Tune's own variant generator)."""
+    from ray import tune
+    from ray.tune.search.variant_generator import generate_variants
+
+    from experiments.runner import SEED_INDEX, _search_space, seeded
+    from experiments.schema import experiment_from_dict
+
+    data = yaml.safe_load(SWEEP_YAML) | {"seed": 10}
+    data["devices"] = [{"device_id": "a", "backend": "sim", "seed": 3}, {"device_id": "b", "backend": "sim"}]
+    moved = seeded(data, 2)
+    assert moved["seed"] == 12 and [d["seed"] for d in moved["devices"]] == [5, 2] and data["seed"] == 10
+    experiment = experiment_from_dict(yaml.safe_load(SWEEP_YAML))
+    space = {"sweep": _search_space(experiment), SEED_INDEX: tune.grid_search(list(range(SEEDS)))}
+    order = [(v[SEED_INDEX], v["sweep"][PLANTED]) for _, v in generate_variants(space)]
+    assert order == [(k, value) for k in range(SEEDS) for value in (-5.0, -4.0)]  # every configuration's seed 0 first
