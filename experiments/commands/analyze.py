@@ -17,7 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Analyse a run directory of `spikeloop tune` or `train`, or a learning benchmark file "
         "(docs/benchmarks/learning.json, ablation.json). A configuration is a grid point of tune.search_space "
         "(a benchmark: a condition); per configuration: the final return and kill rate (last 100 episodes) per "
-        "seed, their mean and bootstrap 95%% interval, and the curves banded over seeds. Each configuration is "
+        "seed, their mean and bootstrap 95% interval, and the curves banded over seeds. Each configuration is "
         "tested against the baseline: exact Wilcoxon signed-rank on per-seed differences where the seeds are "
         "paired (tune.seeds), exact Mann-Whitney otherwise, Holm-corrected, with Cliff's delta and the mean "
         "difference; factorial grids also get main effects. Writes analysis.json, analysis.md and analysis.png "
