@@ -33,12 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from bridge.bench_record import provenance, write_result
+from experiments.analysis.sweep import FINAL_EPISODES
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/learning.json")
 CONDITIONS = ("direct", "transparent", "sim", "zero", "random")
 SCENARIO = "basic"
-WINDOW = 100
-"""Episodes in the rolling and final windows."""
+WINDOW = FINAL_EPISODES
+"""Episodes in the rolling and final windows (the sweep analysis' final window)."""
 ALPHA = 0.01
 """Significance level of the tests against `zero`."""
 TARGET_KILL_RATE = 0.95

@@ -4,7 +4,8 @@ All written into the trial's directory by the trial itself, after each training
 iteration: TensorBoard scalars grouped by prefix (episode/, ppo/, encoder/,
 decoder/, spikes/, feedback/, loop/), one JSON line per finished episode
 (numbering continues across resumes), and `learning_curve.png` redrawn from
-the JSONL. A progress line per iteration goes to stdout.
+the JSONL. A progress line per iteration goes to stdout. At the start the
+trial's HPARAMS session, at the end its final figures (final/): hparams_log.py.
 """
 
 from __future__ import annotations
@@ -233,6 +234,7 @@ class RunLog:
         self.steps_logged = 0
         """Env steps of the episodes this RunLog wrote (this driver's; a resume starts again at 0)."""
         self._started = time.monotonic()
+        self._last_step = 0
 
     @staticmethod
     def _count_lines(path: Path) -> int:
@@ -244,6 +246,7 @@ class RunLog:
     def log_iteration(self, result: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, float]:
         """Write one iteration: scalars, episode lines, curve; return the scalars."""
         step = int(result.get("num_env_steps_sampled_lifetime") or result.get("training_iteration", 0))
+        self._last_step = step
         values = scalars(result)
         for tag, value in values.items():
             self.writer.add_scalar(tag, value, global_step=step)
@@ -335,6 +338,18 @@ class RunLog:
         step = int(result.get("num_env_steps_sampled_lifetime") or result.get("training_iteration", 0))
         self.writer.add_scalar(EMPTY_ITERATIONS_TAG, count, global_step=step)
 
+    def start_session(self, experiment, base_seed: int) -> None:
+        """The trial's swept settings and seed for TensorBoard's HPARAMS tab (experiments/hparams_log.py)."""
+        from experiments.hparams_log import session_start
+
+        for summary in session_start(experiment, self.trial_dir.name, base_seed):
+            self.writer.file_writer.add_summary(summary, global_step=0)
+        self.writer.flush()
+
     def close(self) -> None:
-        """Flush and close the event file."""
+        """Write the final figures (final/return_mean, final/kill_rate: the HPARAMS tab's metrics), then close."""
+        from experiments.hparams_log import final_figures
+
+        for tag, value in final_figures(self.trial_dir).items():
+            self.writer.add_scalar(tag, value, global_step=self._last_step)
         self.writer.close()

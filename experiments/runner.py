@@ -66,10 +66,34 @@ SEARCH_FUNCTIONS = {
 }
 
 
+SEED_INDEX = "sweep_seed_index"
+"""Tune config key of a trial's seed number k (0 .. tune.seeds - 1): a grid dimension beside the search space.
+
+Tune varies grid keys in the sorted order of their paths, the first fastest; this name sorts after every
+`sweep` key, so the seed varies slowest: every configuration runs seed 0 before any runs seed 1, and drift of
+the machine's load hits all configurations alike."""
+
+
+def seeded(data: dict[str, Any], k: int) -> dict[str, Any]:
+    """Seed k of a configuration: the top-level seed and every device's seed moved on by k.
+
+    The same k gives the same values in every configuration, so seed k of one configuration plays the
+    same game (RLlib seeds the env, the module's initial weights and sampling from `seed`) against the
+    same simulated culture (the device's `seed`) as seed k of any other.
+    """
+    data = copy.deepcopy(data)
+    data["seed"] = int(data.get("seed", 0)) + k
+    for device in data.get("devices") or []:
+        device["seed"] = int(device.get("seed", 0)) + k
+    return data
+
+
 def _trial_experiment(tune_config: dict[str, Any]) -> Experiment:
     data = copy.deepcopy(tune_config["experiment"])
     for key, value in (tune_config.get("sweep") or {}).items():
         set_path(data, key, value)
+    if tune_config.get(SEED_INDEX):
+        data = seeded(data, int(tune_config[SEED_INDEX]))
     return experiment_from_dict(data, source="trial")
 
 
@@ -194,6 +218,8 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
 
         start_trial(algo, Path(tune_config[START_FROM]), trial_dir)
     log = RunLog(trial_dir)
+    if start is None:  # a resumed trial's first event file has its HPARAMS session already
+        log.start_session(experiment, base_seed=int(tune_config["experiment"].get("seed", 0)))
     stop = experiment.stop
     t0 = time.monotonic()
     reason = "completed"
@@ -432,6 +458,8 @@ def run(experiment: Experiment, *, sweep: bool, resume: bool = False, start_from
             param_space[START_FROM] = str(start_from)
         if sweep and experiment.tune.search_space:
             param_space["sweep"] = _search_space(experiment)
+        if sweep and experiment.tune.seeds > 1:
+            param_space[SEED_INDEX] = tune.grid_search(list(range(experiment.tune.seeds)))
         t = experiment.tune
         tuner = tune.Tuner(
             trainable,

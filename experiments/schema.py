@@ -196,6 +196,12 @@ class TuneSection(BaseModel):
 
     model_config = STRICT
     search_space: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    seeds: int = Field(
+        1,
+        ge=1,
+        description="seeds per configuration (grid point): seed k runs with seed + k and each simulated device's "
+        "seed + k in every configuration, so configurations are compared seed by seed",
+    )
     num_samples: int = Field(1, ge=1)
     max_concurrent_trials: int | None = Field(None, ge=1)
     max_failures: int = Field(2, ge=0, description="retries of a failed trial from its last checkpoint")
@@ -377,6 +383,11 @@ class Experiment(BaseModel):
             )
         for key, spec in self.tune.search_space.items():
             _check_search_entry(self, key, spec)
+            if self.tune.seeds > 1 and (key == "seed" or re.fullmatch(r"devices\.\d+\.seed", key)):
+                raise ValueError(
+                    f"tune.search_space.{key}: tune.seeds already gives each configuration seeds {self.seed} to "
+                    f"{self.seed + self.tune.seeds - 1}; sweep the seed with one or the other"
+                )
         self.sample_pace().check(self.loop.sample_timeout_s)
         return self
 
@@ -632,6 +643,10 @@ def _check_search_entry(experiment: Experiment, key: str, spec: Any) -> None:
             raise ValueError(
                 f"{where}.{kind}: must be a non-empty list of values, e.g. {{{kind}: [0.1, 0.2]}} (got {arg!r})"
             )
+        seen = [json.dumps(v, sort_keys=True) for v in arg]
+        repeated = [v for i, v in enumerate(arg) if seen[i] in seen[:i]]
+        if kind == "grid" and repeated:  # each grid point is a configuration: two alike could not be told apart
+            raise ValueError(f"{where}.grid: {json.dumps(repeated[0])} is listed twice; list each value once")
         values = arg
     else:
         numbers = (

@@ -109,6 +109,6 @@ def _autoreset_columns(batch: dict[str, Any], rows: int, n_rounds: int) -> dict[
     return batch
 
 
-def make_culture_connector(env=None, spaces=None) -> ConnectorV2:
-    """Factory for `ClosedLoopPPOConfig.closed_loop(culture_connector=...)`."""
-    return CultureExchange()
+def make_culture_connector(env=None, spaces=None, *, seed: int | None = None) -> ConnectorV2:
+    """Factory for `ClosedLoopPPOConfig.closed_loop(culture_connector=...)`; `seed` seeds its generator."""
+    return CultureExchange(seed=seed)

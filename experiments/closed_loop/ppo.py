@@ -10,6 +10,7 @@ Tune's retries), is told once, by the driver, when the whole run ends
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -80,7 +81,8 @@ def closed_loop_config(
             rl_module_spec=RLModuleSpec(module_class=DirectRLModule, model_config=dict(model_config or {}))
         )
     else:
-        config.closed_loop(culture_connector=make_culture_connector)
+        # The connector's own generator (the `random` ablation's noise) follows the run's seed too.
+        config.closed_loop(culture_connector=functools.partial(make_culture_connector, seed=seed))
     if not direct and culture.on_device_loss == "stop":
         # RLlib's default (restart failed env runners) swallows an env runner's error, waits 60 s and
         # restarts it: a lost device would never stop the experiment. Let the error end the run.

@@ -64,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="spikeloop check",
         description="Preflight an experiment before a culture is connected to it: validate the YAML, check that a "
         "trial fits this machine (CPUs, GPUs, and the device resources a local Ray advertises), load the "
-        "scenario (reset and one step), probe each device, and print the safety envelope and every feedback row "
+        "scenario (reset and one step), for a sweep (tune.search_space, tune.seeds) print its trials, estimated "
+        "wall time and the smallest difference its seeds can detect, probe each device, and print the safety envelope and every feedback row "
         "(what it sends, or which switch keeps it off) for review. cl1 devices are contacted at their configured "
         "host and ports; sim/random/zero devices are started locally on free ports. "
         "THE PROBE STIMULATES: --exchanges stimulations on every encoding electrode, half 'off' (the envelope's "
@@ -211,6 +212,14 @@ def sampling_line(experiment: Experiment) -> str:
         f"[ok]   sampling: {steps}; {at_pace}; RLlib waits up to {timeout_s:g} s for it "
         f"(loop.sample_timeout_s: {experiment.loop.sample_timeout_s})"
     )
+
+
+def sweep_lines(experiment: Experiment) -> list[str]:
+    """A sweep's trials, estimated wall time on this machine and smallest detectable difference (analysis/plan.py)."""
+    from experiments import fit
+    from experiments.analysis import plan
+
+    return plan.lines(experiment, cpus=fit.local_resources(experiment)["CPU"])
 
 
 def _shape(obs) -> str:
@@ -525,6 +534,8 @@ def main(argv: list[str]) -> int:
     if fit_failure:
         failures.append(fit_failure)
     print(sampling_line(experiment), flush=True)
+    for line in sweep_lines(experiment):
+        print(line, flush=True)
 
     try:
         print(f"[ok]   {check_scenario(experiment)}", flush=True)

@@ -1,0 +1,267 @@
+"""What `spikeloop analyze` writes: analysis.json, analysis.md, analysis.png, and the table it prints.
+
+`analysis.json` is `sweep.analyze`'s result plus each configuration's curves (rolling
+final-window figure against env steps: mean and min..max over seeds); `analysis.md` the
+same as tables and one sentence per comparison; `analysis.png` the curves with seed bands
+and the per-seed final returns, seeds joined across configurations (pairing made visible).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiments.analysis import sweep
+
+FILES = ("analysis.json", "analysis.md", "analysis.png")
+COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray")
+
+
+def with_curves(result: dict[str, Any], data: sweep.SweepData) -> dict[str, Any]:
+    """The result with each configuration's banded curves added (`curves`: metric -> x, mean, low, high, n)."""
+    for entry, configuration in zip(result["configurations"], data.configurations, strict=True):
+        entry["curves"] = {}
+        for metric in sweep.METRICS:
+            band = sweep.curves(data, configuration, metric)
+            entry["curves"][metric] = {
+                "env_steps": _list(band.x),
+                "mean": _list(band.mean),
+                "low": _list(band.low),
+                "high": _list(band.high),
+                "seeds": [int(v) for v in band.n],
+            }
+    return result
+
+
+def _list(values: np.ndarray) -> list[float | None]:
+    return [float(v) if math.isfinite(v) else None for v in np.asarray(values, dtype=np.float64)]
+
+
+# --- markdown ---------------------------------------------------------------------------
+
+
+def _f(value: float | None, spec: str = ".3g", signed: bool = False) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return format(value, ("+" if signed else "") + spec)
+
+
+def _interval(pair: list[float | None], signed: bool = False) -> str:
+    lo, hi = pair
+    return "-" if lo is None else f"{_f(lo, signed=signed)} to {_f(hi, signed=signed)}"
+
+
+def configurations_table(result: dict[str, Any]) -> list[str]:
+    """Per configuration: seeds, final return and kill rate (mean, bootstrap interval, per seed)."""
+    lines = [
+        "| configuration | seeds | final return: mean (95% CI) | per seed | kill rate: mean (95% CI) | per seed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for entry in result["configurations"]:
+        cells = [entry["label"] + (" (baseline)" if entry["label"] == result["baseline"] else ""), ""]
+        for metric, spec in (("final_return", ".1f"), ("final_kill_rate", ".2f")):
+            s = entry[metric]
+            cells[1] = str(len(s["per_seed"]))
+            cells.append(f"{_f(s['mean'], spec)} ({_interval(s['ci95'])})")
+            cells.append(", ".join(f"{seed}: {_f(v, spec)}" for seed, v in s["per_seed"].items()))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def comparisons_table(rows: list[dict[str, Any]], first: str = "configuration") -> list[str]:
+    """One line per comparison: design, difference and interval, p, Holm p, smallest p, Cliff's delta, spread."""
+    lines = [
+        f"| {first} | design, seeds | mean difference (95% CI) | higher/lower/tied | p | Holm p | "
+        "smallest p (Holm) | Cliff's delta | SD of differences: paired / unpaired |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        pairing = r.get("pairing") or {}
+        spread = (
+            f"{_f(pairing.get('sd_paired'))} / {_f(pairing.get('sd_unpaired'))}"
+            if pairing.get("sd_paired") is not None
+            else "-"
+        )
+        hlt = "/".join(map(str, r["higher_lower_tied"])) if "higher_lower_tied" in r else "-"
+        label = r.get(first) or r.get("label")
+        lines.append(
+            f"| {label}{' **(differs)**' if r['significant'] else ''} | {r['design']}, {r['seeds'][0]} vs "
+            f"{r['seeds'][1]} | {_f(r['mean_difference'], signed=True)} ({_interval(r['difference_ci95'], True)}) | "
+            f"{hlt} | {_f(r['p'])} | {_f(r['p_holm'])} | {_f(r.get('smallest_p_holm'))} | "
+            f"{_f(r['cliffs_delta'], '.2f', True)} | {spread} |"
+        )
+    return lines
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """analysis.md."""
+    sides = {"two-sided": "two-sided", "greater": "one-sided (higher)", "less": "one-sided (lower)"}
+    lines = [
+        f"# Analysis of `{result['source']}`",
+        "",
+        f"{result['kind']}; {len(result['configurations'])} configuration(s)"
+        + (f" over {', '.join(f'`{k}`' for k in result['factors'])}" if result["factors"] else "")
+        + f"; baseline **{result['baseline']}**. Figures per trial: the last {result['final_episodes']} "
+        "episodes (mean return; kill rate = share of episodes with a kill); a configuration's value at a seed "
+        "is the mean of its trials with that seed. Tests: exact Wilcoxon signed-rank on per-seed differences "
+        "where both sides ran the same seeds (paired), exact Mann-Whitney otherwise; "
+        f"{sides[result['alternative']]}, alpha {result['alpha']:g}, Holm's correction over the comparisons of "
+        "each metric (main effects: a family of their own). Intervals: percentile bootstrap over seeds (10,000 "
+        "resamples), too narrow with few seeds. 'smallest p (Holm)': the p of the most extreme outcome these "
+        "seeds allow, after Holm; where it is not below alpha, no result could have been significant.",
+    ]
+    if result["drawn_keys"]:
+        lines.append("")
+        lines.append(
+            "Drawn at random per trial (noise the comparison averages over, not part of a configuration): "
+            + ", ".join(f"`{k}`" for k in result["drawn_keys"])
+            + "."
+        )
+    lines += ["", "## Configurations", "", *configurations_table(result)]
+    short = [
+        f"{e['label']} (seeds {', '.join(e['short_seeds'])})" for e in result["configurations"] if e["short_seeds"]
+    ]
+    if short:
+        lines += ["", f"Fewer than {result['final_episodes']} episodes, figures over all of them: {'; '.join(short)}."]
+    for metric, name in sweep.METRICS.items():
+        rows = result["comparisons"][metric]
+        if rows:
+            lines += ["", f"## {name.capitalize()}: each configuration against the baseline", ""]
+            lines += comparisons_table(rows)
+            lines += [""] + [f"- {r['verdict']}" for r in rows]
+        effects = result["main_effects"][metric]
+        if effects:
+            lines += ["", f"## {name.capitalize()}: main effects", ""]
+            lines += comparisons_table(effects, first="label")
+            lines += [""] + [f"- {r['verdict']}" for r in effects]
+    lines += ["", "## Pairing and power", ""]
+    for metric, name in sweep.METRICS.items():
+        lines.append(f"- {name}: " + pairing_sentence(result["pairing"][metric], result["power"][metric]))
+    return "\n".join(lines) + "\n"
+
+
+def pairing_sentence(pairing: dict[str, Any], power: dict[str, Any]) -> str:
+    """How much pairing narrowed the differences, and what this seed count can detect with that spread."""
+    if pairing.get("sd_paired") is None:
+        spread = "no paired comparison with 2 or more seeds, so the pairing's effect is not measured"
+    else:
+        spread = (
+            f"SD of the per-seed differences {_f(pairing['sd_paired'])} paired against "
+            f"{_f(pairing['sd_unpaired'])} unpaired (ratio {_f(pairing['ratio'], '.2f')}, pooled over "
+            f"{pairing['comparisons']} comparison(s); the seeds a difference needs scale with the square)"
+        )
+    seeds, alpha = power["seeds"], power["alpha"]
+    if not seeds:
+        return spread + "."
+    if power["detectable_paired"] is not None:
+        reach = (
+            f"with {seeds} seeds at alpha {alpha:.3g} (the first Holm step) the paired design detects a difference "
+            f"of {_f(power['detectable_paired'])} with {power['power']:.0%} power"
+            + (f" (unpaired: {_f(power['detectable_unpaired'])})" if power["detectable_unpaired"] is not None else "")
+        )
+    elif power["smallest_p_paired"] is not None and power["smallest_p_paired"] >= alpha:
+        reach = (
+            f"with {seeds} paired seeds the smallest p is {_f(power['smallest_p_paired'])}, not below alpha "
+            f"{alpha:.3g} (the first Holm step): no difference is detectable; {power['min_seeds_paired']} seeds "
+            "can reach it"
+        )
+    elif pairing.get("sd_paired") == 0:
+        reach = "the paired differences do not vary between seeds, so no power is estimated from them"
+    else:
+        reach = "the power at this seed count is not estimated (no spread measured)"
+    return f"{spread}; {reach}."
+
+
+# --- the figure ---------------------------------------------------------------------------
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Curves with seed bands (return, kill rate) and the per-seed final returns joined by seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5), dpi=100)
+    for i, entry in enumerate(result["configurations"]):
+        colour = COLOURS[i % len(COLOURS)]
+        for ax, metric in zip(axes[:2], sweep.METRICS, strict=True):
+            c = entry["curves"][metric]
+            x = np.asarray(c["env_steps"], dtype=float)
+            if not len(x):
+                continue
+            mean, low, high = (np.asarray(c[k], dtype=float) for k in ("mean", "low", "high"))
+            ax.plot(x, mean, color=colour, label=entry["label"])
+            ax.fill_between(x, low, high, color=colour, alpha=0.15)
+    for ax, name in zip(axes[:2], sweep.METRICS.values(), strict=True):
+        ax.set_xlabel("env steps")
+        ax.set_ylabel(f"{name} (rolling {result['final_episodes']} episodes)")
+        ax.set_title(f"{name}: mean over seeds, band min..max")
+    axes[0].legend(fontsize="small", loc="best")
+    ax = axes[2]
+    labels = [e["label"] for e in result["configurations"]]
+    seeds = sorted({s for e in result["configurations"] for s in e["final_return"]["per_seed"]}, key=_seed_order)
+    for seed in seeds:
+        ys = [e["final_return"]["per_seed"].get(seed) for e in result["configurations"]]
+        xs = [i for i, y in enumerate(ys) if y is not None]
+        ax.plot(xs, [ys[i] for i in xs], "o-", alpha=0.6, label=f"seed {seed}")
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, rotation=20, ha="right", fontsize="small")
+    ax.set_ylabel(f"final return (last {result['final_episodes']} episodes)")
+    ax.set_title("per seed, joined across configurations")
+    if len(seeds) <= 10:
+        ax.legend(fontsize="x-small", loc="best")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _seed_order(seed: str) -> tuple[int, str]:
+    return (int(seed), "") if seed.lstrip("-").isdigit() else (0, seed)
+
+
+# --- writing and printing -------------------------------------------------------------------
+
+
+def output_paths(data: sweep.SweepData, out_dir: Path | None = None) -> dict[str, Path]:
+    """Where the three files go: the run directory; beside a benchmark file, named after it."""
+    if data.source.is_dir():
+        base = out_dir or data.source
+        return {name: base / name for name in FILES}
+    base = out_dir or data.source.parent
+    stem = data.source.stem
+    return {name: base / f"{stem}.{name}" for name in FILES}
+
+
+def write(result: dict[str, Any], data: sweep.SweepData, out_dir: Path | None = None) -> dict[str, Path]:
+    """Write analysis.json, analysis.md and analysis.png; returns their paths."""
+    paths = output_paths(data, out_dir)
+    paths["analysis.json"].parent.mkdir(parents=True, exist_ok=True)
+    paths["analysis.json"].write_text(json.dumps(result, indent=1, default=_json_default) + "\n")
+    paths["analysis.md"].write_text(markdown(result))
+    plot(result, paths["analysis.png"])
+    return paths
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+def printed(result: dict[str, Any]) -> str:
+    """What the command prints: the configurations, the comparisons of the final return, every verdict."""
+    lines = configurations_table(result)
+    rows = result["comparisons"]["final_return"]
+    if rows:
+        lines += ["", f"final return against {result['baseline']}:", *comparisons_table(rows)]
+    for metric in sweep.METRICS:
+        lines += [f"- {r['verdict']}" for r in result["comparisons"][metric] + result["main_effects"][metric]]
+    lines += [
+        f"- {name}: {pairing_sentence(result['pairing'][m], result['power'][m])}" for m, name in sweep.METRICS.items()
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,106 @@
+"""`spikeloop analyze RUN_DIR`: configurations x seeds, each against a baseline, with tests that stay honest.
+
+Also `spikeloop analyze --power`: the seeds a comparison needs, from the learning benchmark's spread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Flags of `spikeloop analyze`."""
+    parser = argparse.ArgumentParser(
+        prog="spikeloop analyze",
+        description="Analyse a run directory of `spikeloop tune` or `train`, or a learning benchmark file "
+        "(docs/benchmarks/learning.json, ablation.json). A configuration is a grid point of tune.search_space "
+        "(a benchmark: a condition); per configuration: the final return and kill rate (last 100 episodes) per "
+        "seed, their mean and bootstrap 95% interval, and the curves banded over seeds. Each configuration is "
+        "tested against the baseline: exact Wilcoxon signed-rank on per-seed differences where the seeds are "
+        "paired (tune.seeds), exact Mann-Whitney otherwise, Holm-corrected, with Cliff's delta and the mean "
+        "difference; factorial grids also get main effects. Writes analysis.json, analysis.md and analysis.png "
+        "into the run directory (beside a benchmark file: <name>.analysis.*) and prints the table.",
+    )
+    parser.add_argument(
+        "source",
+        nargs="?",
+        metavar="RUN_DIR|BENCH.json",
+        help="run directory (output.root_dir/<name>-<timestamp>) or learning benchmark file; with --power, the "
+        "benchmark file (default docs/benchmarks/learning.json)",
+    )
+    parser.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="the configuration every other one is compared with, by its grid values (repeatable; short key "
+        "names work, e.g. --baseline use_reward_feedback=true); default: the grid's first point (a benchmark "
+        "file: condition=zero)",
+    )
+    parser.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
+    parser.add_argument(
+        "--alternative",
+        choices=("two-sided", "greater", "less"),
+        default="two-sided",
+        help="two-sided (default), or one-sided: a configuration scores higher (greater) / lower than the baseline",
+    )
+    parser.add_argument("--output-dir", type=Path, default=None, help="write the files here instead")
+    parser.add_argument(
+        "--power",
+        action="store_true",
+        help="print the seeds per configuration needed for 80%% power (paired and unpaired, alpha 0.05 and 0.01), "
+        "simulated with the spread measured in the benchmark file",
+    )
+    parser.add_argument(
+        "--condition", default="sim", help="with --power: the benchmark condition whose spread is used (default sim)"
+    )
+    parser.add_argument(
+        "--update-docs",
+        type=Path,
+        default=None,
+        metavar="MARKDOWN",
+        help="with --power: also write the table between the power-table markers of this file (docs/benchmarks.md)",
+    )
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    """Run `spikeloop analyze`."""
+    args = build_parser().parse_args(argv)
+    if not 0 < args.alpha < 1:
+        print(f"spikeloop analyze: --alpha must be between 0 and 1, not {args.alpha}", file=sys.stderr)
+        return 2
+    if args.power:
+        return _power(args)
+    if args.source is None:
+        print("spikeloop analyze: give a run directory or a benchmark file (see --help)", file=sys.stderr)
+        return 2
+    if args.update_docs is not None:
+        print("spikeloop analyze: --update-docs goes with --power", file=sys.stderr)
+        return 2
+    from experiments.analysis import report, sweep
+
+    data = sweep.load(args.source)
+    baseline = sweep.parse_baseline(data, args.baseline)
+    result = report.with_curves(sweep.analyze(data, baseline, args.alpha, args.alternative), data)
+    paths = report.write(result, data, args.output_dir)
+    print(report.printed(result))
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def _power(args: argparse.Namespace) -> int:
+    from experiments.analysis import power
+
+    source = Path(args.source) if args.source else power.LEARNING_JSON
+    if not source.is_file():
+        print(f"spikeloop analyze --power: {source}: no such benchmark file", file=sys.stderr)
+        return 2
+    table = power.power_table_markdown(source, args.condition)
+    print(table)
+    if args.update_docs is not None:
+        changed = power.update_docs(args.update_docs, table)
+        print(f"{args.update_docs}: {'updated' if changed else 'already up to date'}")
+    return 0

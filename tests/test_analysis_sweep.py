@@ -1,0 +1,207 @@
+"""`spikeloop analyze` on synthetic sweeps, the learning benchmark's file, TensorBoard's HPARAMS tab, `check`'s plan.
+
+The synthetic run directories are written as a run writes them (tests/support/sweep_runs.py):
+resolved experiments with seed k applied by the runner, episodes.jsonl lines, and for the
+HPARAMS test the run's own RunLog. No Ray: the sweep through `spikeloop tune` is
+tests/test_sweep_seeds.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from experiments.analysis import plan, power, sweep
+from experiments.schema import load_experiment
+from tests.support.hparams_reader import hparams_tab
+from tests.support.spikeloop_cli import REPO, run_spikeloop
+from tests.support.sweep_runs import write_sweep
+
+END = "env.reward_settings.end_health_per_hp"
+LOST = "env.reward_settings.health_lost_per_hp"
+GAIN = "feedback.surprise.frequency_gain"
+PLANTED = 30.0
+
+
+def _episodes(point: dict, seed: int) -> list[tuple[float, bool]]:
+    """A seed effect far larger than the planted one (pairing must see through it), plus per-episode noise.
+
+    END -4 adds PLANTED to every episode; LOST changes nothing (no health is lost in `basic`); the kill
+    rate is the same everywhere. With the same noise draws per seed, a configuration that plants nothing
+    has exactly its baseline's episodes.
+    """
+    rng = np.random.default_rng(seed)
+    seed_effect = rng.normal(0, 60)
+    planted = PLANTED if point.get(END) == -4.0 else 0.0
+    return [(-480 + seed_effect + planted + rng.normal(0, 20), bool(rng.random() < 0.7)) for _ in range(130)]
+
+
+@pytest.fixture(scope="module")
+def factorial(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """2 x 2 grid (planted x no-op), 7 paired seeds, one key drawn at random per trial."""
+    space = {END: {"grid": [-5.0, -4.0]}, LOST: {"grid": [-5.0, -1.0]}, GAIN: {"uniform": [0.3, 0.9]}}
+    return write_sweep(tmp_path_factory.mktemp("factorial") / "run", space, 7, _episodes, drawn={GAIN: 0.5})
+
+
+def _row(rows: list[dict], label: str) -> dict:
+    return next(r for r in rows if r.get("configuration", r.get("label")) == label)
+
+
+def test_configurations_seeds_and_the_final_window(factorial: Path) -> None:
+    data = sweep.load(factorial)
+    assert data.kind == "tune" and list(data.factors) == [END, LOST] and data.drawn_keys == [GAIN]
+    assert data.factors[END] == [-5.0, -4.0] and data.default_baseline == (-5.0, -5.0)
+    assert len(data.configurations) == 4 and len(data.units) == 28
+    assert sorted({u.seed for u in data.units}) == list(range(7))  # seed k = seed + k, in every configuration
+    unit = data.units[0]
+    assert unit.final("final_return") == pytest.approx(np.mean(unit.returns[-sweep.FINAL_EPISODES :]))
+    result = sweep.analyze(data)
+    base = result["configurations"][0]
+    assert base["label"] == "end_health_per_hp=-5.0, health_lost_per_hp=-5.0" == result["baseline"]
+    assert set(base["final_return"]["per_seed"]) == {str(s) for s in range(7)}
+    lo, hi = base["final_return"]["ci95"]
+    assert lo < base["final_return"]["mean"] < hi
+    assert base["drawn"] == {GAIN: [0.5] * 7}
+
+
+def test_planted_effect_found_and_no_op_not_declared(factorial: Path) -> None:
+    result = sweep.analyze(sweep.load(factorial))
+    rows = result["comparisons"]["final_return"]
+    assert len(rows) == 3 and all(r["design"] == "paired" and r["family_size"] == 3 for r in rows)
+    planted = _row(rows, "end_health_per_hp=-4.0, health_lost_per_hp=-5.0")
+    assert planted["mean_difference"] == pytest.approx(PLANTED) and planted["higher_lower_tied"] == [7, 0, 0]
+    assert planted["p"] == pytest.approx(2 / 2**7) and planted["p_holm"] == pytest.approx(3 * 2 / 2**7)
+    assert planted["significant"] and "higher than the baseline" in planted["verdict"]
+    same = _row(rows, "end_health_per_hp=-5.0, health_lost_per_hp=-1.0")
+    assert same["higher_lower_tied"] == [0, 0, 7] and same["p"] == 1.0 and not same["significant"]
+    assert "no evidence of a difference" in same["verdict"]
+    # The seed effect (SD 60) swamps the planted 30 unpaired; pairing takes it out completely.
+    assert planted["pairing"]["sd_paired"] == 0.0 and planted["pairing"]["sd_unpaired"] > 2 * PLANTED
+    assert abs(planted["cliffs_delta"]) < 1  # the groups overlap: only the pairing shows the effect
+    kills = result["comparisons"]["final_kill_rate"]
+    assert all(r["p"] == 1.0 and not r["significant"] for r in kills)
+
+
+def test_main_effects_of_a_factorial_grid(factorial: Path) -> None:
+    effects = sweep.analyze(sweep.load(factorial))["main_effects"]["final_return"]
+    assert [(e["factor"], e["level"], e["reference"]) for e in effects] == [(END, -4.0, -5.0), (LOST, -1.0, -5.0)]
+    end, lost = effects
+    assert end["configurations_averaged"] == [2, 2] and end["family_size"] == 2
+    assert end["mean_difference"] == pytest.approx(PLANTED) and end["significant"]
+    assert lost["mean_difference"] == pytest.approx(0.0) and not lost["significant"]
+
+
+def test_few_seeds_claim_nothing(tmp_path: Path) -> None:
+    run = write_sweep(tmp_path / "run", {END: {"grid": [-5.0, -4.0]}}, 3, _episodes)
+    result = sweep.analyze(sweep.load(run))
+    (row,) = result["comparisons"]["final_return"]
+    assert row["higher_lower_tied"] == [3, 0, 0] and row["p"] == pytest.approx(0.25) == row["smallest_p"]
+    assert not row["significant"] and "cannot tell" in row["verdict"] and "add seeds" in row["verdict"]
+    assert result["power"]["final_return"]["min_seeds_paired"] == 6
+
+
+def test_unpaired_when_the_seeds_differ(tmp_path: Path) -> None:
+    run = write_sweep(tmp_path / "run", {END: {"grid": [-5.0, -4.0]}}, 5, _episodes)
+    for trial in run.glob("trial_*"):  # the planted configuration's seeds become 100..104
+        text = (trial / "experiment.yaml").read_text()
+        if "end_health_per_hp: -4.0" in text:
+            (trial / "experiment.yaml").write_text(text.replace("\nseed: ", "\nseed: 10", 1))
+    (row,) = sweep.analyze(sweep.load(run))["comparisons"]["final_return"]
+    assert row["design"] == "unpaired" and row["test"] == "exact Mann-Whitney" and "pairing" not in row
+    assert row["seeds"] == [5, 5] and row["smallest_p"] == pytest.approx(2 / 252)
+
+
+def test_baseline_by_key_and_value(factorial: Path) -> None:
+    data = sweep.load(factorial)
+    assert sweep.parse_baseline(data, ["end_health_per_hp=-4"]) == (-4.0, -5.0)
+    assert sweep.parse_baseline(data, [f"{LOST}=-1.0", "end_health_per_hp=-4.0"]) == (-4.0, -1.0)
+    with pytest.raises(ValueError, match="levels are -5.0, -4.0"):
+        sweep.parse_baseline(data, ["end_health_per_hp=3"])
+    with pytest.raises(ValueError, match="not one swept grid key"):
+        sweep.parse_baseline(data, ["frame_skip=4"])
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        sweep.parse_baseline(data, ["end_health_per_hp"])
+    result = sweep.analyze(data, sweep.parse_baseline(data, ["end_health_per_hp=-4"]))
+    row = _row(result["comparisons"]["final_return"], "end_health_per_hp=-5.0, health_lost_per_hp=-5.0")
+    assert row["mean_difference"] == pytest.approx(-PLANTED) and "lower than the baseline" in row["verdict"]
+
+
+def test_learning_benchmark_file_is_paired_by_seed() -> None:
+    data = sweep.load(REPO / "docs" / "benchmarks" / "learning.json")
+    assert data.kind == "bench learning" and data.default_baseline == ("zero",)
+    result = sweep.analyze(data)
+    sim = _row(result["comparisons"]["final_return"], "condition=sim")
+    recorded = json.loads((REPO / "docs" / "benchmarks" / "learning.json").read_text())["summary"]
+    assert sim["design"] == "paired" and sim["seeds"] == [5, 5]
+    assert sim["mean_difference"] == pytest.approx(
+        recorded["sim"]["final_return_mean"]["pooled"] - recorded["zero"]["final_return_mean"]["pooled"], abs=0.1
+    )
+    # Every sim seed beat its zero seed, but 5 paired seeds cannot reach 0.05 / 4 after Holm: said, not hidden.
+    assert sim["higher_lower_tied"] == [5, 0, 0] and not sim["significant"] and "cannot tell" in sim["verdict"]
+
+
+def test_report_files_and_the_command(factorial: Path, tmp_path: Path) -> None:
+    proc = run_spikeloop(["analyze", str(factorial), "--output-dir", str(tmp_path)], timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| configuration | seeds |" in proc.stdout and "higher than the baseline" in proc.stdout
+    written = json.loads((tmp_path / "analysis.json").read_text())
+    assert set(written) >= {"configurations", "comparisons", "main_effects", "pairing", "power", "baseline"}
+    curve = written["configurations"][0]["curves"]["final_return"]
+    assert len(curve["env_steps"]) == len(curve["mean"]) == len(curve["low"]) and max(curve["seeds"]) == 7
+    text = (tmp_path / "analysis.md").read_text()
+    assert (
+        "## Final return: each configuration against the baseline" in text and "## Final return: main effects" in text
+    )
+    assert "SD of the per-seed differences" in text
+    assert (tmp_path / "analysis.png").read_bytes().startswith(b"\x89PNG")
+    bad = run_spikeloop(["analyze", str(factorial), "--baseline", "nope=1"], timeout=120)
+    assert bad.returncode == 1 and "not one swept grid key" in bad.stderr and "Traceback" not in bad.stderr
+    missing = run_spikeloop(["analyze", str(tmp_path / "absent")], timeout=120)
+    assert missing.returncode == 1 and "no such run directory" in missing.stderr
+    trial = run_spikeloop(["analyze", str(next(factorial.glob("trial_*")))], timeout=120)
+    assert trial.returncode == 1 and "is a trial directory" in trial.stderr
+
+
+def test_hparams_tab_shows_the_sweep(tmp_path: Path) -> None:
+    """Each trial's swept values, seed and final figures, read back through TensorBoard's hparams plugin."""
+    space = {END: {"grid": [-5.0, -4.0]}, "feedback.enabled": {"grid": [True, False]}, GAIN: {"uniform": [0.3, 0.9]}}
+    run = write_sweep(tmp_path / "run", space, 1, _episodes, drawn={GAIN: 0.7}, tensorboard=True)
+    tab = hparams_tab(run)
+    assert set(tab["hparams"]) == {END, "feedback.enabled", GAIN, "seed"}
+    assert list(tab["hparams"][END].domain_discrete.values) and tab["hparams"][GAIN].domain_interval.max_value == 0.9
+    assert {"final/return_mean", "final/kill_rate", "episode/return_mean"} <= set(tab["metrics"])
+    assert len(tab["sessions"]) == 4
+    data = sweep.load(run)
+    for unit in data.units:
+        session = tab["sessions"][Path(unit.source).name]
+        assert session["hparams"]["seed"] == unit.seed and session["hparams"][GAIN] == pytest.approx(0.7)
+        assert (
+            session["hparams"][END] == unit.configuration[0]
+            and session["hparams"]["feedback.enabled"] is (unit.configuration[1])
+        )
+        assert session["metrics"]["final/return_mean"] == pytest.approx(unit.final("final_return"), rel=1e-6)
+        assert session["metrics"]["final/kill_rate"] == pytest.approx(unit.final("final_kill_rate"), rel=1e-6)
+
+
+def test_check_plans_the_sweep() -> None:
+    """Trials, wall time from the benchmark's measured rate, and the power the seed count gives."""
+    experiment = load_experiment(REPO / "experiments" / "sweep_feedback.yaml", ["tune.seeds=10"])
+    p = plan.plan(experiment, cpus=2)
+    assert (p.configurations, p.seeds, p.trials) == (8, 10, 80)
+    data = json.loads((REPO / "docs" / "benchmarks" / "learning.json").read_text())
+    rate = float(np.median([r["env_steps_total"] / r["wall_s"] for r in data["runs"]["sim"].values()]))
+    assert p.seconds == pytest.approx(80 * 4 * 512 / rate)
+    assert "sim` trains at" in p.basis and "learning.json" in p.basis
+    lines = plan.lines(experiment, cpus=2)
+    assert lines[0].startswith("[info] sweep: 8 configuration(s)") and "= 80 trial(s)" in lines[0]
+    spread = power.benchmark_spread(power.LEARNING_JSON, "sim")["final_return"]
+    detectable = power.detectable_difference(10, spread["sd_paired"], paired=True, alpha=0.05 / 7)
+    assert f"final return: {detectable:.1f} at the measured pairing" in "\n".join(lines)
+    few = plan.lines(load_experiment(REPO / "experiments" / "sweep_feedback.yaml", ["tune.seeds=5"]), cpus=2)
+    assert "no difference of any size is detectable; 9 seeds can reach it" in "\n".join(few)
+    assert plan.lines(load_experiment(REPO / "experiments" / "quickstart.yaml"), cpus=2) == []
+    assert math.isfinite(p.seconds)
