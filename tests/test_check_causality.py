@@ -30,6 +30,9 @@ pytestmark = pytest.mark.slow  # each test starts a device program and a check: 
 CHECK = "spikeloop check experiments/cl1.yaml"
 DEVICE = ["spikeloop", "device", "--realtime"]
 RULE = "A device must send exactly one reply per stimulation"
+GENEROUS = ["--set", "loop.timeout_s=1.0"]
+"""cl1.yaml's 0.35 s is for a quiet machine: on a loaded 2-core test machine the device program can miss it once;
+what is tested here is which stimulation the replies follow, not the timeout."""
 
 
 def check_against(device_flags: list[str], tmp_path: Path) -> tuple[subprocess.CompletedProcess, dict]:
@@ -38,7 +41,7 @@ def check_against(device_flags: list[str], tmp_path: Path) -> tuple[subprocess.C
     device = DeviceProgram(DEVICE + device_flags + ports.device_flags(), tmp_path / "device.log")
     try:
         check = subprocess.run(
-            spikeloop_argv(readme_argv(CHECK)) + ports.experiment_sets(),
+            spikeloop_argv(readme_argv(CHECK)) + ports.experiment_sets() + GENEROUS,
             cwd=REPO,
             env=user_env(),
             capture_output=True,

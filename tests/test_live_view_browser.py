@@ -258,6 +258,7 @@ def test_dashboard_flags_a_late_and_chatty_device():
             "['replies-follow', 'causality-r', 'unsolicited'].map((id) => {"
             " const el = document.getElementById(id); return [el.textContent, el.classList.contains('bad')]; })"
         )
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
         browser.screenshot(ARTIFACTS / "dashboard-late-device.png")
     finally:
         browser.close()
