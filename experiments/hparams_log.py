@@ -22,7 +22,8 @@ from typing import Any
 
 from tensorboard.compat.proto.summary_pb2 import Summary
 
-from experiments.analysis.sweep import FINAL_EPISODES, final_window, format_value, get_path
+from experiments.analysis.sweep import FINAL_EPISODES, final_window, format_value
+from experiments.dotted import get_path
 
 FINAL_TAGS = {
     "final/return_mean": f"final return (last {FINAL_EPISODES} episodes)",

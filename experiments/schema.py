@@ -43,6 +43,7 @@ from experiments.closed_loop.feedback import (
 )
 from experiments.closed_loop.sampling import SamplePace
 from experiments.closed_loop.settings import CultureSettings, DeviceSettings
+from experiments.dotted import get_path
 from experiments.live_view.settings import ViewSettings
 from models.module_config import ClosedLoopModelConfig
 
@@ -635,7 +636,7 @@ def _check_search_entry(experiment: Experiment, key: str, spec: Any) -> None:
         raise ValueError(f"{where}: use exactly one of {', '.join(SEARCH_KINDS)}, e.g. {{grid: [0.1, 0.2]}}")
     kind, arg = next(iter(spec.items()))
     try:
-        _get_path(experiment.plain(), key)
+        get_path(experiment.plain(), key)
     except KeyError:
         raise ValueError(f"{where}: {key!r} is not a setting of the experiment") from None
     if kind in ("grid", "choice"):
@@ -684,18 +685,6 @@ def _plain(value: Any) -> Any:
         items = [_plain(v) for v in value]
         return sorted(items) if isinstance(value, (set, frozenset)) else items
     return value
-
-
-def _get_path(tree: dict[str, Any], dotted: str) -> Any:
-    node: Any = tree
-    for part in dotted.split("."):
-        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        elif isinstance(node, dict) and part in node:
-            node = node[part]
-        else:
-            raise KeyError(dotted)
-    return node
 
 
 def set_path(tree: dict[str, Any], dotted: str, value: Any, defaults: dict[str, Any] | None = None) -> None:

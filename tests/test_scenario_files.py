@@ -18,7 +18,7 @@ import pytest
 from envs.doom_env import DoomEnv
 from envs.scenarios import VIZDOOM_SCENARIOS_DIR, cfg_rewards, ignored_cfg_entries, read_cfg, resolve_scenario
 from experiments.schema import ExperimentError, experiment_from_dict
-from tests.support.spikeloop_cli import run_spikeloop
+from tests.support.spikeloop_cli import ONE_SMALL_ITERATION, run_spikeloop
 
 LIVING_REWARD = -0.25
 """Per tic: a value vizdoom's basic.cfg does not use, so that the reward can only come from the copy."""
@@ -141,12 +141,7 @@ def test_check_and_train_run_the_pair_by_path(tmp_path):
             "train",
             "experiments/quickstart.yaml",
             *sets,
-            "--set",
-            "stop.iterations=1",
-            "--set",
-            "ppo.train_batch_size_per_learner=256",
-            "--set",
-            "ppo.minibatch_size=64",
+            *ONE_SMALL_ITERATION,
         ],
         timeout=400,
     )

@@ -20,20 +20,11 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.support.spikeloop_cli import run_spikeloop
+from tests.support.spikeloop_cli import ONE_SMALL_ITERATION, run_spikeloop
 
 pytestmark = pytest.mark.slow
 
-SHORT = [
-    "--set",
-    "stop.iterations=1",
-    "--set",
-    "ppo.train_batch_size_per_learner=256",
-    "--set",
-    "ppo.minibatch_size=64",
-    "--set",
-    "checkpoint.every_iterations=1",
-]
+SHORT = ONE_SMALL_ITERATION
 MODULE_STATE = Path("learner_group/learner/rl_module/default_policy/module_state.pkl")
 
 

@@ -53,6 +53,7 @@ from experiments.analysis.runs import (
     seed_band,
     smooth,
 )
+from experiments.dotted import get_path
 
 FINAL_EPISODES = 100
 """Episodes in a trial's final window (the learning benchmark's window too)."""
@@ -166,19 +167,6 @@ def load(source: str | Path) -> SweepData:
             )
         return load_benchmark(source)
     return load_run(source)
-
-
-def get_path(tree: Any, dotted: str) -> Any:
-    """The value at a dotted key (`env.reward_settings.kill`, list items by index); KeyError if absent."""
-    node = tree
-    for part in dotted.split("."):
-        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        elif isinstance(node, dict) and part in node:
-            node = node[part]
-        else:
-            raise KeyError(dotted)
-    return node
 
 
 def _levels(values: list[Any], order: list[Any]) -> list[Any]:

@@ -19,6 +19,8 @@ TWO_SMALL_ITERATIONS = [
     "checkpoint.every_iterations=1",
 ]
 """Overrides for a short run: two iterations of 256 env steps, a checkpoint after each."""
+ONE_SMALL_ITERATION = ["--set", "stop.iterations=1", *TWO_SMALL_ITERATIONS[2:]]
+"""The same, one iteration."""
 
 
 def cli_env() -> dict[str, str]:
