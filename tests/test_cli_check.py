@@ -148,7 +148,8 @@ def test_invalid_experiment_exits_2_naming_the_key(capsys):
 
 
 def test_help_explains_every_flag():
-    text = check.build_parser().format_help()
+    # argparse wraps to the terminal's width, so a phrase may break across lines anywhere.
+    text = " ".join(check.build_parser().format_help().split())
     for flag in ("EXP.yaml", "--set", "--exchanges", "--minimum-only", "THE PROBE STIMULATES"):
         assert flag in text
 
