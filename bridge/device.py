@@ -184,7 +184,7 @@ class DeviceConfig:
             raise ValueError(f"device clock_resolution_ms={self.clock_resolution_ms!r}: must be a finite number >= 0")
         if self.tick_quantised and self.backend == "cl":
             raise ValueError("--tick-quantised emulates a hardware loop; the cl backend already runs on its own ticks")
-        if self.tick_quantised and not self.realtime and self.backend in ("sim", "transparent"):
+        if self.tick_quantised and not self.realtime and self.backend != "cl":
             raise ValueError(
                 "--tick-quantised runs on the wall clock: use it with --realtime, not --as-fast-as-possible"
             )
@@ -711,13 +711,13 @@ def build_parser() -> argparse.ArgumentParser:
         dest="realtime",
         action="store_true",
         default=True,
-        help="sim: culture time follows the wall clock, replies wait for the windows",
+        help="sim, transparent, random, zero: culture time follows the wall clock, replies wait for the windows",
     )
     pace.add_argument(
         "--as-fast-as-possible",
         dest="realtime",
         action="store_false",
-        help="sim: simulate the windows at once and reply as soon as computed",
+        help="sim, transparent, random, zero: simulate the windows at once and reply as soon as computed",
     )
     p.add_argument(
         "--cl-sim-culture",
