@@ -69,7 +69,10 @@ def test_play_length_counts_each_culture_and_each_round() -> None:
         (["feedback.enabled=false"], "feedback.enabled"),
         (["policy=direct"], "policy"),
         (["devices.0.backend=zero"], "devices.0.backend"),
-        (["devices=[{device_id: dish, backend: cl1, host: 127.0.0.1}]", "protocol.condition=no_cells"], "devices.0.backend"),
+        (
+            ["devices=[{device_id: dish, backend: cl1, host: 127.0.0.1}]", "protocol.condition=no_cells"],
+            "devices.0.backend",
+        ),
         (["protocol.early_s=600", "protocol.late_s=900"], "protocol"),
         (["protocol.rest_block_s=200"], "protocol"),
         (["protocol.condition=best"], "protocol.condition"),

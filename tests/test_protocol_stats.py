@@ -111,7 +111,13 @@ def test_holm_adjusts_step_down() -> None:
 
 
 def episode(index: int, length: int, reward: float, kills: int, runner: int = 1) -> dict:
-    return {"episode": index, "episode_length": length, "episode_reward": reward, "kill_count": kills, "env_runner": runner}
+    return {
+        "episode": index,
+        "episode_length": length,
+        "episode_reward": reward,
+        "kill_count": kills,
+        "env_runner": runner,
+    }
 
 
 def test_early_and_late_windows_hold_the_episodes_wholly_inside_them() -> None:

@@ -48,6 +48,8 @@ class ProtocolSession:
         self.tick_s = tick_s(experiment.devices)
         self.step_s = self.tick_s * experiment.model.same_frame_rounds
         """Culture time of one env step: one exchange per same-frame round."""
+        self.resumed = False
+        """Whether this driver resumed the trial (its play's env_steps_taken are then only this driver's)."""
 
     def _path(self, phase: str) -> Path:
         return self.trial_dir / PHASE_FILES[phase]
@@ -66,6 +68,7 @@ class ProtocolSession:
 
     def before_play(self, algo, resumed: bool) -> None:
         """Record the rest before play, unless this resumed trial already has it."""
+        self.resumed = resumed
         if resumed and self._path("rest_before").exists():
             print("[protocol] rest_before: recorded before the resume; play goes on", flush=True)
             return
@@ -74,7 +77,8 @@ class ProtocolSession:
 
     def after_play(self, algo, episodes_file: Path) -> dict[str, float]:
         """Record the rest after play, compute the statistics, write protocol.json; the outcome metrics."""
-        unfinished = _unfinished_steps(algo)
+        steps = _play_steps(algo)
+        unfinished = {runner: counts["unfinished_episode_steps"] for runner, counts in steps.items()}
         after = self._rest(algo, "rest_after", self.protocol.rest_after_s)
         before = RestRecord.load(self._path("rest_before"))
         episodes = _read_episodes(episodes_file)
@@ -105,10 +109,11 @@ class ProtocolSession:
                 before.summary(),
                 {
                     "phase": "play",
-                    "env_steps": int(sum(int(e["episode_length"]) for e in episodes) + sum(unfinished.values())),
+                    "env_steps_taken": sum(counts["env_steps_taken"] for counts in steps.values()),
                     "episodes": len(episodes),
                     "iterations": int(algo.iteration),
                     "culture_s": play["play_s"],
+                    "resumed": self.resumed,
                     "wall_start": before.wall_end,
                     "wall_end": after.wall_start,
                 },
@@ -169,10 +174,10 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _unfinished_steps(algo) -> dict[int, int]:
-    """Per env runner that drives a culture: steps of the episode still going when play stopped."""
+def _play_steps(algo) -> dict[int, dict[str, int]]:
+    """Per env runner that drives a culture: env steps it took (in this process) and those of its running episode."""
 
-    def here(_runner) -> tuple[int, int] | None:
+    def here(_runner) -> tuple[int, dict[str, int]] | None:
         from experiments.closed_loop.callbacks import step_accounting
         from experiments.closed_loop.link import current_link
 
@@ -180,7 +185,7 @@ def _unfinished_steps(algo) -> dict[int, int]:
             link = current_link()
         except RuntimeError:
             return None
-        return link.runner_index, step_accounting()["unfinished_episode_steps"]
+        return link.runner_index, step_accounting()
 
     rows = algo.env_runner_group.foreach_env_runner(here, local_env_runner=True)
     return {runner: steps for runner, steps in (r for r in rows if r is not None)}
