@@ -133,6 +133,11 @@ def test_a_session_rests_plays_and_rests_with_the_mapping_frozen(tmp_path: Path)
     # protocol.json: the phases, both comparisons and the outcome; the same outcome in the trial's last result.
     result = json.loads((trial / "protocol.json").read_text())
     assert (result["design"], result["condition"]) == ("rest-play-rest", "feedback")
+    assert result["condition_applied"] == {
+        "feedback.enabled": True,
+        "model.ablation": "none",
+        "devices.backend": ["cl1"],
+    }
     assert [p["phase"] for p in result["phases"]] == ["rest_before", "play", "rest_after"]
     before, play, after = result["phases"]
     assert before["ticks"] == after["ticks"] == REST_TICKS and before["culture_s"] == 3.0
@@ -174,3 +179,50 @@ def test_a_contradicting_setting_is_refused_before_anything_starts() -> None:
     assert proc.returncode != 0
     assert "model.encoder_trainable: True contradicts the protocol" in proc.stderr, proc.stderr[-3000:]
     assert "Ray" not in proc.stdout  # refused when the file was read, before Ray started
+
+
+@pytest.mark.slow
+def test_a_sweep_runs_each_condition_as_its_name_says(tmp_path: Path) -> None:
+    """stimulus_only and no_cells of one seed: the same games at chance, cells stimulated or none, no feedback or
+    feedback into nothing."""
+    root = tmp_path / "runs"
+    proc = run_spikeloop(
+        [
+            "tune",
+            "experiments/culture_protocol.yaml",
+            "--set",
+            "tune.search_space={protocol.condition: {grid: [stimulus_only, no_cells]}}",
+            *SHORT,
+            "--set",
+            f"output.root_dir={root}",
+        ],
+        timeout=900,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-6000:]
+    (run_dir,) = root.glob("culture-protocol-*")
+    sessions = {}
+    for path in run_dir.glob("*/protocol.json"):
+        result = json.loads(path.read_text())
+        last = json.loads((path.parent / "result.json").read_text().splitlines()[-1])
+        episodes = [json.loads(line) for line in (path.parent / "episodes.jsonl").read_text().splitlines()]
+        with np.load(path.parent / "rest_before.npz") as rest:
+            counts = rest["counts"]
+        sessions[result["condition"]] = (result, last, episodes, counts)
+    assert set(sessions) == {"stimulus_only", "no_cells"}
+    stimulated, stimulated_last, stimulated_games, stimulated_rest = sessions["stimulus_only"]
+    empty, empty_last, empty_games, empty_rest = sessions["no_cells"]
+    assert stimulated["condition_applied"] == {
+        "feedback.enabled": False,
+        "model.ablation": "zero",
+        "devices.backend": ["sim"],
+    }
+    assert empty["condition_applied"] == {
+        "feedback.enabled": True,
+        "model.ablation": "none",
+        "devices.backend": ["zero"],
+    }
+    assert stimulated_rest.sum() > 0 and empty_rest.sum() == 0  # cells at rest fire; no cells, no counts
+    # Both play at chance with the same seed: the same actions, hence the same games, episode by episode.
+    assert [e["episode_reward"] for e in stimulated_games] == [e["episode_reward"] for e in empty_games]
+    assert stimulated_last["feedback_sent"] == 0 < empty_last["feedback_sent"]

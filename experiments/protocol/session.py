@@ -99,6 +99,7 @@ class ProtocolSession:
             "seed": self.experiment.seed,
             "device_seeds": [d.seed for d in self.experiment.devices],
             "settings": p.model_dump(),
+            "condition_applied": _condition_applied(self.experiment),
             "culture_time": {
                 "tick_s": self.tick_s,
                 "step_s": self.step_s,
@@ -135,6 +136,16 @@ class ProtocolSession:
             print(f"[protocol] {line}", flush=True)
         print(f"[protocol] statistics: {self.trial_dir / PROTOCOL_FILE}", flush=True)
         return {tag: (math.nan if value is None else float(value)) for tag, value in result["outcome"].items()}
+
+
+def _condition_applied(experiment) -> dict[str, Any]:
+    """What the condition made of the experiment's keys, as the run was built (experiments/protocol/settings.py)."""
+    culture = experiment.culture_settings()
+    return {
+        "feedback.enabled": culture.feedback.enabled,
+        "model.ablation": experiment.model.ablation,
+        "devices.backend": [d.backend for d in culture.devices],
+    }
 
 
 def summary_lines(result: dict[str, Any]) -> list[str]:

@@ -16,7 +16,7 @@ does). An experiment that sets any of these keys to another value is refused wit
 `condition` picks one of four paired conditions (the same seeds in each make the pairs):
 
 - `feedback`: the culture plays and gets the experiment's feedback (the one that can learn);
-- `no_feedback`: the culture plays, no feedback datagram is ever sent (`feedback.enabled: false`);
+- `no_feedback`: the culture plays, no feedback datagram is ever sent (as with `feedback.enabled: false`);
 - `stimulus_only`: the culture is stimulated by the game exactly as in `feedback`, its answer is recorded but
   does not drive the game (the decoder sees zeros, `ablation: zero`, so every action is equally likely), and no
   feedback is sent: stimulation without a closed loop;
@@ -27,7 +27,8 @@ does). An experiment that sets any of these keys to another value is refused wit
 A condition's keys (`feedback.enabled`, `ablation`, the device backend) keep the values the file gives, and
 the condition is applied where the run is built (`condition_*` below), so that one resolved experiment serves a
 sweep over the conditions; a value that contradicts the condition (feedback off under `feedback`, an
-`ablation`, a `zero` device, a cl1 device under `no_cells`) is refused. protocol.json records what ran.
+`ablation`, a `zero` device, a cl1 device under `no_cells`) is refused. protocol.json records what ran
+(`condition_applied`).
 """
 
 from __future__ import annotations
