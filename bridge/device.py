@@ -197,7 +197,7 @@ class DeviceConfig:
         if self.tick_quantised and self.backend == "cl":
             raise ValueError("--tick-quantised emulates a hardware loop; the cl backend already runs on its own ticks")
         for flag, on in (("--tick-quantised", self.tick_quantised), ("--chatty", self.chatty)):
-            if on and not self.realtime and self.backend in ("sim", "transparent"):
+            if on and not self.realtime and self.backend != "cl":
                 raise ValueError(f"{flag} runs on the wall clock: use it with --realtime, not --as-fast-as-possible")
         longest_burst = self.envelope.max_frequency_hz / self.tick_frequency_hz
         if longest_burst > self.envelope.max_pulses:
@@ -747,13 +747,13 @@ def build_parser() -> argparse.ArgumentParser:
         dest="realtime",
         action="store_true",
         default=True,
-        help="sim: culture time follows the wall clock, replies wait for the windows",
+        help="sim, transparent, random, zero: culture time follows the wall clock, replies wait for the windows",
     )
     pace.add_argument(
         "--as-fast-as-possible",
         dest="realtime",
         action="store_false",
-        help="sim: simulate the windows at once and reply as soon as computed",
+        help="sim, transparent, random, zero: simulate the windows at once and reply as soon as computed",
     )
     p.add_argument(
         "--cl-sim-culture",

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 
 import vizdoom
 
+from bridge.channels import SPIKE_GROUP_NAMES
+
 MOVE = (vizdoom.Button.MOVE_FORWARD, vizdoom.Button.MOVE_BACKWARD, None)
 STRAFE = (vizdoom.Button.MOVE_LEFT, vizdoom.Button.MOVE_RIGHT, None)
 TURN = (vizdoom.Button.TURN_LEFT, vizdoom.Button.TURN_RIGHT, None)
@@ -60,3 +62,17 @@ def action_table(action_set: str, available: Sequence[vizdoom.Button]) -> list[l
                 row[position[button]] = 1.0
         table.append(row)
     return table
+
+
+def motor_groups_pressed(action_set: str) -> list[tuple[int, ...]]:
+    """Per action, the indices of the culture's motor groups (bridge.channels.SPIKE_GROUPS) whose buttons it presses.
+
+    Motor group and button share a name ("turn_left" is TURN_LEFT), so the map follows the channel map, whatever
+    its order; the decoder's fixed `motor_map` readout is built from it.
+    """
+    group_of = {name: i for i, name in enumerate(SPIKE_GROUP_NAMES)}
+    buttons = [b for b in SINGLE if b is not None]
+    missing = [b.name for b in buttons if b.name.lower() not in group_of]
+    if missing:
+        raise ValueError(f"buttons {missing} have no motor group of their name in bridge.channels.SPIKE_GROUPS")
+    return [tuple(sorted(group_of[b.name.lower()] for b in pressed)) for pressed in action_buttons(action_set)]

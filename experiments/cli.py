@@ -40,6 +40,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "experiments.bench_learning",
         "learning curves: direct, transparent, sim, zero, random over seeds, with statistics",
     ),
+    "protocol": (
+        "experiments.bench_protocol",
+        "the culture protocol's four conditions over paired seeds: early vs late play, rest before vs after",
+    ),
 }
 
 

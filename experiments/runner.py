@@ -226,9 +226,16 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
     # Restored from the final checkpoint (driver killed before the trial was marked finished): nothing to train.
     steps_done = int(algo.metrics.peek("num_env_steps_sampled_lifetime", default=0)) if start is not None else 0
     finished = start is not None and stop_reached(stop, algo.iteration, steps_done, log.episodes_logged)
+    protocol = None
+    if experiment.protocol is not None:  # rest, play, rest (experiments/protocol/session.py)
+        from experiments.protocol.session import ProtocolSession
+
+        protocol = ProtocolSession(experiment, trial_dir)
     # This driver's iterations only: what reached the learner, and where the env runners' steps went.
     trained = {LEARNER_ENV_STEPS: 0, EMPTY_ITERATIONS: 0, "env_steps_taken": 0, "unfinished_episode_steps": 0}
     try:
+        if protocol is not None and not finished:
+            protocol.before_play(algo, resumed=start is not None)
         while not finished:
             result = _train_iteration(algo)
             values = log.log_iteration(result, _pull_episode_records(algo, trained))
@@ -261,6 +268,9 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
                 metrics[NOTHING_TRAINED] = (
                     f"the learner received 0 env steps in {progress['iterations'] + 1} iteration(s): {empty}"
                 )
+            if done and protocol is not None:  # play is over: rest after play, statistics in the last report
+                outcome = protocol.after_play(algo, trial_dir / EPISODES_FILE)
+                metrics |= {metric_key(k): v for k, v in outcome.items()}
             requested = _request_pending(trial_dir)  # first, so a request is taken even when a save is due anyway
             save = (
                 requested

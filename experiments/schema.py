@@ -10,7 +10,8 @@ host, its ports, bind_host) is written flat under the device; the fields that
 are nested into its `address` come from that dataclass, not from a list here.
 
 Top-level sections: name, seed, devices, loop, safety, feedback, env, model,
-ablation, policy, ppo, resources, stop, checkpoint, tune, output, view.
+ablation, policy, ppo, resources, stop, checkpoint, tune, output, view, protocol
+(experiments/protocol/settings.py: what it fixes in the other sections).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from experiments.closed_loop.sampling import SamplePace
 from experiments.closed_loop.settings import CultureSettings, DeviceSettings
 from experiments.dotted import get_path
 from experiments.live_view.settings import ViewSettings
+from experiments.protocol import settings as protocol_settings
 from models.module_config import ClosedLoopModelConfig
 
 # No NaN or infinity anywhere: no setting means either, and YAML's `.inf` is one typo away.
@@ -285,6 +287,15 @@ class Experiment(BaseModel):
     tune: TuneSection = Field(default_factory=TuneSection)
     output: OutputSection = Field(default_factory=OutputSection)
     view: ViewSection = Field(default_factory=ViewSection)
+    protocol: protocol_settings.ProtocolSection | None = Field(
+        None, description="a rest-play-rest session per trial, with the stimulation-to-action mapping fixed"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _protocol_fixes(cls, data: Any) -> Any:
+        """The protocol's settings, over what the file left at default; an explicit contradiction is refused."""
+        return protocol_settings.apply_protocol(data)
 
     @model_validator(mode="before")
     @classmethod
@@ -341,7 +352,9 @@ class Experiment(BaseModel):
             what = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
             raise ValueError(f"env.{where}: {what} (got {first.get('input')!r})") from None
         _check_env(self.env)
-        self.model = dataclasses.replace(self.model, ablation=self.ablation)
+        self.model = dataclasses.replace(
+            self.model, ablation=protocol_settings.condition_ablation(self.protocol, self.ablation)
+        )
         if self.policy == "direct" and self.model.same_frame_rounds != 1:
             raise ValueError(
                 "model.same_frame_rounds: the direct policy stimulates nothing, so it has no rounds; "
@@ -382,6 +395,8 @@ class Experiment(BaseModel):
             raise ValueError(
                 "resources.num_env_runners must be >= 1 with cl1 devices (env runners sit on device nodes)"
             )
+        if self.protocol is not None:
+            self._protocol_stop()  # before the sweep's values are checked against the resolved experiment
         for key, spec in self.tune.search_space.items():
             _check_search_entry(self, key, spec)
             if self.tune.seeds > 1 and (key == "seed" or re.fullmatch(r"devices\.\d+\.seed", key)):
@@ -392,19 +407,33 @@ class Experiment(BaseModel):
         self.sample_pace().check(self.loop.sample_timeout_s)
         return self
 
+    def _protocol_stop(self) -> None:
+        """The run stops when the protocol's play is over: env steps for play_s of culture time per culture."""
+        assert self.protocol is not None
+        protocol_settings.check_timing(self.protocol, self.devices)
+        steps = protocol_settings.play_env_steps(
+            self.protocol, self.devices, self.model.same_frame_rounds, self.resources.num_env_runners
+        )
+        if self.stop.env_steps is not None and self.stop.env_steps != steps:
+            raise ValueError(
+                f"stop.env_steps: {self.stop.env_steps} contradicts the protocol, whose play of "
+                f"{self.protocol.play_s:g} s of culture time is {steps} env steps; set protocol.play_s instead"
+            )
+        self.stop = StopSection(env_steps=steps)
+
     # --- what the experiment builds -------------------------------------------------
 
     def culture_settings(self) -> CultureSettings:
         """The settings every env runner uses to reach its culture."""
         return CultureSettings(
-            devices=tuple(self.devices),
+            devices=protocol_settings.condition_devices(self.protocol, tuple(self.devices)),
             envelope=self.safety,
             envelope_policy=self.loop.envelope_policy,
             timeout_s=self.loop.timeout_s,
             timeout_policy=self.loop.timeout_policy,
             max_consecutive_timeouts=self.loop.max_consecutive_timeouts,
             on_device_loss=self.loop.on_device_loss,
-            feedback=self.feedback,
+            feedback=protocol_settings.condition_feedback(self.protocol, self.feedback),
             fast_path=self.loop.fast_path,
             reply_spin_ms=self.loop.reply_spin_ms,
             step_log=self.output.step_log,

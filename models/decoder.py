@@ -8,11 +8,32 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from bridge.channels import N_SPIKE_GROUPS
 from models.module_config import ClosedLoopModelConfig
 
 
 def _inverse_softplus(x: torch.Tensor) -> torch.Tensor:
     return x + torch.log(-torch.expm1(-x))
+
+
+def motor_map(n_actions: int, n_spike_groups: int) -> torch.Tensor:
+    """The fixed readout [n_actions, n_spike_groups]: 1 where the action presses the button of that motor group.
+
+    The action set is the one with `n_actions` actions (envs/actions.py: "single" 8, "joint" 54). With same-frame
+    rounds (`n_spike_groups` a multiple of the 8 groups) every round's counts of those groups are read.
+    """
+    from envs.actions import ACTION_SETS, action_buttons, motor_groups_pressed
+
+    by_size = {len(action_buttons(name)): name for name in ACTION_SETS}
+    if n_actions not in by_size or n_spike_groups % N_SPIKE_GROUPS:
+        raise ValueError(
+            f"decoder_init motor_map needs an action set of {sorted(by_size)} actions ({', '.join(ACTION_SETS)}) and "
+            f"a multiple of {N_SPIKE_GROUPS} spike inputs, got {n_actions} actions and {n_spike_groups} inputs"
+        )
+    one_round = torch.zeros(n_actions, N_SPIKE_GROUPS)
+    for action, groups in enumerate(motor_groups_pressed(by_size[n_actions])):
+        one_round[action, list(groups)] = 1.0
+    return one_round.repeat(1, n_spike_groups // N_SPIKE_GROUPS)
 
 
 class SpikeDecoder(nn.Module):
@@ -24,7 +45,9 @@ class SpikeDecoder(nn.Module):
         self.nonnegative = settings.decoder_nonnegative
         if self.kind == "linear":
             init = torch.randn(n_actions, n_spike_groups) * settings.decoder_init_std
-            if self.nonnegative:
+            if settings.decoder_init == "motor_map":
+                init = motor_map(n_actions, n_spike_groups) * settings.decoder_map_gain
+            elif self.nonnegative:
                 # Store raw weights whose softplus has the same half-normal scale as the plain init.
                 init = _inverse_softplus(init.abs() + 1e-3)
             self.weight = nn.Parameter(init)

@@ -7,6 +7,7 @@ Pass them as `RLModuleSpec(model_config={...})` or `config.rl_module(model_confi
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
@@ -16,6 +17,7 @@ from bridge.channels import STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
 
 AblationMode = Literal["none", "zero", "random"]
 DecoderType = Literal["linear", "mlp"]
+DecoderInit = Literal["random", "motor_map"]
 ScreenCNNType = Literal["strided", "pooled"]
 ScreenView = Literal["raw", "edge", "contrast"]
 SCREEN_VIEWS: tuple[ScreenView, ...] = ("raw", "edge", "contrast")
@@ -90,6 +92,15 @@ class ClosedLoopModelConfig:
     """Decoder weights are not trained (requires_grad False): all learning is encoder + culture."""
     decoder_init_std: float = 0.3
     """Init std of the linear readout weights (raw weights if non-negative); about the reference's xavier scale."""
+    decoder_init: DecoderInit = "random"
+    """How the linear readout starts: "random" (normal, std decoder_init_std) or "motor_map", a fixed, documented
+    mapping: each action's logit is decoder_map_gain x the summed counts of the motor groups whose buttons the
+    action presses (motor group k of bridge.channels.SPIKE_GROUPS <-> the button of the same name; the encoding
+    group and the no-op read nothing; with same-frame rounds every round's groups count). Meant to be frozen
+    (decoder_frozen), as the culture protocol does, so that the mapping from spikes to action never changes."""
+    decoder_map_gain: float = 1.0
+    """Logit per spike count of the "motor_map" readout: at 1, one more count in a group makes its actions e times
+    as likely."""
 
     # Observation features, as the encoder and the value net read them.
     feature_normalization: bool = True
@@ -143,6 +154,15 @@ class ClosedLoopModelConfig:
             raise ValueError(f"decoder_type must be linear or mlp, got {self.decoder_type!r}")
         if self.decoder_nonnegative and self.decoder_type != "linear":
             raise ValueError("decoder_nonnegative applies to the linear decoder only")
+        if self.decoder_init not in ("random", "motor_map"):
+            raise ValueError(f"decoder_init must be random or motor_map, got {self.decoder_init!r}")
+        if self.decoder_init == "motor_map" and (self.decoder_type != "linear" or self.decoder_nonnegative):
+            raise ValueError(
+                "decoder_init motor_map is a linear readout with weights 0 and the gain: use decoder_type linear "
+                "and decoder_nonnegative false"
+            )
+        if not (math.isfinite(self.decoder_map_gain) and self.decoder_map_gain > 0.0):
+            raise ValueError(f"decoder_map_gain must be a finite number > 0, got {self.decoder_map_gain!r}")
         if self.spike_mean_mode not in ("ema", "cumulative", "off"):
             raise ValueError(f"spike_mean_mode must be ema, cumulative or off, got {self.spike_mean_mode!r}")
         if not 0.0 < self.spike_mean_momentum <= 1.0:

@@ -35,11 +35,11 @@ def make_backend(
     if name == "random":
         from bridge.backends.random_counts import RandomBackend
 
-        return RandomBackend(tick_frequency_hz, spike_rate_hz=random_spike_rate_hz, seed=seed)
+        return RandomBackend(tick_frequency_hz, spike_rate_hz=random_spike_rate_hz, seed=seed, realtime=realtime)
     if name == "zero":
         from bridge.backends.zero import ZeroBackend
 
-        return ZeroBackend(tick_frequency_hz)
+        return ZeroBackend(tick_frequency_hz, realtime=realtime)
     if name == "transparent":
         from bridge.backends.transparent import TransparentBackend
 

@@ -13,8 +13,8 @@ class RandomBackend(ZeroBackend):
 
     name = "random"
 
-    def __init__(self, tick_frequency_hz: float, spike_rate_hz: float, seed: int) -> None:
-        super().__init__(tick_frequency_hz)
+    def __init__(self, tick_frequency_hz: float, spike_rate_hz: float, seed: int, realtime: bool = True) -> None:
+        super().__init__(tick_frequency_hz, realtime=realtime)
         self.spike_rate_hz = spike_rate_hz
         self._rng = np.random.default_rng(seed)
         self._electrodes_per_group = np.array([len(es) for es in SPIKE_GROUPS.values()], dtype=np.float64)

@@ -459,7 +459,7 @@ def _span(values: list[float], unit: str) -> str:
 
 def feedback_lines(experiment: Experiment) -> list[str]:
     """Every feedback row: channels, base Hz/uA/pulses, its surprise settings, and what it sends past the envelope."""
-    fb = experiment.feedback
+    fb = experiment.culture_settings().feedback  # what the run sends (a protocol condition may turn it off)
     s = fb.surprise
     envelope = experiment.safety
     lines = [
