@@ -191,17 +191,17 @@ def test_check_plans_the_sweep() -> None:
     """Trials, wall time from the benchmark's measured rate, and the power the seed count gives."""
     experiment = load_experiment(REPO / "experiments" / "sweep_feedback.yaml", ["tune.seeds=10"])
     p = plan.plan(experiment, cpus=2)
-    assert (p.configurations, p.seeds, p.trials) == (8, 10, 80)
+    assert (p.configurations, p.seeds, p.trials) == (16, 10, 160)
     data = json.loads((REPO / "docs" / "benchmarks" / "learning.json").read_text())
     rate = float(np.median([r["env_steps_total"] / r["wall_s"] for r in data["runs"]["sim"].values()]))
-    assert p.seconds == pytest.approx(80 * 4 * 512 / rate)
+    assert p.seconds == pytest.approx(160 * 20_480 / rate)  # the stop at 20,000 is reached at whole batches of 1,024
     assert "sim` trains at" in p.basis and "learning.json" in p.basis
     lines = plan.lines(experiment, cpus=2)
-    assert lines[0].startswith("[info] sweep: 8 configuration(s)") and "= 80 trial(s)" in lines[0]
+    assert lines[0].startswith("[info] sweep: 16 configuration(s)") and "= 160 trial(s)" in lines[0]
     spread = power.benchmark_spread(power.LEARNING_JSON, "sim")["final_return"]
-    detectable = power.detectable_difference(10, spread["sd_paired"], paired=True, alpha=0.05 / 7)
+    detectable = power.detectable_difference(10, spread["sd_paired"], paired=True, alpha=0.05 / 15)
     assert f"final return: {detectable:.1f} at the measured pairing" in "\n".join(lines)
     few = plan.lines(load_experiment(REPO / "experiments" / "sweep_feedback.yaml", ["tune.seeds=5"]), cpus=2)
-    assert "no difference of any size is detectable; 9 seeds can reach it" in "\n".join(few)
+    assert "no difference of any size is detectable; 10 seeds can reach it" in "\n".join(few)
     assert plan.lines(load_experiment(REPO / "experiments" / "quickstart.yaml"), cpus=2) == []
     assert math.isfinite(p.seconds)
