@@ -17,12 +17,22 @@ episodes, per seed and pooled), the env steps to reach 90% of the way from
 chance to `direct`'s final return, and a one-sided exact Mann-Whitney test
 against `zero` (decides at alpha 0.01). `targets` reads the issue's targets
 from the data, each with `met` true, false or null (not run).
+
+The feedback controls (`FEEDBACK_CONDITIONS`, run by `spikeloop bench feedback`)
+are further conditions of the same benchmark: the simulated culture with one
+plasticity rule (`stdp`, `dopamine_stdp`, `none`), feedback on or off, and on
+with the device's `feedback_settle_ms` (no feedback-evoked spike in a
+collection window). `feedback_effects` compares each "on" with its "off" (and
+the direct path with and without the settle time): the difference of final
+returns, paired by seed, with its 95% interval, and the exact tests.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
+import json
 import math
 import os
 import statistics
@@ -48,6 +58,40 @@ MIN_ENV_STEPS = 1000
 DEFAULT_ENV_STEPS = 20_000
 """Where direct and transparent are at their best: longer runs drift down (measured:
 docs/benchmarks.md, learning, "Longer runs drift"; run times there too)."""
+
+FEEDBACK_ON: dict[str, Any] = {
+    "use_reward_feedback": False,
+    "use_episode_feedback": False,
+    "surprise": {"enabled": False},
+}
+"""Feedback in the "on" controls: the event table at its base values. On `basic` with the shaped reward every step
+reward and every episode return is below 0 (each shot costs 10, the episode's end 5 per HP left), so reward-sign and
+episode feedback carry no good news at all; the event table sends enemy_kill (good news) on a kill and ammo_waste
+(bad news) on a missed shot, whatever the TD error."""
+FEEDBACK_SETTLE_MS = 100.0
+"""The settle time of the "_settle" controls: with the 50 ms artifact wait, a collection window starts 150 ms or
+more after the last feedback pulse, past the network burst a pulse sets off (docs/architecture.md)."""
+FEEDBACK_CONDITIONS: dict[str, tuple[str, bool, bool]] = {
+    "dopamine_on_settle": ("dopamine_stdp", True, True),
+    "dopamine_on": ("dopamine_stdp", True, False),
+    "dopamine_off": ("dopamine_stdp", False, False),
+    "stdp_on": ("stdp", True, False),
+    "stdp_off": ("stdp", False, False),
+    "none_on": ("none", True, False),
+    "none_on_settle": ("none", True, True),
+    "none_off": ("none", False, False),
+}
+"""Feedback controls: condition -> (the culture's plasticity rule, feedback on, device feedback_settle_ms on)."""
+FEEDBACK_COMPARISONS: tuple[tuple[str, str], ...] = (
+    ("dopamine_on_settle", "dopamine_off"),
+    ("dopamine_on", "dopamine_off"),
+    ("stdp_on", "stdp_off"),
+    ("none_on", "none_off"),
+    ("none_on_settle", "none_off"),
+    ("none_on", "none_on_settle"),
+)
+"""(a, b) pairs read in `feedback_effects`: feedback's effect per rule, and the direct path with and without settle."""
+ALL_CONDITIONS = CONDITIONS + tuple(FEEDBACK_CONDITIONS)
 
 Episode = tuple[float, float, bool]
 """(env steps at the end of the episode's iteration, return, killed anything)."""
@@ -79,18 +123,24 @@ def experiment_dict(
     condition: str, seed: int, scenario: str = SCENARIO, base: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The (unvalidated) experiment of one condition and seed."""
-    if condition not in CONDITIONS:
-        raise ValueError(f"unknown condition {condition!r}; choose from {', '.join(CONDITIONS)}")
+    if condition not in ALL_CONDITIONS:
+        raise ValueError(f"unknown condition {condition!r}; choose from {', '.join(ALL_CONDITIONS)}")
     data = copy.deepcopy(BASE_EXPERIMENT if base is None else base)
     sim_device = {"device_id": "sim", "backend": "sim", "realtime": False, "seed": seed}
     sim_device |= data.pop("sim_device", None) or {}
-    own: dict[str, Any] = {
-        "direct": {"policy": "direct"},
-        "transparent": {"devices": [{"device_id": "transparent", "backend": "transparent", "seed": seed}]},
-        "sim": {"devices": [sim_device]},
-        "zero": {"devices": [sim_device], "ablation": "zero"},
-        "random": {"devices": [sim_device], "ablation": "random"},
-    }[condition]
+    if condition in FEEDBACK_CONDITIONS:
+        rule, feedback_on, settle = FEEDBACK_CONDITIONS[condition]
+        device = _deep_merge(sim_device, {"culture": {"plasticity": rule}})
+        device["feedback_settle_ms"] = FEEDBACK_SETTLE_MS if settle else 0.0
+        own = {"devices": [device], "feedback": FEEDBACK_ON if feedback_on else {"enabled": False}}
+    else:
+        own = {
+            "direct": {"policy": "direct"},
+            "transparent": {"devices": [{"device_id": "transparent", "backend": "transparent", "seed": seed}]},
+            "sim": {"devices": [sim_device]},
+            "zero": {"devices": [sim_device], "ablation": "zero"},
+            "random": {"devices": [sim_device], "ablation": "random"},
+        }[condition]
     data = _deep_merge(data, own | {"name": f"learning-{condition}-{seed}", "seed": seed})
     data.setdefault("env", {})["scenario"] = scenario
     return data
@@ -222,7 +272,7 @@ def summarize(runs: Runs, scenario: str = SCENARIO) -> dict[str, Any]:
     """
     from experiments.analysis import compare, min_seeds_per_group, verdict
 
-    runs = {c: runs[c] for c in [*CONDITIONS, *sorted(set(runs) - set(CONDITIONS))] if c in runs and runs[c]}
+    runs = {c: runs[c] for c in [*ALL_CONDITIONS, *sorted(set(runs) - set(ALL_CONDITIONS))] if c in runs and runs[c]}
     notes: list[str] = []
     summary: dict[str, dict[str, Any]] = {}
     for condition, by_seed in runs.items():
@@ -315,8 +365,55 @@ def summarize(runs: Runs, scenario: str = SCENARIO) -> dict[str, Any]:
         "alpha": ALPHA,
         "verdicts": verdicts,
         "targets": _targets(summary, min_seeds_per_group(ALPHA, "greater")) if scenario == SCENARIO else {},
+        "feedback_effects": feedback_effects(summary),
         "notes": notes if scenario == SCENARIO else [*notes, f"the targets are defined on {SCENARIO}: none read"],
     }
+
+
+def feedback_effects(summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Each pair of `FEEDBACK_COMPARISONS` that ran: a - b in final return and kill rate, paired by seed.
+
+    Per pair: the per-seed differences (seeds both ran), their mean with a 95% t interval, the exact one-sided
+    Mann-Whitney p that a scores higher than b (unpaired, the test the positive control must pass at alpha 0.01)
+    and its two-sided p, the exact Wilcoxon signed-rank p on the paired differences (one- and two-sided), and
+    Cliff's delta.
+    """
+    from scipy import stats
+
+    from experiments.analysis import compare
+
+    out: dict[str, Any] = {}
+    for a, b in FEEDBACK_COMPARISONS:
+        if a not in summary or b not in summary:
+            continue
+        entry: dict[str, Any] = {}
+        for metric, key in (("final_return", "final_return_mean"), ("kill_rate", "final_kill_rate")):
+            va, vb = summary[a][key]["per_seed"], summary[b][key]["per_seed"]
+            seeds = sorted(set(va) & set(vb), key=int)
+            diffs = [va[s] - vb[s] for s in seeds if va[s] is not None and vb[s] is not None]
+            ra = [v for v in va.values() if v is not None]
+            rb = [v for v in vb.values() if v is not None]
+            mean = _mean(diffs)
+            low = high = None
+            if len(diffs) >= 2:
+                half = float(stats.t.ppf(0.975, len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs)))
+                low, high = mean - half, mean + half  # type: ignore[operator]
+            wilcoxon = {"greater": None, "two-sided": None}
+            if diffs and any(diffs):
+                for alternative in wilcoxon:
+                    wilcoxon[alternative] = _finite(float(stats.wilcoxon(diffs, alternative=alternative).pvalue))
+            entry[metric] = {
+                "per_seed_difference": dict(zip(seeds, diffs, strict=False)),
+                "mean_difference": _finite(mean),
+                "ci95_paired": [_finite(low), _finite(high)] if low is not None else None,
+                "mann_whitney_p_greater": _finite(compare(a, ra, b, rb, "greater").mann_whitney_p),
+                "mann_whitney_p_two_sided": _finite(compare(a, ra, b, rb, "two-sided").mann_whitney_p),
+                "wilcoxon_p_greater": wilcoxon["greater"],
+                "wilcoxon_p_two_sided": wilcoxon["two-sided"],
+                "cliffs_delta": _finite(compare(a, ra, b, rb).cliffs_delta),
+            }
+        out[f"{a} - {b}"] = entry
+    return out
 
 
 def _targets(summary: dict[str, dict[str, Any]], min_seeds: int) -> dict[str, Any]:
@@ -444,13 +541,27 @@ def check_resume(existing: dict[str, Any], settings: dict[str, Any]) -> Runs:
         ("scenario", "scenario"),
         ("env_steps_per_run", "env-step budget"),
         ("base_experiment", "base experiment (experiments.schema learning settings)"),
+        ("feedback_on", "feedback of the feedback controls"),
+        ("feedback_settle_ms", "settle time of the feedback controls"),
+        ("culture_defaults", "simulated culture (SimulatedCultureConfig defaults)"),
     ):
-        if old.get(key) != settings.get(key):
+        if key in old and key in settings and old[key] != settings[key]:
+            raise ValueError(
+                f"--resume: the existing output was measured with a different {what}: "
+                f"{old.get(key)!r}, now {settings.get(key)!r}; use another --output or drop --resume"
+            )
+        if key not in ("feedback_on", "feedback_settle_ms", "culture_defaults") and old.get(key) != settings.get(key):
             raise ValueError(
                 f"--resume: the existing output was measured with a different {what}: "
                 f"{old.get(key)!r}, now {settings.get(key)!r}; use another --output or drop --resume"
             )
     return runs_from_result(existing)
+
+
+def _culture_defaults() -> dict[str, Any]:
+    from bridge.simulated_culture import SimulatedCultureConfig
+
+    return json.loads(json.dumps(dataclasses.asdict(SimulatedCultureConfig())))  # tuples as lists, as read back
 
 
 def _settings(scenario: str, conditions: Sequence[str], seeds: int, budget: int) -> dict[str, Any]:
@@ -461,7 +572,16 @@ def _settings(scenario: str, conditions: Sequence[str], seeds: int, budget: int)
         "env_steps_per_run": budget,
         "base_experiment": BASE_EXPERIMENT,
         "window_episodes": WINDOW,
-    }
+    } | (
+        {
+            "feedback_conditions": {c: FEEDBACK_CONDITIONS[c] for c in conditions if c in FEEDBACK_CONDITIONS},
+            "feedback_on": FEEDBACK_ON,
+            "feedback_settle_ms": FEEDBACK_SETTLE_MS,
+            "culture_defaults": _culture_defaults(),
+        }
+        if set(conditions) & set(FEEDBACK_CONDITIONS)
+        else {}
+    )
 
 
 def build_result(
@@ -606,6 +726,14 @@ def table(result: dict[str, Any]) -> str:
     for name, target in result.get("targets", {}).items():
         met = {True: "met", False: "NOT met", None: "not read"}[target["met"]]
         lines.append(f"target {name}: {met}" + (f" ({target['reason']})" if target.get("reason") else ""))
+    for pair, effect in result.get("feedback_effects", {}).items():
+        r = effect["final_return"]
+        ci = r["ci95_paired"] or [None, None]
+        lines.append(
+            f"{pair}: return {_fmt(r['mean_difference'], '+.1f')} (95% CI {_fmt(ci[0], '+.1f')} .. "
+            f"{_fmt(ci[1], '+.1f')}), Mann-Whitney p(greater) {_fmt(r['mann_whitney_p_greater'], '.3g')}, "
+            f"kill rate {_fmt(effect['kill_rate']['mean_difference'], '+.2f')}"
+        )
     return "\n".join(lines)
 
 
@@ -625,7 +753,7 @@ def main(
     parser.add_argument(
         "--conditions",
         nargs="+",
-        choices=CONDITIONS,
+        choices=ALL_CONDITIONS,
         default=list(default_conditions),
         help=f"conditions to run (default: {' '.join(default_conditions)})",
     )
@@ -653,7 +781,7 @@ def main(
         parser.error(f"--seeds must be >= 1 (got {args.seeds})")
     if args.env_steps < MIN_ENV_STEPS:
         parser.error(f"--env-steps must be >= {MIN_ENV_STEPS} (got {args.env_steps}): too few steps for any episode")
-    conditions = [c for c in CONDITIONS if c in set(args.conditions)]
+    conditions = [c for c in ALL_CONDITIONS if c in set(args.conditions)]
     if args.output is None:
         args.output = (
             default_output
@@ -662,8 +790,6 @@ def main(
         )
     figure = args.figure or args.output.with_suffix(".png")
     settings = _settings(args.scenario, conditions, args.seeds, args.env_steps)
-
-    import json
 
     runs: Runs = {}
     run_facts: dict[str, dict[str, Any]] = {}
@@ -681,8 +807,8 @@ def main(
         wall_before = float(existing.get("wall_s") or 0.0)
         # The file keeps every run it held: settings cover the union.
         old = existing["settings"]
-        settings["conditions"] = [c for c in CONDITIONS if c in set(conditions) | set(old.get("conditions", []))]
-        settings["seeds"] = max(args.seeds, int(old.get("seeds", 0)))
+        union = [c for c in ALL_CONDITIONS if c in set(conditions) | set(old.get("conditions", []))]
+        settings = _settings(args.scenario, union, max(args.seeds, int(old.get("seeds", 0))), args.env_steps)
         print(
             f"[learning] resuming {args.output}: {sum(len(v) for v in runs.values())} run(s) already done",
             file=sys.stderr,
