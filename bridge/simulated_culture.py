@@ -176,6 +176,20 @@ class SimulatedCultureConfig:
         return cls(**kwargs)
 
 
+DOPAMINE_KNOBS = frozenset(
+    {
+        "eligibility_tau_ms",
+        "dopamine_tau_ms",
+        "dopamine_tonic_per_ms",
+        "dopamine_per_reward_pulse",
+        "dopamine_per_punishment_pulse",
+        "reward_electrodes",
+        "punishment_electrodes",
+    }
+)
+"""The knobs only the dopamine_stdp rule reads."""
+
+
 def _checked(name: str, value: Any, default: Any, meta: Mapping[str, Any]) -> Any:
     """`value` if it has the default's kind and lies in the knob's range, else ValueError naming the knob."""
     low, high = meta["low"], meta["high"]

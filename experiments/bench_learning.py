@@ -364,7 +364,9 @@ def summarize(runs: Runs, scenario: str = SCENARIO) -> dict[str, Any]:
         "min_seeds_per_group": min_seeds_per_group(ALPHA, "greater"),
         "alpha": ALPHA,
         "verdicts": verdicts,
-        "targets": _targets(summary, min_seeds_per_group(ALPHA, "greater")) if scenario == SCENARIO else {},
+        "targets": _targets(summary, min_seeds_per_group(ALPHA, "greater"))
+        if scenario == SCENARIO and set(summary) & set(CONDITIONS)
+        else {},
         "feedback_effects": feedback_effects(summary),
         "notes": notes if scenario == SCENARIO else [*notes, f"the targets are defined on {SCENARIO}: none read"],
     }
@@ -537,31 +539,45 @@ def check_resume(existing: dict[str, Any], settings: dict[str, Any]) -> Runs:
     old = existing.get("settings")
     if not isinstance(old, dict) or "runs" not in existing:
         raise ValueError("--resume: the existing output is not a `bench learning` result (no settings or runs)")
-    for key, what in (
-        ("scenario", "scenario"),
-        ("env_steps_per_run", "env-step budget"),
-        ("base_experiment", "base experiment (experiments.schema learning settings)"),
-        ("feedback_on", "feedback of the feedback controls"),
-        ("feedback_settle_ms", "settle time of the feedback controls"),
-        ("culture_defaults", "simulated culture (SimulatedCultureConfig defaults)"),
-    ):
+    differences = [
+        (what, old.get(key), settings.get(key))
+        for key, what in (
+            ("scenario", "scenario"),
+            ("env_steps_per_run", "env-step budget"),
+            ("base_experiment", "base experiment (experiments.schema learning settings)"),
+        )
+        if old.get(key) != settings.get(key)
+    ]
+    # Feedback controls: what they were run with, for the conditions both hold (a tuned dopamine culture must not
+    # be pooled with runs of the old one).
+    for key, what in (("feedback_on", "feedback of the feedback controls"), ("feedback_settle_ms", "settle time")):
         if key in old and key in settings and old[key] != settings[key]:
-            raise ValueError(
-                f"--resume: the existing output was measured with a different {what}: "
-                f"{old.get(key)!r}, now {settings.get(key)!r}; use another --output or drop --resume"
-            )
-        if key not in ("feedback_on", "feedback_settle_ms", "culture_defaults") and old.get(key) != settings.get(key):
-            raise ValueError(
-                f"--resume: the existing output was measured with a different {what}: "
-                f"{old.get(key)!r}, now {settings.get(key)!r}; use another --output or drop --resume"
-            )
+            differences.append((what, old[key], settings[key]))
+    old_cultures, new_cultures = old.get("culture", {}), settings.get("culture", {})
+    for condition in sorted(set(old_cultures) & set(new_cultures)):
+        if old_cultures[condition] != new_cultures[condition]:
+            changed = {
+                k: (old_cultures[condition].get(k), v)
+                for k, v in new_cultures[condition].items()
+                if old_cultures[condition].get(k) != v
+            }
+            differences.append((f"culture for {condition} (old, now)", changed, None))
+    for what, was, now in differences:
+        raise ValueError(
+            f"--resume: the existing output was measured with a different {what}: "
+            f"{was!r}, now {now!r}; use another --output or drop --resume"
+        )
     return runs_from_result(existing)
 
 
-def _culture_defaults() -> dict[str, Any]:
-    from bridge.simulated_culture import SimulatedCultureConfig
+def _culture(condition: str) -> dict[str, Any]:
+    """The culture knobs a feedback control runs with (the dopamine knobs only where the rule uses them)."""
+    from bridge.simulated_culture import DOPAMINE_KNOBS, SimulatedCultureConfig
 
-    return json.loads(json.dumps(dataclasses.asdict(SimulatedCultureConfig())))  # tuples as lists, as read back
+    rule = FEEDBACK_CONDITIONS[condition][0]
+    knobs = dataclasses.asdict(SimulatedCultureConfig(plasticity=rule))  # type: ignore[arg-type]
+    used = {k: v for k, v in knobs.items() if rule == "dopamine_stdp" or k not in DOPAMINE_KNOBS}
+    return json.loads(json.dumps(used))  # tuples as lists, as read back
 
 
 def _settings(scenario: str, conditions: Sequence[str], seeds: int, budget: int) -> dict[str, Any]:
@@ -577,7 +593,7 @@ def _settings(scenario: str, conditions: Sequence[str], seeds: int, budget: int)
             "feedback_conditions": {c: FEEDBACK_CONDITIONS[c] for c in conditions if c in FEEDBACK_CONDITIONS},
             "feedback_on": FEEDBACK_ON,
             "feedback_settle_ms": FEEDBACK_SETTLE_MS,
-            "culture_defaults": _culture_defaults(),
+            "culture": {c: _culture(c) for c in conditions if c in FEEDBACK_CONDITIONS},
         }
         if set(conditions) & set(FEEDBACK_CONDITIONS)
         else {}
@@ -730,9 +746,9 @@ def table(result: dict[str, Any]) -> str:
         r = effect["final_return"]
         ci = r["ci95_paired"] or [None, None]
         lines.append(
-            f"{pair}: return {_fmt(r['mean_difference'], '+.1f')} (95% CI {_fmt(ci[0], '+.1f')} .. "
-            f"{_fmt(ci[1], '+.1f')}), Mann-Whitney p(greater) {_fmt(r['mann_whitney_p_greater'], '.3g')}, "
-            f"kill rate {_fmt(effect['kill_rate']['mean_difference'], '+.2f')}"
+            f"{pair}: return {_fmt(r['mean_difference'], '.1f')} (95% CI {_fmt(ci[0], '.1f')} .. "
+            f"{_fmt(ci[1], '.1f')}), Mann-Whitney p(greater) {_fmt(r['mann_whitney_p_greater'], '.3g')}, "
+            f"kill rate {_fmt(effect['kill_rate']['mean_difference'], '.2f')}"
         )
     return "\n".join(lines)
 
@@ -776,6 +792,15 @@ def main(
         action="store_true",
         help="skip the (condition, seed) runs the output file already holds (same settings only)",
     )
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="take the runs of another result file too (same settings only; e.g. conditions run in parallel "
+        "into separate files), as if resumed from it (repeatable)",
+    )
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error(f"--seeds must be >= 1 (got {args.seeds})")
@@ -794,25 +819,30 @@ def main(
     runs: Runs = {}
     run_facts: dict[str, dict[str, Any]] = {}
     wall_before = 0.0
-    if args.resume and args.output.is_file():
-        existing = json.loads(args.output.read_text())
-        runs = check_resume(existing, settings)
-        run_facts = {
-            c: {
-                seed: {k: v for k, v in curves.items() if k not in ("env_steps", "return", "kill")}
-                for seed, curves in by_seed.items()
-            }
-            for c, by_seed in existing["runs"].items()
-        }
-        wall_before = float(existing.get("wall_s") or 0.0)
+    sources = ([args.output] if args.resume and args.output.is_file() else []) + list(args.merge)
+    held, seeds = list(conditions), args.seeds
+    for source in sources:
+        try:
+            existing = json.loads(source.read_text())
+            earlier = check_resume(existing, settings)
+        except (OSError, ValueError) as exc:
+            parser.error(f"{source}: {exc}")
+        for condition, by_seed in earlier.items():
+            for seed, episodes in by_seed.items():
+                if seed in runs.get(condition, {}):
+                    parser.error(f"{source}: {condition} seed {seed} is also in an earlier file; merge each run once")
+                runs.setdefault(condition, {})[seed] = episodes
+                facts = existing["runs"][condition][seed]
+                run_facts.setdefault(condition, {})[seed] = {
+                    k: v for k, v in facts.items() if k not in ("env_steps", "return", "kill")
+                }
+        wall_before += float(existing.get("wall_s") or 0.0)
         # The file keeps every run it held: settings cover the union.
-        old = existing["settings"]
-        union = [c for c in ALL_CONDITIONS if c in set(conditions) | set(old.get("conditions", []))]
-        settings = _settings(args.scenario, union, max(args.seeds, int(old.get("seeds", 0))), args.env_steps)
-        print(
-            f"[learning] resuming {args.output}: {sum(len(v) for v in runs.values())} run(s) already done",
-            file=sys.stderr,
-        )
+        held += existing["settings"].get("conditions", [])
+        seeds = max(seeds, int(existing["settings"].get("seeds", 0)))
+        print(f"[learning] {source}: {sum(len(v) for v in earlier.values())} run(s) already done", file=sys.stderr)
+    if sources:
+        settings = _settings(args.scenario, [c for c in ALL_CONDITIONS if c in set(held)], seeds, args.env_steps)
 
     # Interleaved (for each seed, every condition) so that drift in machine load hits every condition.
     todo = [(c, seed) for seed in range(args.seeds) for c in conditions if str(seed) not in runs.get(c, {})]
