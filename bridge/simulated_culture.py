@@ -110,13 +110,16 @@ class SimulatedCultureConfig:
     noise_probability_per_ms: float = _knob(0.0003, 0.0, 1.0, "chance per neuron and ms of a spontaneous kick")
     noise_kick_mv: float = _knob(18.0, 0.0, 200.0, "size of a spontaneous kick (mV)")
     plasticity: Plasticity | bool = _knob(
-        "stdp", None, None, "stdp | dopamine_stdp | none (true/false: stdp/none, as before)"
+        "stdp", None, None, "the rule from hand-over on (true / false still mean stdp / none)"
     )
     stdp_potentiation: float = _knob(0.01, 0.0, 1.0, "weight gain per causal pair, times (max_weight_mv - w)")
     stdp_depression: float = _knob(0.012, 0.0, 1.0, "weight loss per anti-causal pair, times w")
     stdp_tau_ms: float = _knob(20.0, 1.0, 1000.0, "time constant of the STDP pair window (ms)")
     maturation_ms: float = _knob(
-        30_000.0, 0.0, 600_000.0, "spontaneous activity simulated before use, so STDP has settled the weights"
+        30_000.0,
+        0.0,
+        600_000.0,
+        "spontaneous activity simulated before use, under STDP whatever the rule, so the weights have settled",
     )
     eligibility_tau_ms: float = _knob(
         1000.0, 1.0, 60_000.0, "dopamine_stdp: decay of each synapse's eligibility trace c (ms; Izhikevich 2007: 1 s)"
@@ -225,7 +228,7 @@ def knob_table() -> str:
         elif f.name == "plasticity":
             default, allowed = str(f.default), " / ".join(PLASTICITY_RULES)
         else:
-            default, allowed = f"{f.default:g}", f"{low:g} - {high:g}"
+            default, allowed = f"{f.default:g}", f"{low:g} .. {high:g}"
         rows.append(f"| `{f.name}` | {default} | {allowed} | {f.metadata['meaning']} |")
     return "\n".join(rows)
 
