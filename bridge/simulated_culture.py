@@ -58,10 +58,10 @@ EPOCH_TAUS = 8.0
 """dopamine_stdp: the eligibility scale is renormalised every this many eligibility time constants (e^-8 stays
 far from underflow and loses under 4 of float64's 16 digits)."""
 
-PLASTICITY_RULES = ("stdp", "dopamine_stdp", "none")
+Plasticity = Literal["stdp", "dopamine_stdp", "none"]
+PLASTICITY_RULES: tuple[Plasticity, ...] = ("stdp", "dopamine_stdp", "none")
 """`stdp`: pair-based STDP changes the weights at once; `dopamine_stdp`: STDP fills an eligibility trace that
 dopamine turns into weight changes (Izhikevich 2007); `none`: fixed weights."""
-Plasticity = Literal["stdp", "dopamine_stdp", "none"]
 _RULE_CODE = {"none": 0, "stdp": 1, "dopamine_stdp": 2}
 
 
@@ -245,23 +245,24 @@ def _uniform(rng_state: np.ndarray) -> float:
 
 
 @numba.njit(cache=True, inline="always")
-def _consolidate(s, weight, eligibility, consolidated, total, w_max):  # pragma: no cover - compiled
+def _consolidate(s, weight, trace, total, w_max):  # pragma: no cover - compiled
     # Dopamine-STDP, lazily: bring one synapse's weight up to now (see _simulate's `da`).
-    change = eligibility[s] * (total - consolidated[s])
-    consolidated[s] = total
+    # trace[s] = (scaled eligibility, running total at its last consolidation): one cache line per synapse.
+    change = trace[s, 0] * (total - trace[s, 1])
+    trace[s, 1] = total
     if change != 0.0:
         w = weight[s] + change
         weight[s] = 0.0 if w < 0.0 else (w_max if w > w_max else w)
 
 
 @numba.njit(cache=True)
-def _consolidate_all(weight, plastic, eligibility, consolidated, da, w_max):  # pragma: no cover - compiled
+def _consolidate_all(weight, plastic, trace, da, w_max):  # pragma: no cover - compiled
     """Bring every plastic weight up to now and start a new epoch of the eligibility scale."""
     for s in range(weight.shape[0]):
         if plastic[s]:
-            _consolidate(s, weight, eligibility, consolidated, da[1], w_max)
-            eligibility[s] *= da[2]
-        consolidated[s] = 0.0
+            _consolidate(s, weight, trace, da[1], w_max)
+            trace[s, 0] *= da[2]
+        trace[s, 1] = 0.0
     da[1] = 0.0
     da[2] = 1.0
     da[3] = 0.0
@@ -309,16 +310,15 @@ def _simulate(
     dopamine_tonic,
     eligibility_decay,
     epoch_steps,
-    eligibility,
-    consolidated,
+    trace,
     da,
     rng_state,
     electrode_counts,
 ):  # pragma: no cover - compiled
     # rule: 0 fixed weights, 1 STDP (weights change at once), 2 dopamine-modulated STDP.
-    # Rule 2 keeps, per synapse, its eligibility c on a moving scale: c(k) = eligibility[s] * scale(k), with
+    # Rule 2 keeps, per synapse, its eligibility c on a moving scale: c(k) = trace[s, 0] * scale(k), with
     # scale = eligibility_decay^(k - epoch start) (da[2]); the weight grows by c(k) (tonic + d_k) each step,
-    # so over any stretch without spikes of its own a synapse gains eligibility[s] * (total_now - total_then),
+    # so over any stretch without spikes of its own a synapse gains trace[s, 0] * (total_now - total_then),
     # total = sum of scale(k) (tonic + d_k) (da[1]). A synapse is brought up to date only when one of its
     # neurons spikes: the cost stays per spike, as for STDP. da = [d, total, scale, steps into the epoch].
     n = v.shape[0]
@@ -329,7 +329,7 @@ def _simulate(
         current = input_ring[slot]
         if rule == 2:
             if da[3] >= epoch_steps:  # renormalise before the scale underflows
-                _consolidate_all(weight, plastic, eligibility, consolidated, da, w_max)
+                _consolidate_all(weight, plastic, trace, da, w_max)
             da[0] *= dopamine_decay
         # Stimulation pulses due this step (bursts scheduled by electrode).
         for e in range(pulse_next_step.shape[0]):
@@ -369,7 +369,7 @@ def _simulate(
                 for s in range(out_ptr[i], out_ptr[i + 1]):
                     t = out_target[s]
                     if rule == 2 and plastic[s]:
-                        _consolidate(s, weight, eligibility, consolidated, total, w_max)
+                        _consolidate(s, weight, trace, total, w_max)
                     input_ring[(step + out_delay[s]) % ring, t] += weight[s]
                     if rule != 0 and plastic[s]:
                         # Pre after post: depress, proportional to the weight.
@@ -377,19 +377,19 @@ def _simulate(
                         if rule == 1:
                             weight[s] += change
                         else:
-                            eligibility[s] += change * inv_scale
+                            trace[s, 0] += change * inv_scale
                 if rule != 0:
                     for q in range(in_ptr[i], in_ptr[i + 1]):
                         s = in_synapse[q]
                         if plastic[s]:
                             if rule == 2:
-                                _consolidate(s, weight, eligibility, consolidated, total, w_max)
+                                _consolidate(s, weight, trace, total, w_max)
                             # Post after pre: potentiate towards w_max.
                             change = a_plus * pre_trace[synapse_source[s]] * (w_max - weight[s])
                             if rule == 1:
                                 weight[s] += change
                             else:
-                                eligibility[s] += change * inv_scale
+                                trace[s, 0] += change * inv_scale
                 pre_trace[i] += 1.0
                 post_trace[i] += 1.0
             v[i] = vi
@@ -422,8 +422,7 @@ class SimulatedCulture:
         """Runtime switch: tests freeze weights while probing, so that measuring does not train (dopamine_stdp:
         eligibility and consolidation pause too; the dopamine level keeps moving)."""
         n_syn = len(self.weight)
-        self._eligibility = np.zeros(n_syn)
-        self._consolidated = np.zeros(n_syn)
+        self._trace = np.zeros((n_syn, 2))  # dopamine_stdp: scaled eligibility, total at last consolidation
         self._dopamine = np.array([0.0, 0.0, 1.0, 0.0])  # d, consolidation total, eligibility scale, epoch steps
         self._dopamine_per_pulse = np.zeros(N_ELECTRODES)
         if cfg.rule == "dopamine_stdp":
@@ -548,14 +547,17 @@ class SimulatedCulture:
         """The phasic dopamine level d now (dopamine_stdp; 0 for the other rules)."""
         return float(self._dopamine[0])
 
+    def eligibility(self) -> np.ndarray:
+        """Each synapse's eligibility trace c now (dopamine_stdp; zeros for the other rules), a copy."""
+        return self._trace[:, 0] * self._dopamine[2]
+
     def synaptic_weights(self) -> np.ndarray:
         """Every synapse's weight now (mV), a copy; dopamine_stdp weights are brought up to date first."""
         if self._rule == "dopamine_stdp":
             _consolidate_all(
                 self.weight,
                 self.plastic,
-                self._eligibility,
-                self._consolidated,
+                self._trace,
                 self._dopamine,
                 self.config.max_weight_mv,
             )
@@ -644,8 +646,7 @@ class SimulatedCulture:
             cfg.dopamine_tonic_per_ms,
             math.exp(-DT_MS / cfg.eligibility_tau_ms),
             max(1, round(EPOCH_TAUS * cfg.eligibility_tau_ms / DT_MS)),
-            self._eligibility,
-            self._consolidated,
+            self._trace,
             self._dopamine,
             self._rng_state,
             counts,

@@ -16,11 +16,6 @@ QUIET = SimulatedCultureConfig(
 )
 
 
-def _eligibility(culture: SimulatedCulture) -> np.ndarray:
-    """Each synapse's eligibility trace c now (the kernel keeps it on a moving scale)."""
-    return culture._eligibility * culture._dopamine[2]
-
-
 def condition_then_feed_back(
     delay_ms: float, site: int | None, config: SimulatedCultureConfig = QUIET
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -33,7 +28,7 @@ def condition_then_feed_back(
     before = culture.synaptic_weights()
     culture.stimulate(ENCODING_ELECTRODES[3], 2.5, 5, 40.0)
     culture.advance(200)
-    eligibility = _eligibility(culture)
+    eligibility = culture.eligibility()
     culture.advance(delay_ms)
     if site is not None:
         culture.stimulate(site, 0.001, 20, 100.0)
