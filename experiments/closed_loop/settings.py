@@ -51,7 +51,7 @@ class DeviceSettings:
     random_spike_rate_hz: float = 5.0
     culture: SimulatedCultureConfig | None = None
     """backend sim only: the simulated culture's knobs (`bridge.simulated_culture.SimulatedCultureConfig`, listed
-    in docs/architecture.md); None or absent: the defaults."""
+    in docs/architecture.md); absent: the defaults. Other backends hold None and refuse a section that sets a knob."""
     feedback_settle_ms: float = 0.0
     """Simulated devices: hold each stimulation until this long after the last pulse of the feedback before it, so
     the decoder never reads feedback-evoked spikes (0: off; see `bridge.device.DeviceConfig`)."""
@@ -84,6 +84,12 @@ class DeviceSettings:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name}={value!r}: must be a finite number >= 0")
+        # A sim device always holds its knobs (written out in the resolved experiment, so a sweep can reach them);
+        # another backend holds none, and refuses a section that sets one.
+        if self.backend == "sim" and self.culture is None:
+            object.__setattr__(self, "culture", SimulatedCultureConfig())
+        elif self.culture == SimulatedCultureConfig() and self.backend != "sim":
+            object.__setattr__(self, "culture", None)
         if self.culture is not None and self.backend != "sim":
             raise ValueError(
                 f"culture: backend {self.backend} has no simulated culture; the culture settings are for backend "
