@@ -172,13 +172,19 @@ def _progress(condition: str, seed: int, episodes: list[Episode], steps: int, t0
     )
 
 
-def train_run(condition: str, seed: int, budget: int, scenario: str) -> tuple[list[Episode], dict[str, Any]]:
-    """Train one condition and seed until `budget` env steps; its episodes and run facts."""
+def train_run(
+    condition: str, seed: int, budget: int, scenario: str, culture: dict[str, Any] | None = None
+) -> tuple[list[Episode], dict[str, Any]]:
+    """Train one condition and seed until `budget` env steps (`culture`: knobs for its sim device); its episodes
+    and run facts."""
     from experiments.closed_loop.ppo import finish
     from experiments.runner import _pull_episode_records
     from experiments.schema import experiment_from_dict
 
-    experiment = experiment_from_dict(experiment_dict(condition, seed, scenario), source=f"bench learning {condition}")
+    base = BASE_EXPERIMENT | ({"sim_device": {"culture": culture}} if culture else {})
+    experiment = experiment_from_dict(
+        experiment_dict(condition, seed, scenario, base), source=f"bench learning {condition}"
+    )
     t0 = time.monotonic()
     algo = experiment.algorithm_config().build_algo()
     episodes: list[Episode] = []
@@ -570,33 +576,43 @@ def check_resume(existing: dict[str, Any], settings: dict[str, Any]) -> Runs:
     return runs_from_result(existing)
 
 
-def _culture(condition: str) -> dict[str, Any]:
-    """The culture knobs a feedback control runs with (the dopamine knobs only where the rule uses them)."""
+SIM_CONDITIONS = ("sim", "zero", "random", *FEEDBACK_CONDITIONS)
+"""The conditions that run the simulated culture (`--culture` applies to these)."""
+
+
+def _culture(condition: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The culture knobs a condition runs with (the dopamine knobs only where the rule uses them)."""
     from bridge.simulated_culture import DOPAMINE_KNOBS, SimulatedCultureConfig
 
-    rule = FEEDBACK_CONDITIONS[condition][0]
-    knobs = dataclasses.asdict(SimulatedCultureConfig(plasticity=rule))  # type: ignore[arg-type]
+    rule = FEEDBACK_CONDITIONS[condition][0] if condition in FEEDBACK_CONDITIONS else "stdp"
+    knobs = dataclasses.asdict(SimulatedCultureConfig.from_mapping((overrides or {}) | {"plasticity": rule}))
     used = {k: v for k, v in knobs.items() if rule == "dopamine_stdp" or k not in DOPAMINE_KNOBS}
     return json.loads(json.dumps(used))  # tuples as lists, as read back
 
 
-def _settings(scenario: str, conditions: Sequence[str], seeds: int, budget: int) -> dict[str, Any]:
-    return {
-        "scenario": scenario,
-        "conditions": list(conditions),
-        "seeds": seeds,
-        "env_steps_per_run": budget,
-        "base_experiment": BASE_EXPERIMENT,
-        "window_episodes": WINDOW,
-    } | (
+def _settings(
+    scenario: str, conditions: Sequence[str], seeds: int, budget: int, culture: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    recorded = [c for c in conditions if c in FEEDBACK_CONDITIONS or (culture and c in SIM_CONDITIONS)]
+    return (
         {
-            "feedback_conditions": {c: FEEDBACK_CONDITIONS[c] for c in conditions if c in FEEDBACK_CONDITIONS},
-            "feedback_on": FEEDBACK_ON,
-            "feedback_settle_ms": FEEDBACK_SETTLE_MS,
-            "culture": {c: _culture(c) for c in conditions if c in FEEDBACK_CONDITIONS},
+            "scenario": scenario,
+            "conditions": list(conditions),
+            "seeds": seeds,
+            "env_steps_per_run": budget,
+            "base_experiment": BASE_EXPERIMENT,
+            "window_episodes": WINDOW,
         }
-        if set(conditions) & set(FEEDBACK_CONDITIONS)
-        else {}
+        | (
+            {
+                "feedback_conditions": {c: FEEDBACK_CONDITIONS[c] for c in conditions if c in FEEDBACK_CONDITIONS},
+                "feedback_on": FEEDBACK_ON,
+                "feedback_settle_ms": FEEDBACK_SETTLE_MS,
+            }
+            if set(conditions) & set(FEEDBACK_CONDITIONS)
+            else {}
+        )
+        | ({"culture": {c: _culture(c, culture) for c in recorded}} if recorded else {})
     )
 
 
@@ -721,6 +737,16 @@ def draw_figure(result: dict[str, Any], path: Path) -> None:
 # --- the command --------------------------------------------------------------------
 
 
+def _culture_overrides(pairs: list[str]) -> dict[str, Any]:
+    """`--culture KNOB=VALUE` pairs as a mapping, checked against SimulatedCultureConfig."""
+    from bridge.device import culture_from_args
+
+    culture_from_args(pairs, None)  # ValueError names a bad knob or value
+    import yaml
+
+    return {key.strip(): yaml.safe_load(raw) for key, _, raw in (pair.partition("=") for pair in pairs)}
+
+
 def _fmt(value: float | None, spec: str) -> str:
     width = spec.split(".")[0]
     return format("-", f">{width}") if value is None else format(value, spec)
@@ -801,7 +827,19 @@ def main(
         help="take the runs of another result file too (same settings only; e.g. conditions run in parallel "
         "into separate files), as if resumed from it (repeatable)",
     )
+    parser.add_argument(
+        "--culture",
+        action="append",
+        default=[],
+        metavar="KNOB=VALUE",
+        help="set a knob of the simulated culture in every condition that runs one (repeatable; recorded in the "
+        "result; `spikeloop device --culture-help` lists the knobs), e.g. --culture dopamine_tau_ms=300",
+    )
     args = parser.parse_args(argv)
+    try:
+        culture = _culture_overrides(args.culture)
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.seeds < 1:
         parser.error(f"--seeds must be >= 1 (got {args.seeds})")
     if args.env_steps < MIN_ENV_STEPS:
@@ -814,7 +852,7 @@ def main(
             else default_output.with_name(f"{default_output.stem}-{args.scenario}{default_output.suffix}")
         )
     figure = args.figure or args.output.with_suffix(".png")
-    settings = _settings(args.scenario, conditions, args.seeds, args.env_steps)
+    settings = _settings(args.scenario, conditions, args.seeds, args.env_steps, culture)
 
     runs: Runs = {}
     run_facts: dict[str, dict[str, Any]] = {}
@@ -842,7 +880,8 @@ def main(
         seeds = max(seeds, int(existing["settings"].get("seeds", 0)))
         print(f"[learning] {source}: {sum(len(v) for v in earlier.values())} run(s) already done", file=sys.stderr)
     if sources:
-        settings = _settings(args.scenario, [c for c in ALL_CONDITIONS if c in set(held)], seeds, args.env_steps)
+        held_conditions = [c for c in ALL_CONDITIONS if c in set(held)]
+        settings = _settings(args.scenario, held_conditions, seeds, args.env_steps, culture)
 
     # Interleaved (for each seed, every condition) so that drift in machine load hits every condition.
     todo = [(c, seed) for seed in range(args.seeds) for c in conditions if str(seed) not in runs.get(c, {})]
@@ -856,7 +895,7 @@ def main(
         try:
             for n, (condition, seed) in enumerate(todo, 1):
                 print(f"[learning] run {n}/{len(todo)}: {condition} seed {seed}", file=sys.stderr, flush=True)
-                episodes, facts = train_run(condition, seed, args.env_steps, args.scenario)
+                episodes, facts = train_run(condition, seed, args.env_steps, args.scenario, culture)
                 runs.setdefault(condition, {})[str(seed)] = episodes
                 run_facts.setdefault(condition, {})[str(seed)] = facts
                 result = build_result(settings, runs, run_facts, wall_before + time.monotonic() - t0)

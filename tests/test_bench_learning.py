@@ -266,3 +266,50 @@ def test_registered_in_the_cli():
     from experiments.cli import BENCHMARKS
 
     assert BENCHMARKS["learning"][0] == "experiments.bench_learning"
+
+
+def test_feedback_control_experiments_validate_and_differ_only_where_they_should():
+    from experiments.schema import experiment_from_dict
+
+    base = bl.BASE_EXPERIMENT | {"sim_device": {"culture": {"dopamine_tau_ms": 300.0}}}
+    built = {c: experiment_from_dict(bl.experiment_dict(c, 4, base=base)) for c in bl.FEEDBACK_CONDITIONS}
+    for condition, (rule, feedback_on, settle) in bl.FEEDBACK_CONDITIONS.items():
+        e = built[condition]
+        device = e.devices[0]
+        assert device.culture is not None and device.culture.rule == rule and device.seed == 4
+        assert device.culture.dopamine_tau_ms == 300.0  # --culture reaches every condition's culture
+        assert device.feedback_settle_ms == (bl.FEEDBACK_SETTLE_MS if settle else 0.0)
+        assert e.feedback.enabled == feedback_on
+        if feedback_on:  # good and bad news on basic: the event table at its base values, no episode feedback
+            assert not e.feedback.use_reward_feedback and not e.feedback.use_episode_feedback
+            assert not e.feedback.surprise.enabled
+    on, off = built["dopamine_on_settle"].plain(), built["dopamine_off"].plain()
+    assert {k for k in on if on[k] != off[k]} == {"name", "devices", "feedback"}
+
+
+def test_feedback_effects_pair_on_with_off_by_seed():
+    runs = {
+        "stdp_on": _runs(conditions=("sim",))["sim"],  # a learner in every seed
+        "stdp_off": {str(s): _chance(s) for s in range(SEEDS)},
+    }
+    effects = bl.summarize(runs)["feedback_effects"]
+    assert set(effects) == {"stdp_on - stdp_off"}
+    r = effects["stdp_on - stdp_off"]["final_return"]
+    assert r["mean_difference"] == pytest.approx(HIGH - CHANCE)
+    low, high = r["ci95_paired"]
+    assert low <= r["mean_difference"] <= high
+    assert r["mann_whitney_p_greater"] == pytest.approx(1 / 252)  # every on seed above every off seed
+    assert r["wilcoxon_p_greater"] == pytest.approx(1 / 32)  # five pairs, all positive: the paired test's floor
+    assert r["cliffs_delta"] == 1.0
+
+
+def test_bench_culture_flag_is_checked(capsys):
+    with pytest.raises(SystemExit):
+        bl.main(["--culture", "dopamine_tau_ms=-5"])
+    assert "dopamine_tau_ms=-5" in capsys.readouterr().err
+
+
+def test_feedback_bench_registered_in_the_cli():
+    from experiments.cli import BENCHMARKS
+
+    assert BENCHMARKS["feedback"][0] == "experiments.bench_feedback"
