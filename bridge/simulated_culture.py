@@ -121,6 +121,15 @@ class SimulatedCultureConfig:
         600_000.0,
         "spontaneous activity simulated before use, under STDP whatever the rule, so the weights have settled",
     )
+    eligibility_potentiation_mv: float = _knob(
+        0.01, 0.0, 10.0, "dopamine_stdp: c gain per causal pair, x e^(-dt / stdp_tau_ms) (mV; Izhikevich 2007: 0.1)"
+    )
+    eligibility_depression_mv: float = _knob(
+        0.01,
+        0.0,
+        10.0,
+        "dopamine_stdp: c loss per anti-causal pair, x e^(-dt / stdp_tau_ms) (mV; Izhikevich 2007: 0.15)",
+    )
     eligibility_tau_ms: float = _knob(
         1000.0, 1.0, 60_000.0, "dopamine_stdp: decay of each synapse's eligibility trace c (ms; Izhikevich 2007: 1 s)"
     )
@@ -128,13 +137,16 @@ class SimulatedCultureConfig:
         200.0, 1.0, 60_000.0, "dopamine_stdp: decay of the phasic dopamine level d (ms; Izhikevich 2007: 200 ms)"
     )
     dopamine_tonic_per_ms: float = _knob(
-        0.0002, 0.0, 1.0, "dopamine_stdp: baseline level; weights change by c x (tonic + d) per ms"
+        0.0,
+        0.0,
+        1.0,
+        "dopamine_stdp: baseline level; weights change by c x (tonic + d) per ms (Izhikevich 2007: 0.0002)",
     )
     dopamine_per_reward_pulse: float = _knob(
         0.002, 0.0, 10.0, "dopamine_stdp: d rises by this per feedback pulse on a reward electrode (per ms units)"
     )
     dopamine_per_punishment_pulse: float = _knob(
-        -0.001, -10.0, 0.0, "dopamine_stdp: d changes by this per pulse on a punishment electrode (< 0: a dip; 0: none)"
+        0.0, -10.0, 0.0, "dopamine_stdp: d changes by this per pulse on a punishment electrode (< 0: a dip; 0: none)"
     )
     reward_electrodes: tuple[int, ...] = _knob(
         GOOD_NEWS_ELECTRODES, 0, N_ELECTRODES - 1, "dopamine_stdp: pulses here release dopamine (good-news feedback)"
@@ -181,6 +193,8 @@ class SimulatedCultureConfig:
 
 DOPAMINE_KNOBS = frozenset(
     {
+        "eligibility_potentiation_mv",
+        "eligibility_depression_mv",
         "eligibility_tau_ms",
         "dopamine_tau_ms",
         "dopamine_tonic_per_ms",
@@ -305,6 +319,8 @@ def _simulate(
     a_minus,
     trace_decay,
     w_max,
+    c_plus,
+    c_minus,
     dopamine_per_pulse,
     dopamine_decay,
     dopamine_tonic,
@@ -371,25 +387,21 @@ def _simulate(
                     if rule == 2 and plastic[s]:
                         _consolidate(s, weight, trace, total, w_max)
                     input_ring[(step + out_delay[s]) % ring, t] += weight[s]
-                    if rule != 0 and plastic[s]:
+                    if rule == 1 and plastic[s]:
                         # Pre after post: depress, proportional to the weight.
-                        change = -a_minus * post_trace[t] * weight[s]
-                        if rule == 1:
-                            weight[s] += change
-                        else:
-                            trace[s, 0] += change * inv_scale
+                        weight[s] -= a_minus * post_trace[t] * weight[s]
+                    elif rule == 2 and plastic[s]:
+                        trace[s, 0] -= c_minus * post_trace[t] * inv_scale  # additive, as Izhikevich 2007
                 if rule != 0:
                     for q in range(in_ptr[i], in_ptr[i + 1]):
                         s = in_synapse[q]
                         if plastic[s]:
                             if rule == 2:
                                 _consolidate(s, weight, trace, total, w_max)
-                            # Post after pre: potentiate towards w_max.
-                            change = a_plus * pre_trace[synapse_source[s]] * (w_max - weight[s])
-                            if rule == 1:
-                                weight[s] += change
+                            if rule == 1:  # post after pre: potentiate towards w_max
+                                weight[s] += a_plus * pre_trace[synapse_source[s]] * (w_max - weight[s])
                             else:
-                                trace[s, 0] += change * inv_scale
+                                trace[s, 0] += c_plus * pre_trace[synapse_source[s]] * inv_scale
                 pre_trace[i] += 1.0
                 post_trace[i] += 1.0
             v[i] = vi
@@ -641,6 +653,8 @@ class SimulatedCulture:
             cfg.stdp_depression,
             math.exp(-DT_MS / cfg.stdp_tau_ms),
             cfg.max_weight_mv,
+            cfg.eligibility_potentiation_mv,
+            cfg.eligibility_depression_mv,
             self._dopamine_per_pulse,
             math.exp(-DT_MS / cfg.dopamine_tau_ms),
             cfg.dopamine_tonic_per_ms,

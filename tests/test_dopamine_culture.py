@@ -12,7 +12,11 @@ from bridge.simulated_culture import SimulatedCulture, SimulatedCultureConfig
 # No spontaneous activity and no tonic dopamine: the only spike pairs are the conditioning burst's, and weights
 # can move only when feedback pulses release (or withdraw) dopamine.
 QUIET = SimulatedCultureConfig(
-    plasticity="dopamine_stdp", noise_probability_per_ms=0.0, maturation_ms=0.0, dopamine_tonic_per_ms=0.0
+    plasticity="dopamine_stdp",
+    noise_probability_per_ms=0.0,
+    maturation_ms=0.0,
+    dopamine_tonic_per_ms=0.0,
+    dopamine_per_punishment_pulse=-0.001,
 )
 
 
@@ -59,7 +63,9 @@ def test_weights_follow_the_eligibility_only_when_dopamine_comes_within_the_wind
 
 def test_renormalising_the_eligibility_scale_does_not_change_the_result(monkeypatch: pytest.MonkeyPatch) -> None:
     """The kernel rescales the traces every EPOCH_TAUS time constants; a much shorter epoch must give the same."""
-    config = SimulatedCultureConfig(plasticity="dopamine_stdp", maturation_ms=0.0, eligibility_tau_ms=300.0)
+    config = SimulatedCultureConfig(
+        plasticity="dopamine_stdp", maturation_ms=0.0, eligibility_tau_ms=300.0, dopamine_tonic_per_ms=0.0002
+    )
     reference, _ = condition_then_feed_back(400, GOOD_NEWS_ELECTRODES[1], config)
     monkeypatch.setattr(sc, "EPOCH_TAUS", 0.05)  # an epoch of 15 steps instead of 2,400
     renormalised, _ = condition_then_feed_back(400, GOOD_NEWS_ELECTRODES[1], config)
