@@ -82,6 +82,23 @@ FEEDBACK_CONDITIONS: dict[str, tuple[str, bool, bool]] = {
     "none_off": ("none", False, False),
 }
 """Feedback controls: condition -> (the culture's plasticity rule, feedback on, device feedback_settle_ms on)."""
+CONTROL_CULTURES: dict[str, dict[str, Any]] = {
+    "dopamine_stdp": {"excitatory_weight_mv": 6.0, "maturation_ms": 0.0},
+    "stdp": {},
+    "none": {},
+}
+"""Culture knobs of each rule's feedback controls beyond the rule (`--culture` goes on top).
+
+The positive control runs a fresh (no maturation), over-excited culture (excitatory weights 6 mV, not 4) so that
+feedback has room to matter: on today's culture the decoder learns without any culture plasticity (pilot: `none_off`
+seed 0 kill rate 0.99; `dopamine_off` seed 0 0.97 at 16,896 env steps). In the over-excited culture a stimulation
+sets off a network-wide burst, and a ridge readout of one window's spike-group counts recovers none of the
+stimulation while the weights stay frozen, as they do under `dopamine_off` (held-out R^2 summed over the 16 inputs,
+at most 16; seeds 0-4: -0.10 to 0.29). With kill feedback releasing dopamine its weights fell (mean 6.0 -> 4.3 mV)
+and the R^2 rose from -0.44 to 1.05 within 10 kills; without feedback it stayed at -0.43 (seed 0; open loop, outside
+training). That is a global calming, not shown to be reward-specific, and whether it becomes a difference in
+learning is what `spikeloop bench feedback` measures: not measured yet (docs/benchmarks.md, "feedback controls").
+The negative controls run today's culture."""
 FEEDBACK_COMPARISONS: tuple[tuple[str, str], ...] = (
     ("dopamine_on_settle", "dopamine_off"),
     ("dopamine_on", "dopamine_off"),
@@ -130,7 +147,8 @@ def experiment_dict(
     sim_device |= data.pop("sim_device", None) or {}
     if condition in FEEDBACK_CONDITIONS:
         rule, feedback_on, settle = FEEDBACK_CONDITIONS[condition]
-        device = _deep_merge(sim_device, {"culture": {"plasticity": rule}})
+        device = _deep_merge({"culture": CONTROL_CULTURES[rule]}, sim_device)
+        device = _deep_merge(device, {"culture": {"plasticity": rule}})
         device["feedback_settle_ms"] = FEEDBACK_SETTLE_MS if settle else 0.0
         own = {"devices": [device], "feedback": FEEDBACK_ON if feedback_on else {"enabled": False}}
     else:
@@ -585,7 +603,8 @@ def _culture(condition: str, overrides: dict[str, Any] | None = None) -> dict[st
     from bridge.simulated_culture import DOPAMINE_KNOBS, SimulatedCultureConfig
 
     rule = FEEDBACK_CONDITIONS[condition][0] if condition in FEEDBACK_CONDITIONS else "stdp"
-    knobs = dataclasses.asdict(SimulatedCultureConfig.from_mapping((overrides or {}) | {"plasticity": rule}))
+    control = CONTROL_CULTURES[rule] if condition in FEEDBACK_CONDITIONS else {}
+    knobs = dataclasses.asdict(SimulatedCultureConfig.from_mapping(control | (overrides or {}) | {"plasticity": rule}))
     used = {k: v for k, v in knobs.items() if rule == "dopamine_stdp" or k not in DOPAMINE_KNOBS}
     return json.loads(json.dumps(used))  # tuples as lists, as read back
 

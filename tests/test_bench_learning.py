@@ -287,6 +287,24 @@ def test_feedback_control_experiments_validate_and_differ_only_where_they_should
     assert {k for k in on if on[k] != off[k]} == {"name", "devices", "feedback"}
 
 
+def test_control_cultures_reach_the_device_and_culture_flag_wins():
+    from bridge.simulated_culture import SimulatedCultureConfig
+    from experiments.schema import experiment_from_dict
+
+    default = SimulatedCultureConfig()
+    for condition, (rule, _, _) in bl.FEEDBACK_CONDITIONS.items():
+        culture = experiment_from_dict(bl.experiment_dict(condition, 0)).devices[0].culture
+        control = bl.CONTROL_CULTURES[rule]
+        assert culture.excitatory_weight_mv == control.get("excitatory_weight_mv", default.excitatory_weight_mv)
+        assert culture.maturation_ms == control.get("maturation_ms", default.maturation_ms)
+        assert bl._culture(condition)["excitatory_weight_mv"] == culture.excitatory_weight_mv  # what is recorded
+    assert bl.CONTROL_CULTURES["dopamine_stdp"]  # the positive control's culture is not today's
+    base = bl.BASE_EXPERIMENT | {"sim_device": {"culture": {"excitatory_weight_mv": 5.0}}}
+    culture = experiment_from_dict(bl.experiment_dict("dopamine_off", 0, base=base)).devices[0].culture
+    assert culture.excitatory_weight_mv == 5.0 and culture.rule == "dopamine_stdp"  # --culture goes on top
+    assert bl._culture("dopamine_off", {"excitatory_weight_mv": 5.0})["excitatory_weight_mv"] == 5.0
+
+
 def test_feedback_effects_pair_on_with_off_by_seed():
     runs = {
         "stdp_on": _runs(conditions=("sim",))["sim"],  # a learner in every seed
