@@ -331,3 +331,36 @@ def test_feedback_bench_registered_in_the_cli():
     from experiments.cli import BENCHMARKS
 
     assert BENCHMARKS["feedback"][0] == "experiments.bench_feedback"
+
+
+def test_feedback_runs_measured_apart_merge_into_one_result_without_running(tmp_path, capsys):
+    """The documented split: one file per rule, then --merge writes the union (every run held: no Ray starts)."""
+    from experiments import bench_feedback
+
+    seeds, budget = 2, bl.MIN_ENV_STEPS
+    parts = {"dopamine": ("dopamine_on", "dopamine_off"), "none": ("none_on", "none_off")}
+    files = []
+    for rule, conditions in parts.items():
+        runs = {
+            c: {str(s): (_learner(100, s) if c.endswith("_on") else _chance(s)) for s in range(seeds)}
+            for c in conditions
+        }
+        settings = bl._settings(bl.SCENARIO, conditions, seeds, budget)
+        path = tmp_path / f"fb-{rule}.json"
+        path.write_text(json.dumps(bl.build_result(settings, runs, {}, 1.0)))
+        files.append(path)
+    out = tmp_path / "feedback.json"
+    conditions = [c for cs in parts.values() for c in cs]
+    argv = ["--seeds", str(seeds), "--env-steps", str(budget), "--conditions", *conditions, "--output", str(out)]
+    assert bench_feedback.main([*argv, "--merge", str(files[0]), "--merge", str(files[1])]) == 0
+    result = json.loads(out.read_text())
+    assert set(result["runs"]) == set(conditions) and all(len(result["runs"][c]) == seeds for c in conditions)
+    assert set(result["feedback_effects"]) == {"dopamine_on - dopamine_off", "none_on - none_off"}
+    assert result["settings"]["culture"]["dopamine_on"]["excitatory_weight_mv"] == 6.0  # the control's culture
+    # A file measured with another culture for a condition is refused, naming it.
+    other = json.loads(files[0].read_text())
+    other["settings"]["culture"]["dopamine_off"]["excitatory_weight_mv"] = 4.0
+    files[0].write_text(json.dumps(other))
+    with pytest.raises(SystemExit):
+        bench_feedback.main([*argv, "--output", str(tmp_path / "again.json"), "--merge", str(files[0])])
+    assert "culture for dopamine_off" in capsys.readouterr().err
