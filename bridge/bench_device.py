@@ -5,7 +5,8 @@ Writes docs/benchmarks/device.json with
   trainer over real UDP, sim backend in real time, 50 ms artifact wait + 50 ms
   collection window, 200 exchanges (target: 100-103 ms);
 - `culture_realtime_factor`: seconds of culture time simulated per wall-clock second,
-  default culture (1,000 neurons, plasticity on), as fast as possible on one core.
+  default culture (1,000 neurons, STDP), as fast as possible on one core; and
+  `culture_realtime_factor_by_plasticity`: the same for each plasticity rule.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from bridge.bench_record import provenance, write_result
 from bridge.channels import N_ENCODING
 from bridge.device import Device, DeviceConfig
 from bridge.protocol import StimCommand, decode_spikes, encode_stim
-from bridge.simulated_culture import SimulatedCulture
+from bridge.simulated_culture import PLASTICITY_RULES, Plasticity, SimulatedCulture, SimulatedCultureConfig
 
 
 def measure_reply_latency_ms(exchanges: int, artifact_wait_ms: float, collect_window_ms: float) -> np.ndarray:
@@ -62,9 +63,9 @@ def measure_reply_latency_ms(exchanges: int, artifact_wait_ms: float, collect_wi
     return np.array(latencies)
 
 
-def measure_culture_realtime_factor(culture_s: float) -> float:
-    """Culture seconds per wall second, default culture, as fast as possible."""
-    culture = SimulatedCulture(seed=0)
+def measure_culture_realtime_factor(culture_s: float, plasticity: Plasticity = "stdp") -> float:
+    """Culture seconds per wall second, default culture with this plasticity rule, as fast as possible."""
+    culture = SimulatedCulture(SimulatedCultureConfig(plasticity=plasticity), seed=0)
     culture.advance(100)  # compile outside the timing
     t0 = time.perf_counter()
     culture.advance(culture_s * 1000.0)
@@ -83,7 +84,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--output", type=Path, default=Path("docs/benchmarks/device.json"), help="where to write")
     args = p.parse_args(argv)
     lat = measure_reply_latency_ms(args.exchanges, args.artifact_wait_ms, args.collect_window_ms)
-    rtf = measure_culture_realtime_factor(args.culture_seconds)
+    by_rule = {rule: measure_culture_realtime_factor(args.culture_seconds, rule) for rule in PLASTICITY_RULES}
+    rtf = by_rule["stdp"]
     result = {
         "reply_latency_median_ms": round(float(np.median(lat)), 3),
         "reply_latency_p10_ms": round(float(np.percentile(lat, 10)), 3),
@@ -93,6 +95,7 @@ def main(argv: list[str]) -> int:
         "artifact_wait_ms": args.artifact_wait_ms,
         "collect_window_ms": args.collect_window_ms,
         "culture_realtime_factor": round(rtf, 2),
+        "culture_realtime_factor_by_plasticity": {rule: round(x, 2) for rule, x in by_rule.items()},
         "culture_seconds_simulated": args.culture_seconds,
         "culture": "1000 Izhikevich neurons, 60 synapses each, STDP on, 1 ms step",
     } | provenance("device", argv)

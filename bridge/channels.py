@@ -51,6 +51,19 @@ EVENT_FEEDBACK_ELECTRODES: Mapping[str, tuple[int, ...]] = MappingProxyType(
     }
 )
 
+POSITIVE_EVENTS: tuple[str, ...] = ("enemy_kill", "armor_pickup")
+"""Game events whose feedback reports good news (the reference's event table answers them on a positive TD error);
+the others report bad news."""
+
+GOOD_NEWS_ELECTRODES: tuple[int, ...] = POSITIVE_FEEDBACK_ELECTRODES + tuple(
+    e for name in POSITIVE_EVENTS for e in EVENT_FEEDBACK_ELECTRODES[name]
+)
+"""Where feedback that reports good news lands (positive reward, positive events)."""
+BAD_NEWS_ELECTRODES: tuple[int, ...] = NEGATIVE_FEEDBACK_ELECTRODES + tuple(
+    e for name, es in EVENT_FEEDBACK_ELECTRODES.items() if name not in POSITIVE_EVENTS for e in es
+)
+"""Where feedback that reports bad news lands (negative reward, negative events)."""
+
 # Ports (defaults; every one is configurable).
 STIM_PORT = 12345
 SPIKE_PORT = 12346

@@ -89,6 +89,7 @@ from bridge.protocol import (
     now_us,
 )
 from bridge.safety import Policy, SafetyEnvelope, SafetyViolation
+from bridge.simulated_culture import SimulatedCultureConfig, knob_table
 
 log = logging.getLogger("spikeloop.device")
 
@@ -174,6 +175,12 @@ class DeviceConfig:
     """Fault: answer each stimulation with the counts of the previous one's windows (the first with zeros)."""
     chatty: bool = False
     """Fault: besides the replies, send one spike datagram per tick that answers no stimulation."""
+    culture: SimulatedCultureConfig | None = None
+    """The sim backend's culture knobs (None: the defaults); refused for other backends."""
+    feedback_settle_ms: float = 0.0
+    """0: a stimulation is applied when it arrives. > 0: a stimulation that arrives while feedback is still being
+    delivered, or less than this long after its last pulse, is held until then (its windows start then), so that
+    no feedback pulse and none of its immediate echo falls in a collection window (docs/architecture.md)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.address, DeviceAddress):
@@ -194,6 +201,18 @@ class DeviceConfig:
             raise ValueError(f"device reply_from={self.reply_from!r}: choose from {', '.join(REPLY_FROM)}")
         if not (math.isfinite(self.clock_resolution_ms) and self.clock_resolution_ms >= 0):
             raise ValueError(f"device clock_resolution_ms={self.clock_resolution_ms!r}: must be a finite number >= 0")
+        if self.culture is not None and self.backend != "sim":
+            raise ValueError(
+                f"device culture settings are for the sim backend's simulated culture; backend {self.backend!r} "
+                "has none (remove them, or use --backend sim)"
+            )
+        if not (math.isfinite(self.feedback_settle_ms) and self.feedback_settle_ms >= 0):
+            raise ValueError(f"device feedback_settle_ms={self.feedback_settle_ms!r}: must be a finite number >= 0")
+        if self.feedback_settle_ms > 0 and (self.tick_quantised or self.backend == "cl"):
+            raise ValueError(
+                "device feedback_settle_ms: holding a stimulation is implemented for the sim, random, zero and "
+                "transparent backends without --tick-quantised"
+            )
         if self.tick_quantised and self.backend == "cl":
             raise ValueError("--tick-quantised emulates a hardware loop; the cl backend already runs on its own ticks")
         for flag, on in (("--tick-quantised", self.tick_quantised), ("--chatty", self.chatty)):
@@ -231,6 +250,7 @@ class Device:
             random_spike_rate_hz=config.random_spike_rate_hz,
             cl_sim_culture=config.cl_sim_culture,
             max_pulses=config.envelope.max_pulses,
+            culture=config.culture,
         )
         self.counters: collections.Counter[str] = collections.Counter()
         self.exit_reason = ""
@@ -262,6 +282,7 @@ class Device:
             self._event_sock: self._on_event,
         }
         self._closed = False
+        self._feedback_clear_s = -math.inf  # feedback_settle_ms: no stimulation is applied before this
 
     def _bind(self, port: int) -> socket.socket:
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -500,7 +521,7 @@ class Device:
 
     def _on_stim(self, data: bytes) -> None:
         received = time.monotonic()  # the windows start when the command is taken in, before decoding it
-        at_s = self.backend.now_s()
+        at_s = max(self.backend.now_s(), self._feedback_clear_s)  # held while feedback settles (if asked)
         cmd = decode_stim(data)
         self.counters["stim"] += 1
         self._last_stim_us = cmd.timestamp_us
@@ -560,6 +581,11 @@ class Device:
         self.backend.advance_to(at_s)
         if safe is not None:  # None: nothing to stimulate (no pulses, frequency or amplitude)
             self.backend.feedback(at_s, safe)
+            if self.config.feedback_settle_ms > 0 and safe.feedback_type != FeedbackType.INTERRUPT:
+                last_pulse_s = self.backend.last_pulse_s(at_s, safe.frequency_hz, int(safe.pulses))
+                self._feedback_clear_s = max(
+                    self._feedback_clear_s, last_pulse_s + self.config.feedback_settle_ms / 1e3
+                )
         self.backend.record("feedback", entry)
 
     def _on_event(self, data: bytes) -> None:
@@ -756,6 +782,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="sim, transparent, random, zero: simulate the windows at once and reply as soon as computed",
     )
     p.add_argument(
+        "--culture",
+        action="append",
+        default=[],
+        metavar="KNOB=VALUE",
+        help="sim: set one knob of the simulated culture (repeatable; VALUE is YAML: 0.5, true, [19, 20]); "
+        "e.g. --culture plasticity=dopamine_stdp; --culture-help lists every knob",
+    )
+    p.add_argument(
+        "--culture-file",
+        type=Path,
+        default=None,
+        help="sim: a YAML (or JSON) mapping of culture knobs; --culture pairs override its values",
+    )
+    p.add_argument(
+        "--culture-help", action=_CultureHelp, help="list the culture knobs (default, range, meaning) and exit"
+    )
+    p.add_argument(
+        "--feedback-settle-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="hold a stimulation that arrives while feedback is being delivered until MS after the feedback's "
+        "last pulse, so no feedback-evoked spike falls in its collection window (0: apply it at once); "
+        "sim, random, zero and transparent only",
+    )
+    p.add_argument(
         "--cl-sim-culture",
         action="store_true",
         help="cl backend under the cl-sdk simulator only: the simulator's data comes from the "
@@ -846,6 +898,46 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class _CultureHelp(argparse.Action):
+    """`--culture-help`: print the knob table (from SimulatedCultureConfig) and exit."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(knob_table())
+        parser.exit()
+
+
+def culture_from_args(pairs: list[str], path: Path | None) -> SimulatedCultureConfig | None:
+    """The culture knobs of `--culture-file` and `--culture KNOB=VALUE` (None: neither given)."""
+    import yaml  # type: ignore[import-untyped]  # no stubs in the test extras; only this parses YAML in bridge/
+
+    values: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise ValueError(f"--culture-file {path}: cannot be read as YAML: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise ValueError(f"--culture-file {path}: must hold a mapping of culture knobs (--culture-help lists them)")
+        values |= loaded
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--culture {pair!r}: write KNOB=VALUE, e.g. --culture plasticity=dopamine_stdp")
+        try:
+            values[key.strip()] = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise ValueError(f"--culture {pair!r}: the value is not YAML: {exc}") from None
+    if path is None and not pairs:
+        return None
+    try:
+        return SimulatedCultureConfig.from_mapping(values)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"--culture: {exc}") from None
+
+
 ENVELOPE_FLAGS = {
     "min_frequency_hz": "lowest stimulation or feedback frequency (Hz; 0 on the wire means off)",
     "max_frequency_hz": "highest stimulation or feedback frequency (Hz)",
@@ -905,6 +997,8 @@ def config_from_args(args: argparse.Namespace) -> DeviceConfig:
         reply_from=args.reply_from.replace("-", "_"),
         answer_previous=args.answer_previous,
         chatty=args.chatty,
+        culture=culture_from_args(args.culture, args.culture_file),
+        feedback_settle_ms=args.feedback_settle_ms,
     )
 
 

@@ -14,9 +14,16 @@ to travel through the network to reach the other spike groups.
 - Recording: an electrode sees the spikes of neurons within `record_radius`.
 - Spontaneous activity: each neuron gets a random excitatory kick with a small
   probability per millisecond (a few Hz per electrode, as in cultures).
-- Plasticity: pair-based STDP with soft bounds on excitatory synapses, event
-  driven (traces decay every step; weights change only at spikes), so
-  stimulation history and feedback change later responses.
+- Plasticity (`plasticity`), on excitatory-to-excitatory synapses, event driven
+  (traces decay every step; synapses are touched only at their neurons' spikes):
+  `stdp`, pair-based STDP with soft bounds, so stimulation history and feedback
+  change later responses; `dopamine_stdp`, the same STDP pairs fill a decaying
+  eligibility trace per synapse that dopamine turns into weight changes
+  (Izhikevich 2007, Cerebral Cortex 17:2443), where dopamine is released by
+  feedback pulses on the reward electrodes and lowered by pulses on the
+  punishment electrodes, so only feedback that arrives within about a second of
+  a spike pairing changes that synapse; `none`, fixed weights. Every culture
+  matures under STDP (`maturation_ms`); the rule applies from hand-over on.
 
 Everything is deterministic for a seed: the kernel carries its own xorshift
 generator instead of numba's process-global one, so two cultures in one
@@ -26,54 +33,218 @@ process do not disturb each other.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
 
 import numba
 import numpy as np
 
-from bridge.channels import ENCODING_ELECTRODES, GRID_SIDE, N_ELECTRODES, SPIKE_GROUPS
+from bridge.channels import (
+    BAD_NEWS_ELECTRODES,
+    ENCODING_ELECTRODES,
+    GOOD_NEWS_ELECTRODES,
+    GRID_SIDE,
+    N_ELECTRODES,
+    SPIKE_GROUPS,
+)
 from bridge.protocol import U32_MAX
 
 DT_MS = 1.0
 """Simulation timestep. Stimulation and recording are resolved to this."""
 
 MAX_DELAY_MS = 8
+EPOCH_TAUS = 8.0
+"""dopamine_stdp: the eligibility scale is renormalised every this many eligibility time constants (e^-8 stays
+far from underflow and loses under 4 of float64's 16 digits)."""
+
+Plasticity = Literal["stdp", "dopamine_stdp", "none"]
+PLASTICITY_RULES: tuple[Plasticity, ...] = ("stdp", "dopamine_stdp", "none")
+"""`stdp`: pair-based STDP changes the weights at once; `dopamine_stdp`: STDP fills an eligibility trace that
+dopamine turns into weight changes (Izhikevich 2007); `none`: fixed weights."""
+_RULE_CODE = {"none": 0, "stdp": 1, "dopamine_stdp": 2}
+
+
+def _knob(default: Any, low: float | None, high: float | None, meaning: str) -> Any:
+    """A culture setting: its default, its allowed range (inclusive; electrodes: each entry) and what it means."""
+    return field(default=default, metadata={"low": low, "high": high, "meaning": meaning})
 
 
 @dataclass(frozen=True)
 class SimulatedCultureConfig:
-    """Knobs of the simulated culture (defaults give a few Hz per electrode)."""
+    """Every knob of the simulated culture: default, range and meaning in one place.
 
-    n_neurons: int = 1000
-    excitatory_fraction: float = 0.8
-    synapses_per_neuron: int = 60
-    connection_length: float = 1.0
-    """Spatial scale of local connection probability, in electrode pitches."""
-    long_range_fraction: float = 0.5
-    """Share of synapses on a distant patch (axons of neighbours run together)."""
-    axon_length: float = 3.0
-    """Typical distance from a neuron to its distant patch, in pitches."""
-    patch_radius: float = 0.5
-    motor_projection: float = 0.3
-    """Share of the neurons near each encoding electrode whose distant patch lies on one motor group
-    (encoding electrode i -> motor group 1 + i mod 7) instead of where the random axon field points."""
-    conduction_pitch_per_ms: float = 1.0
-    excitatory_weight_mv: float = 4.0
-    inhibitory_weight_mv: float = -16.0
-    max_weight_mv: float = 6.0
-    stim_radius: float = 1.2
-    stim_gain_mv_per_ua: float = 30.0
-    record_radius: float = 0.5
-    noise_probability_per_ms: float = 0.0003
-    noise_kick_mv: float = 18.0
-    plasticity: bool = True
-    stdp_potentiation: float = 0.01
-    """Relative weight gain per causal pair (soft bound: times (w_max - w))."""
-    stdp_depression: float = 0.012
-    stdp_tau_ms: float = 20.0
-    maturation_ms: float = 30_000.0
-    """Spontaneous activity simulated at construction, so STDP has settled the weights
-    before use and later changes come from what the culture is given, not from drift."""
+    The experiment schema (a device's `culture:` section), `spikeloop device --culture KEY=VALUE`
+    and the table in docs/architecture.md (`knob_table`) all read these fields; the defaults give
+    a few Hz per electrode. Bounds are checked here, so every way in refuses the same values.
+    """
+
+    n_neurons: int = _knob(1000, 2, 4000, "neurons scattered over the 8x8 array")
+    excitatory_fraction: float = _knob(
+        0.8, 0.0, 1.0, "share of regular-spiking excitatory neurons (the rest inhibitory)"
+    )
+    synapses_per_neuron: int = _knob(60, 1, 500, "outgoing synapses of each neuron (at most n_neurons - 1)")
+    connection_length: float = _knob(1.0, 0.05, 8.0, "spatial scale of local connection probability (pitches)")
+    long_range_fraction: float = _knob(0.5, 0.0, 1.0, "share of synapses on a distant patch")
+    axon_length: float = _knob(3.0, 0.0, 8.0, "typical distance from a neuron to its distant patch (pitches)")
+    patch_radius: float = _knob(0.5, 0.05, 8.0, "radius of a distant patch (pitches)")
+    motor_projection: float = _knob(
+        0.3,
+        0.0,
+        1.0,
+        "share of the neurons near encoding electrode i whose distant patch lies on motor group 1 + i mod 7",
+    )
+    conduction_pitch_per_ms: float = _knob(
+        1.0, 0.01, 100.0, "conduction speed: delay 1 ms + distance / speed, at most 8 ms"
+    )
+    excitatory_weight_mv: float = _knob(4.0, 0.0, 30.0, "mean initial excitatory weight (mV; each drawn x0.5-1.5)")
+    inhibitory_weight_mv: float = _knob(-16.0, -100.0, 0.0, "mean inhibitory weight (mV; fixed)")
+    max_weight_mv: float = _knob(6.0, 0.0, 30.0, "upper bound of plastic excitatory weights (mV)")
+    stim_radius: float = _knob(
+        1.2, 0.05, 8.0, "neurons within this distance of a pulsed electrode are kicked (pitches)"
+    )
+    stim_gain_mv_per_ua: float = _knob(
+        30.0, 0.0, 500.0, "membrane kick per uA at the electrode, falling to 0 at stim_radius"
+    )
+    record_radius: float = _knob(0.5, 0.0, 8.0, "an electrode records the neurons within this distance (pitches)")
+    noise_probability_per_ms: float = _knob(0.0003, 0.0, 1.0, "chance per neuron and ms of a spontaneous kick")
+    noise_kick_mv: float = _knob(18.0, 0.0, 200.0, "size of a spontaneous kick (mV)")
+    plasticity: Plasticity | bool = _knob(
+        "stdp", None, None, "the rule from hand-over on (true / false still mean stdp / none)"
+    )
+    stdp_potentiation: float = _knob(0.01, 0.0, 1.0, "weight gain per causal pair, times (max_weight_mv - w)")
+    stdp_depression: float = _knob(0.012, 0.0, 1.0, "weight loss per anti-causal pair, times w")
+    stdp_tau_ms: float = _knob(20.0, 1.0, 1000.0, "time constant of the STDP pair window (ms)")
+    maturation_ms: float = _knob(
+        30_000.0,
+        0.0,
+        600_000.0,
+        "spontaneous activity simulated before use, under STDP whatever the rule, so the weights have settled",
+    )
+    eligibility_potentiation_mv: float = _knob(
+        0.01, 0.0, 10.0, "dopamine_stdp: c gain per causal pair, x e^(-dt / stdp_tau_ms) (mV; Izhikevich 2007: 0.1)"
+    )
+    eligibility_depression_mv: float = _knob(
+        0.01,
+        0.0,
+        10.0,
+        "dopamine_stdp: c loss per anti-causal pair, x e^(-dt / stdp_tau_ms) (mV; Izhikevich 2007: 0.15)",
+    )
+    eligibility_tau_ms: float = _knob(
+        1000.0, 1.0, 60_000.0, "dopamine_stdp: decay of each synapse's eligibility trace c (ms; Izhikevich 2007: 1 s)"
+    )
+    dopamine_tau_ms: float = _knob(
+        200.0, 1.0, 60_000.0, "dopamine_stdp: decay of the phasic dopamine level d (ms; Izhikevich 2007: 200 ms)"
+    )
+    dopamine_tonic_per_ms: float = _knob(
+        0.0,
+        0.0,
+        1.0,
+        "dopamine_stdp: baseline level; weights change by c x (tonic + d) per ms (Izhikevich 2007: 0.0002)",
+    )
+    dopamine_per_reward_pulse: float = _knob(
+        0.002, 0.0, 10.0, "dopamine_stdp: d rises by this per feedback pulse on a reward electrode (per ms units)"
+    )
+    dopamine_per_punishment_pulse: float = _knob(
+        0.0, -10.0, 0.0, "dopamine_stdp: d changes by this per pulse on a punishment electrode (< 0: a dip; 0: none)"
+    )
+    reward_electrodes: tuple[int, ...] = _knob(
+        GOOD_NEWS_ELECTRODES, 0, N_ELECTRODES - 1, "dopamine_stdp: pulses here release dopamine (good-news feedback)"
+    )
+    punishment_electrodes: tuple[int, ...] = _knob(
+        BAD_NEWS_ELECTRODES, 0, N_ELECTRODES - 1, "dopamine_stdp: pulses here lower dopamine (bad-news feedback)"
+    )
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            object.__setattr__(self, f.name, _checked(f.name, getattr(self, f.name), f.default, f.metadata))
+        if self.plasticity is True or self.plasticity is False:  # the old boolean switch
+            object.__setattr__(self, "plasticity", "stdp" if self.plasticity else "none")
+        overlap = set(self.reward_electrodes) & set(self.punishment_electrodes)
+        if overlap:
+            raise ValueError(
+                f"punishment_electrodes={list(self.punishment_electrodes)}: {sorted(overlap)} also release dopamine "
+                "(reward_electrodes); an electrode is one or the other"
+            )
+        for name in ("reward_electrodes", "punishment_electrodes"):
+            encoding = set(getattr(self, name)) & set(ENCODING_ELECTRODES)
+            if encoding:
+                raise ValueError(
+                    f"{name}={list(getattr(self, name))}: {sorted(encoding)} are encoding electrodes; every "
+                    "stimulation would then be feedback to the culture"
+                )
+
+    @property
+    def rule(self) -> Plasticity:
+        """The plasticity rule by name (the boolean form already normalised)."""
+        assert isinstance(self.plasticity, str)
+        return self.plasticity
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> SimulatedCultureConfig:
+        """Build from plain data (a YAML mapping, `--culture` pairs); ValueError names an unknown knob."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown culture knob(s) {', '.join(unknown)}; knobs: {', '.join(sorted(known))}")
+        kwargs: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+        return cls(**kwargs)
+
+
+DOPAMINE_KNOBS = frozenset(
+    {
+        "eligibility_potentiation_mv",
+        "eligibility_depression_mv",
+        "eligibility_tau_ms",
+        "dopamine_tau_ms",
+        "dopamine_tonic_per_ms",
+        "dopamine_per_reward_pulse",
+        "dopamine_per_punishment_pulse",
+        "reward_electrodes",
+        "punishment_electrodes",
+    }
+)
+"""The knobs only the dopamine_stdp rule reads."""
+
+
+def _checked(name: str, value: Any, default: Any, meta: Mapping[str, Any]) -> Any:
+    """`value` if it has the default's kind and lies in the knob's range, else ValueError naming the knob."""
+    low, high = meta["low"], meta["high"]
+    if name == "plasticity":
+        if isinstance(value, bool) or value in PLASTICITY_RULES:
+            return value
+        raise ValueError(f"plasticity={value!r}: choose from {', '.join(PLASTICITY_RULES)} (or true/false)")
+    if isinstance(default, tuple):
+        if not isinstance(value, (tuple, list)) or any(
+            isinstance(e, bool) or not isinstance(e, (int, np.integer)) or not low <= e <= high for e in value
+        ):
+            raise ValueError(f"{name}={value!r}: must be a list of electrode numbers {low}-{high}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"{name}={list(value)!r}: an electrode is listed twice")
+        return tuple(int(e) for e in value)
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise ValueError(f"{name}={value!r}: must be a whole number {low}-{high}")
+    elif isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name}={value!r}: must be a number in [{low:g}, {high:g}]")
+    if not (math.isfinite(value) and low <= value <= high):
+        raise ValueError(f"{name}={value!r}: must be in [{low:g}, {high:g}] ({meta['meaning']})")
+    return type(default)(value)
+
+
+def knob_table() -> str:
+    """The culture's knobs as a Markdown table (docs/architecture.md carries it verbatim; a test keeps it so)."""
+    rows = ["| knob | default | range | meaning |", "|---|---|---|---|"]
+    for f in fields(SimulatedCultureConfig):
+        low, high = f.metadata["low"], f.metadata["high"]
+        if isinstance(f.default, tuple):
+            default, allowed = ", ".join(map(str, f.default)), f"electrodes {low}-{high}"
+        elif f.name == "plasticity":
+            default, allowed = str(f.default), " / ".join(PLASTICITY_RULES)
+        else:
+            default, allowed = f"{f.default:g}", f"{low:g} .. {high:g}"
+        rows.append(f"| `{f.name}` | {default} | {allowed} | {f.metadata['meaning']} |")
+    return "\n".join(rows)
 
 
 @numba.njit(cache=True)
@@ -87,6 +258,30 @@ def _uniform(rng_state: np.ndarray) -> float:
     return float((x * np.uint64(2685821657736338717)) >> np.uint64(11)) / 9007199254740992.0
 
 
+@numba.njit(cache=True, inline="always")
+def _consolidate(s, weight, trace, total, w_max):  # pragma: no cover - compiled
+    # Dopamine-STDP, lazily: bring one synapse's weight up to now (see _simulate's `da`).
+    # trace[s] = (scaled eligibility, running total at its last consolidation): one cache line per synapse.
+    change = trace[s, 0] * (total - trace[s, 1])
+    trace[s, 1] = total
+    if change != 0.0:
+        w = weight[s] + change
+        weight[s] = 0.0 if w < 0.0 else (w_max if w > w_max else w)
+
+
+@numba.njit(cache=True)
+def _consolidate_all(weight, plastic, trace, da, w_max):  # pragma: no cover - compiled
+    """Bring every plastic weight up to now and start a new epoch of the eligibility scale."""
+    for s in range(weight.shape[0]):
+        if plastic[s]:
+            _consolidate(s, weight, trace, da[1], w_max)
+            trace[s, 0] *= da[2]
+        trace[s, 1] = 0.0
+    da[1] = 0.0
+    da[2] = 1.0
+    da[3] = 0.0
+
+
 @numba.njit(cache=True)
 def _simulate(
     n_steps,
@@ -97,7 +292,6 @@ def _simulate(
     b,
     c,
     d,
-    excitatory,
     out_ptr,
     out_target,
     out_delay,
@@ -120,20 +314,39 @@ def _simulate(
     recorded_by,
     noise_p,
     noise_kick,
-    plasticity,
+    rule,
     a_plus,
     a_minus,
     trace_decay,
     w_max,
+    c_plus,
+    c_minus,
+    dopamine_per_pulse,
+    dopamine_decay,
+    dopamine_tonic,
+    eligibility_decay,
+    epoch_steps,
+    trace,
+    da,
     rng_state,
     electrode_counts,
 ):  # pragma: no cover - compiled
+    # rule: 0 fixed weights, 1 STDP (weights change at once), 2 dopamine-modulated STDP.
+    # Rule 2 keeps, per synapse, its eligibility c on a moving scale: c(k) = trace[s, 0] * scale(k), with
+    # scale = eligibility_decay^(k - epoch start) (da[2]); the weight grows by c(k) (tonic + d_k) each step,
+    # so over any stretch without spikes of its own a synapse gains trace[s, 0] * (total_now - total_then),
+    # total = sum of scale(k) (tonic + d_k) (da[1]). A synapse is brought up to date only when one of its
+    # neurons spikes: the cost stays per spike, as for STDP. da = [d, total, scale, steps into the epoch].
     n = v.shape[0]
     ring = input_ring.shape[0]
     for k in range(n_steps):
         step = step0 + k
         slot = step % ring
         current = input_ring[slot]
+        if rule == 2:
+            if da[3] >= epoch_steps:  # renormalise before the scale underflows
+                _consolidate_all(weight, plastic, trace, da, w_max)
+            da[0] *= dopamine_decay
         # Stimulation pulses due this step (bursts scheduled by electrode).
         for e in range(pulse_next_step.shape[0]):
             if pulse_remaining[e] > 0 and pulse_next_step[e] <= step:
@@ -142,6 +355,14 @@ def _simulate(
                     current[stim_neuron[j]] += kick * stim_falloff[j]
                 pulse_remaining[e] -= 1
                 pulse_next_step[e] += pulse_interval_steps[e]
+                da[0] += dopamine_per_pulse[e]  # reward or punishment sites (0 elsewhere)
+        inv_scale = 1.0
+        if rule == 2:
+            da[2] *= eligibility_decay
+            da[3] += 1.0
+            da[1] += da[2] * (dopamine_tonic + da[0])
+            inv_scale = 1.0 / da[2]
+        total = da[1]
         for i in range(n):
             drive = current[i]
             current[i] = 0.0
@@ -163,16 +384,24 @@ def _simulate(
                     electrode_counts[k, el] += 1
                 for s in range(out_ptr[i], out_ptr[i + 1]):
                     t = out_target[s]
+                    if rule == 2 and plastic[s]:
+                        _consolidate(s, weight, trace, total, w_max)
                     input_ring[(step + out_delay[s]) % ring, t] += weight[s]
-                    if plasticity and plastic[s]:
+                    if rule == 1 and plastic[s]:
                         # Pre after post: depress, proportional to the weight.
                         weight[s] -= a_minus * post_trace[t] * weight[s]
-                if plasticity:
+                    elif rule == 2 and plastic[s]:
+                        trace[s, 0] -= c_minus * post_trace[t] * inv_scale  # additive, as Izhikevich 2007
+                if rule != 0:
                     for q in range(in_ptr[i], in_ptr[i + 1]):
                         s = in_synapse[q]
                         if plastic[s]:
-                            # Post after pre: potentiate towards w_max.
-                            weight[s] += a_plus * pre_trace[synapse_source[s]] * (w_max - weight[s])
+                            if rule == 2:
+                                _consolidate(s, weight, trace, total, w_max)
+                            if rule == 1:  # post after pre: potentiate towards w_max
+                                weight[s] += a_plus * pre_trace[synapse_source[s]] * (w_max - weight[s])
+                            else:
+                                trace[s, 0] += c_plus * pre_trace[synapse_source[s]] * inv_scale
                 pre_trace[i] += 1.0
                 post_trace[i] += 1.0
             v[i] = vi
@@ -200,8 +429,17 @@ class SimulatedCulture:
         self._init_synapses(rng)
         self._init_electrodes()
         self.step = 0
-        self.plasticity_enabled = cfg.plasticity
-        """Runtime switch: tests freeze weights while probing, so that measuring does not train."""
+        self._rule: Plasticity = "stdp"  # maturation: every culture develops under STDP, whatever rule it is used with
+        self.plasticity_enabled = True
+        """Runtime switch: tests freeze weights while probing, so that measuring does not train (dopamine_stdp:
+        eligibility and consolidation pause too; the dopamine level keeps moving)."""
+        n_syn = len(self.weight)
+        self._trace = np.zeros((n_syn, 2))  # dopamine_stdp: scaled eligibility, total at last consolidation
+        self._dopamine = np.array([0.0, 0.0, 1.0, 0.0])  # d, consolidation total, eligibility scale, epoch steps
+        self._dopamine_per_pulse = np.zeros(N_ELECTRODES)
+        if cfg.rule == "dopamine_stdp":
+            self._dopamine_per_pulse[list(cfg.reward_electrodes)] = cfg.dopamine_per_reward_pulse
+            self._dopamine_per_pulse[list(cfg.punishment_electrodes)] = cfg.dopamine_per_punishment_pulse
         self._input_ring = np.zeros((MAX_DELAY_MS + 1, n), dtype=np.float64)
         self._pre_trace = np.zeros(n)
         self._post_trace = np.zeros(n)
@@ -215,6 +453,9 @@ class SimulatedCulture:
             self.advance(cfg.maturation_ms)
             self.step = 0  # culture time starts when the culture is handed over
             self._input_ring[:] = 0.0
+        # From hand-over on, the configured rule: for one seed the three rules start from the same network.
+        self._rule = cfg.rule
+        self.plasticity_enabled = cfg.rule != "none"
 
     # --- construction ------------------------------------------------------------
 
@@ -314,6 +555,27 @@ class SimulatedCulture:
     # --- use ---------------------------------------------------------------------
 
     @property
+    def dopamine(self) -> float:
+        """The phasic dopamine level d now (dopamine_stdp; 0 for the other rules)."""
+        return float(self._dopamine[0])
+
+    def eligibility(self) -> np.ndarray:
+        """Each synapse's eligibility trace c now (dopamine_stdp; zeros for the other rules), a copy."""
+        return self._trace[:, 0] * self._dopamine[2]
+
+    def synaptic_weights(self) -> np.ndarray:
+        """Every synapse's weight now (mV), a copy; dopamine_stdp weights are brought up to date first."""
+        if self._rule == "dopamine_stdp":
+            _consolidate_all(
+                self.weight,
+                self.plastic,
+                self._trace,
+                self._dopamine,
+                self.config.max_weight_mv,
+            )
+        return self.weight.copy()
+
+    @property
     def time_ms(self) -> float:
         """Culture time simulated so far."""
         return self.step * DT_MS
@@ -364,7 +626,6 @@ class SimulatedCulture:
             self.b,
             self.c,
             self.d,
-            self.excitatory,
             self.out_ptr,
             self.out_target,
             self.out_delay,
@@ -387,11 +648,20 @@ class SimulatedCulture:
             self.recorded_by,
             cfg.noise_probability_per_ms,
             cfg.noise_kick_mv,
-            self.plasticity_enabled,
+            _RULE_CODE[self._rule] if self.plasticity_enabled else 0,
             cfg.stdp_potentiation,
             cfg.stdp_depression,
             math.exp(-DT_MS / cfg.stdp_tau_ms),
             cfg.max_weight_mv,
+            cfg.eligibility_potentiation_mv,
+            cfg.eligibility_depression_mv,
+            self._dopamine_per_pulse,
+            math.exp(-DT_MS / cfg.dopamine_tau_ms),
+            cfg.dopamine_tonic_per_ms,
+            math.exp(-DT_MS / cfg.eligibility_tau_ms),
+            max(1, round(EPOCH_TAUS * cfg.eligibility_tau_ms / DT_MS)),
+            self._trace,
+            self._dopamine,
             self._rng_state,
             counts,
         )

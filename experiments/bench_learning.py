@@ -17,12 +17,22 @@ episodes, per seed and pooled), the env steps to reach 90% of the way from
 chance to `direct`'s final return, and a one-sided exact Mann-Whitney test
 against `zero` (decides at alpha 0.01). `targets` reads the issue's targets
 from the data, each with `met` true, false or null (not run).
+
+The feedback controls (`FEEDBACK_CONDITIONS`, run by `spikeloop bench feedback`)
+are further conditions of the same benchmark: the simulated culture with one
+plasticity rule (`stdp`, `dopamine_stdp`, `none`), feedback on or off, and on
+with the device's `feedback_settle_ms` (no feedback-evoked spike in a
+collection window). `feedback_effects` compares each "on" with its "off" (and
+the direct path with and without the settle time): the difference of final
+returns, paired by seed, with its 95% interval, and the exact tests.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
+import json
 import math
 import os
 import statistics
@@ -49,6 +59,57 @@ MIN_ENV_STEPS = 1000
 DEFAULT_ENV_STEPS = 20_000
 """Where direct and transparent are at their best: longer runs drift down (measured:
 docs/benchmarks.md, learning, "Longer runs drift"; run times there too)."""
+
+FEEDBACK_ON: dict[str, Any] = {
+    "use_reward_feedback": False,
+    "use_episode_feedback": False,
+    "surprise": {"enabled": False},
+}
+"""Feedback in the "on" controls: the event table at its base values. On `basic` with the shaped reward every step
+reward and every episode return is below 0 (each shot costs 10, the episode's end 5 per HP left), so reward-sign and
+episode feedback carry no good news at all; the event table sends enemy_kill (good news) on a kill and ammo_waste
+(bad news) on a missed shot, whatever the TD error."""
+FEEDBACK_SETTLE_MS = 100.0
+"""The settle time of the "_settle" controls: with the 50 ms artifact wait, a collection window starts 150 ms or
+more after the last feedback pulse, past the network burst a pulse sets off (docs/architecture.md)."""
+FEEDBACK_CONDITIONS: dict[str, tuple[str, bool, bool]] = {
+    "dopamine_on_settle": ("dopamine_stdp", True, True),
+    "dopamine_on": ("dopamine_stdp", True, False),
+    "dopamine_off": ("dopamine_stdp", False, False),
+    "stdp_on": ("stdp", True, False),
+    "stdp_off": ("stdp", False, False),
+    "none_on": ("none", True, False),
+    "none_on_settle": ("none", True, True),
+    "none_off": ("none", False, False),
+}
+"""Feedback controls: condition -> (the culture's plasticity rule, feedback on, device feedback_settle_ms on)."""
+CONTROL_CULTURES: dict[str, dict[str, Any]] = {
+    "dopamine_stdp": {"excitatory_weight_mv": 6.0, "maturation_ms": 0.0},
+    "stdp": {},
+    "none": {},
+}
+"""Culture knobs of each rule's feedback controls beyond the rule (`--culture` goes on top).
+
+The positive control runs a fresh (no maturation), over-excited culture (excitatory weights 6 mV, not 4) so that
+feedback has room to matter: on today's culture the decoder learns without any culture plasticity (pilot: `none_off`
+seed 0 kill rate 0.99; `dopamine_off` seed 0 0.97 at 16,896 env steps). In the over-excited culture a stimulation
+sets off a network-wide burst, and a ridge readout of one window's spike-group counts recovers none of the
+stimulation while the weights stay frozen, as they do under `dopamine_off` (held-out R^2 summed over the 16 inputs,
+at most 16; seeds 0-4: -0.10 to 0.29). With kill feedback releasing dopamine its weights fell (mean 6.0 -> 4.3 mV)
+and the R^2 rose from -0.44 to 1.05 within 10 kills; without feedback it stayed at -0.43 (seed 0; open loop, outside
+training). That is a global calming, not shown to be reward-specific, and whether it becomes a difference in
+learning is what `spikeloop bench feedback` measures: not measured yet (docs/benchmarks.md, "feedback controls").
+The negative controls run today's culture."""
+FEEDBACK_COMPARISONS: tuple[tuple[str, str], ...] = (
+    ("dopamine_on_settle", "dopamine_off"),
+    ("dopamine_on", "dopamine_off"),
+    ("stdp_on", "stdp_off"),
+    ("none_on", "none_off"),
+    ("none_on_settle", "none_off"),
+    ("none_on", "none_on_settle"),
+)
+"""(a, b) pairs read in `feedback_effects`: feedback's effect per rule, and the direct path with and without settle."""
+ALL_CONDITIONS = CONDITIONS + tuple(FEEDBACK_CONDITIONS)
 
 Episode = tuple[float, float, bool]
 """(env steps at the end of the episode's iteration, return, killed anything)."""
@@ -80,18 +141,25 @@ def experiment_dict(
     condition: str, seed: int, scenario: str = SCENARIO, base: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The (unvalidated) experiment of one condition and seed."""
-    if condition not in CONDITIONS:
-        raise ValueError(f"unknown condition {condition!r}; choose from {', '.join(CONDITIONS)}")
+    if condition not in ALL_CONDITIONS:
+        raise ValueError(f"unknown condition {condition!r}; choose from {', '.join(ALL_CONDITIONS)}")
     data = copy.deepcopy(BASE_EXPERIMENT if base is None else base)
     sim_device = {"device_id": "sim", "backend": "sim", "realtime": False, "seed": seed}
     sim_device |= data.pop("sim_device", None) or {}
-    own: dict[str, Any] = {
-        "direct": {"policy": "direct"},
-        "transparent": {"devices": [{"device_id": "transparent", "backend": "transparent", "seed": seed}]},
-        "sim": {"devices": [sim_device]},
-        "zero": {"devices": [sim_device], "ablation": "zero"},
-        "random": {"devices": [sim_device], "ablation": "random"},
-    }[condition]
+    if condition in FEEDBACK_CONDITIONS:
+        rule, feedback_on, settle = FEEDBACK_CONDITIONS[condition]
+        device = _deep_merge({"culture": CONTROL_CULTURES[rule]}, sim_device)
+        device = _deep_merge(device, {"culture": {"plasticity": rule}})
+        device["feedback_settle_ms"] = FEEDBACK_SETTLE_MS if settle else 0.0
+        own = {"devices": [device], "feedback": FEEDBACK_ON if feedback_on else {"enabled": False}}
+    else:
+        own = {
+            "direct": {"policy": "direct"},
+            "transparent": {"devices": [{"device_id": "transparent", "backend": "transparent", "seed": seed}]},
+            "sim": {"devices": [sim_device]},
+            "zero": {"devices": [sim_device], "ablation": "zero"},
+            "random": {"devices": [sim_device], "ablation": "random"},
+        }[condition]
     data = _deep_merge(data, own | {"name": f"learning-{condition}-{seed}", "seed": seed})
     data.setdefault("env", {})["scenario"] = scenario
     return data
@@ -123,13 +191,19 @@ def _progress(condition: str, seed: int, episodes: list[Episode], steps: int, t0
     )
 
 
-def train_run(condition: str, seed: int, budget: int, scenario: str) -> tuple[list[Episode], dict[str, Any]]:
-    """Train one condition and seed until `budget` env steps; its episodes and run facts."""
+def train_run(
+    condition: str, seed: int, budget: int, scenario: str, culture: dict[str, Any] | None = None
+) -> tuple[list[Episode], dict[str, Any]]:
+    """Train one condition and seed until `budget` env steps (`culture`: knobs for its sim device); its episodes
+    and run facts."""
     from experiments.closed_loop.ppo import finish
     from experiments.runner import _pull_episode_records
     from experiments.schema import experiment_from_dict
 
-    experiment = experiment_from_dict(experiment_dict(condition, seed, scenario), source=f"bench learning {condition}")
+    base = BASE_EXPERIMENT | ({"sim_device": {"culture": culture}} if culture else {})
+    experiment = experiment_from_dict(
+        experiment_dict(condition, seed, scenario, base), source=f"bench learning {condition}"
+    )
     t0 = time.monotonic()
     algo = experiment.algorithm_config().build_algo()
     episodes: list[Episode] = []
@@ -223,7 +297,7 @@ def summarize(runs: Runs, scenario: str = SCENARIO) -> dict[str, Any]:
     """
     from experiments.analysis import compare, min_seeds_per_group, verdict
 
-    runs = {c: runs[c] for c in [*CONDITIONS, *sorted(set(runs) - set(CONDITIONS))] if c in runs and runs[c]}
+    runs = {c: runs[c] for c in [*ALL_CONDITIONS, *sorted(set(runs) - set(ALL_CONDITIONS))] if c in runs and runs[c]}
     notes: list[str] = []
     summary: dict[str, dict[str, Any]] = {}
     for condition, by_seed in runs.items():
@@ -315,9 +389,58 @@ def summarize(runs: Runs, scenario: str = SCENARIO) -> dict[str, Any]:
         "min_seeds_per_group": min_seeds_per_group(ALPHA, "greater"),
         "alpha": ALPHA,
         "verdicts": verdicts,
-        "targets": _targets(summary, min_seeds_per_group(ALPHA, "greater")) if scenario == SCENARIO else {},
+        "targets": _targets(summary, min_seeds_per_group(ALPHA, "greater"))
+        if scenario == SCENARIO and set(summary) & set(CONDITIONS)
+        else {},
+        "feedback_effects": feedback_effects(summary),
         "notes": notes if scenario == SCENARIO else [*notes, f"the targets are defined on {SCENARIO}: none read"],
     }
+
+
+def feedback_effects(summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Each pair of `FEEDBACK_COMPARISONS` that ran: a - b in final return and kill rate, paired by seed.
+
+    Per pair: the per-seed differences (seeds both ran), their mean with a 95% t interval, the exact one-sided
+    Mann-Whitney p that a scores higher than b (unpaired, the test the positive control must pass at alpha 0.01)
+    and its two-sided p, the exact Wilcoxon signed-rank p on the paired differences (one- and two-sided), and
+    Cliff's delta.
+    """
+    from scipy import stats
+
+    from experiments.analysis import compare
+
+    out: dict[str, Any] = {}
+    for a, b in FEEDBACK_COMPARISONS:
+        if a not in summary or b not in summary:
+            continue
+        entry: dict[str, Any] = {}
+        for metric, key in (("final_return", "final_return_mean"), ("kill_rate", "final_kill_rate")):
+            va, vb = summary[a][key]["per_seed"], summary[b][key]["per_seed"]
+            seeds = sorted(set(va) & set(vb), key=int)
+            diffs = [va[s] - vb[s] for s in seeds if va[s] is not None and vb[s] is not None]
+            ra = [v for v in va.values() if v is not None]
+            rb = [v for v in vb.values() if v is not None]
+            mean = _mean(diffs)
+            low = high = None
+            if len(diffs) >= 2:
+                half = float(stats.t.ppf(0.975, len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs)))
+                low, high = mean - half, mean + half  # type: ignore[operator]
+            wilcoxon = {"greater": None, "two-sided": None}
+            if diffs and any(diffs):
+                for alternative in wilcoxon:
+                    wilcoxon[alternative] = _finite(float(stats.wilcoxon(diffs, alternative=alternative).pvalue))
+            entry[metric] = {
+                "per_seed_difference": dict(zip(seeds, diffs, strict=False)),
+                "mean_difference": _finite(mean),
+                "ci95_paired": [_finite(low), _finite(high)] if low is not None else None,
+                "mann_whitney_p_greater": _finite(compare(a, ra, b, rb, "greater").mann_whitney_p),
+                "mann_whitney_p_two_sided": _finite(compare(a, ra, b, rb, "two-sided").mann_whitney_p),
+                "wilcoxon_p_greater": wilcoxon["greater"],
+                "wilcoxon_p_two_sided": wilcoxon["two-sided"],
+                "cliffs_delta": _finite(compare(a, ra, b, rb).cliffs_delta),
+            }
+        out[f"{a} - {b}"] = entry
+    return out
 
 
 def _targets(summary: dict[str, dict[str, Any]], min_seeds: int) -> dict[str, Any]:
@@ -441,28 +564,76 @@ def check_resume(existing: dict[str, Any], settings: dict[str, Any]) -> Runs:
     old = existing.get("settings")
     if not isinstance(old, dict) or "runs" not in existing:
         raise ValueError("--resume: the existing output is not a `bench learning` result (no settings or runs)")
-    for key, what in (
-        ("scenario", "scenario"),
-        ("env_steps_per_run", "env-step budget"),
-        ("base_experiment", "base experiment (experiments.schema learning settings)"),
-    ):
-        if old.get(key) != settings.get(key):
-            raise ValueError(
-                f"--resume: the existing output was measured with a different {what}: "
-                f"{old.get(key)!r}, now {settings.get(key)!r}; use another --output or drop --resume"
-            )
+    differences = [
+        (what, old.get(key), settings.get(key))
+        for key, what in (
+            ("scenario", "scenario"),
+            ("env_steps_per_run", "env-step budget"),
+            ("base_experiment", "base experiment (experiments.schema learning settings)"),
+        )
+        if old.get(key) != settings.get(key)
+    ]
+    # Feedback controls: what they were run with, for the conditions both hold (a tuned dopamine culture must not
+    # be pooled with runs of the old one).
+    for key, what in (("feedback_on", "feedback of the feedback controls"), ("feedback_settle_ms", "settle time")):
+        if key in old and key in settings and old[key] != settings[key]:
+            differences.append((what, old[key], settings[key]))
+    old_cultures, new_cultures = old.get("culture", {}), settings.get("culture", {})
+    for condition in sorted(set(old_cultures) & set(new_cultures)):
+        if old_cultures[condition] != new_cultures[condition]:
+            changed = {
+                k: (old_cultures[condition].get(k), v)
+                for k, v in new_cultures[condition].items()
+                if old_cultures[condition].get(k) != v
+            }
+            differences.append((f"culture for {condition} (old, now)", changed, None))
+    for what, was, now in differences:
+        raise ValueError(
+            f"--resume: the existing output was measured with a different {what}: "
+            f"{was!r}, now {now!r}; use another --output or drop --resume"
+        )
     return runs_from_result(existing)
 
 
-def _settings(scenario: str, conditions: Sequence[str], seeds: int, budget: int) -> dict[str, Any]:
-    return {
-        "scenario": scenario,
-        "conditions": list(conditions),
-        "seeds": seeds,
-        "env_steps_per_run": budget,
-        "base_experiment": BASE_EXPERIMENT,
-        "window_episodes": WINDOW,
-    }
+SIM_CONDITIONS = ("sim", "zero", "random", *FEEDBACK_CONDITIONS)
+"""The conditions that run the simulated culture (`--culture` applies to these)."""
+
+
+def _culture(condition: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The culture knobs a condition runs with (the dopamine knobs only where the rule uses them)."""
+    from bridge.simulated_culture import DOPAMINE_KNOBS, SimulatedCultureConfig
+
+    rule = FEEDBACK_CONDITIONS[condition][0] if condition in FEEDBACK_CONDITIONS else "stdp"
+    control = CONTROL_CULTURES[rule] if condition in FEEDBACK_CONDITIONS else {}
+    knobs = dataclasses.asdict(SimulatedCultureConfig.from_mapping(control | (overrides or {}) | {"plasticity": rule}))
+    used = {k: v for k, v in knobs.items() if rule == "dopamine_stdp" or k not in DOPAMINE_KNOBS}
+    return json.loads(json.dumps(used))  # tuples as lists, as read back
+
+
+def _settings(
+    scenario: str, conditions: Sequence[str], seeds: int, budget: int, culture: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    recorded = [c for c in conditions if c in FEEDBACK_CONDITIONS or (culture and c in SIM_CONDITIONS)]
+    return (
+        {
+            "scenario": scenario,
+            "conditions": list(conditions),
+            "seeds": seeds,
+            "env_steps_per_run": budget,
+            "base_experiment": BASE_EXPERIMENT,
+            "window_episodes": WINDOW,
+        }
+        | (
+            {
+                "feedback_conditions": {c: FEEDBACK_CONDITIONS[c] for c in conditions if c in FEEDBACK_CONDITIONS},
+                "feedback_on": FEEDBACK_ON,
+                "feedback_settle_ms": FEEDBACK_SETTLE_MS,
+            }
+            if set(conditions) & set(FEEDBACK_CONDITIONS)
+            else {}
+        )
+        | ({"culture": {c: _culture(c, culture) for c in recorded}} if recorded else {})
+    )
 
 
 def build_result(
@@ -586,6 +757,16 @@ def draw_figure(result: dict[str, Any], path: Path) -> None:
 # --- the command --------------------------------------------------------------------
 
 
+def _culture_overrides(pairs: list[str]) -> dict[str, Any]:
+    """`--culture KNOB=VALUE` pairs as a mapping, checked against SimulatedCultureConfig."""
+    from bridge.device import culture_from_args
+
+    culture_from_args(pairs, None)  # ValueError names a bad knob or value
+    import yaml
+
+    return {key.strip(): yaml.safe_load(raw) for key, _, raw in (pair.partition("=") for pair in pairs)}
+
+
 def _fmt(value: float | None, spec: str) -> str:
     width = spec.split(".")[0]
     return format("-", f">{width}") if value is None else format(value, spec)
@@ -607,6 +788,14 @@ def table(result: dict[str, Any]) -> str:
     for name, target in result.get("targets", {}).items():
         met = {True: "met", False: "NOT met", None: "not read"}[target["met"]]
         lines.append(f"target {name}: {met}" + (f" ({target['reason']})" if target.get("reason") else ""))
+    for pair, effect in result.get("feedback_effects", {}).items():
+        r = effect["final_return"]
+        ci = r["ci95_paired"] or [None, None]
+        lines.append(
+            f"{pair}: return {_fmt(r['mean_difference'], '.1f')} (95% CI {_fmt(ci[0], '.1f')} .. "
+            f"{_fmt(ci[1], '.1f')}), Mann-Whitney p(greater) {_fmt(r['mann_whitney_p_greater'], '.3g')}, "
+            f"kill rate {_fmt(effect['kill_rate']['mean_difference'], '.2f')}"
+        )
     return "\n".join(lines)
 
 
@@ -626,7 +815,7 @@ def main(
     parser.add_argument(
         "--conditions",
         nargs="+",
-        choices=CONDITIONS,
+        choices=ALL_CONDITIONS,
         default=list(default_conditions),
         help=f"conditions to run (default: {' '.join(default_conditions)})",
     )
@@ -649,12 +838,33 @@ def main(
         action="store_true",
         help="skip the (condition, seed) runs the output file already holds (same settings only)",
     )
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="take the runs of another result file too (same settings only; e.g. conditions run in parallel "
+        "into separate files), as if resumed from it (repeatable)",
+    )
+    parser.add_argument(
+        "--culture",
+        action="append",
+        default=[],
+        metavar="KNOB=VALUE",
+        help="set a knob of the simulated culture in every condition that runs one (repeatable; recorded in the "
+        "result; `spikeloop device --culture-help` lists the knobs), e.g. --culture dopamine_tau_ms=300",
+    )
     args = parser.parse_args(argv)
+    try:
+        culture = _culture_overrides(args.culture)
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.seeds < 1:
         parser.error(f"--seeds must be >= 1 (got {args.seeds})")
     if args.env_steps < MIN_ENV_STEPS:
         parser.error(f"--env-steps must be >= {MIN_ENV_STEPS} (got {args.env_steps}): too few steps for any episode")
-    conditions = [c for c in CONDITIONS if c in set(args.conditions)]
+    conditions = [c for c in ALL_CONDITIONS if c in set(args.conditions)]
     if args.output is None:
         args.output = (
             default_output
@@ -662,32 +872,36 @@ def main(
             else default_output.with_name(f"{default_output.stem}-{args.scenario}{default_output.suffix}")
         )
     figure = args.figure or args.output.with_suffix(".png")
-    settings = _settings(args.scenario, conditions, args.seeds, args.env_steps)
-
-    import json
+    settings = _settings(args.scenario, conditions, args.seeds, args.env_steps, culture)
 
     runs: Runs = {}
     run_facts: dict[str, dict[str, Any]] = {}
     wall_before = 0.0
-    if args.resume and args.output.is_file():
-        existing = json.loads(args.output.read_text())
-        runs = check_resume(existing, settings)
-        run_facts = {
-            c: {
-                seed: {k: v for k, v in curves.items() if k not in ("env_steps", "return", "kill")}
-                for seed, curves in by_seed.items()
-            }
-            for c, by_seed in existing["runs"].items()
-        }
-        wall_before = float(existing.get("wall_s") or 0.0)
+    sources = ([args.output] if args.resume and args.output.is_file() else []) + list(args.merge)
+    held, seeds = list(conditions), args.seeds
+    for source in sources:
+        try:
+            existing = json.loads(source.read_text())
+            earlier = check_resume(existing, settings)
+        except (OSError, ValueError) as exc:
+            parser.error(f"{source}: {exc}")
+        for condition, by_seed in earlier.items():
+            for seed, episodes in by_seed.items():
+                if seed in runs.get(condition, {}):
+                    parser.error(f"{source}: {condition} seed {seed} is also in an earlier file; merge each run once")
+                runs.setdefault(condition, {})[seed] = episodes
+                facts = existing["runs"][condition][seed]
+                run_facts.setdefault(condition, {})[seed] = {
+                    k: v for k, v in facts.items() if k not in ("env_steps", "return", "kill")
+                }
+        wall_before += float(existing.get("wall_s") or 0.0)
         # The file keeps every run it held: settings cover the union.
-        old = existing["settings"]
-        settings["conditions"] = [c for c in CONDITIONS if c in set(conditions) | set(old.get("conditions", []))]
-        settings["seeds"] = max(args.seeds, int(old.get("seeds", 0)))
-        print(
-            f"[learning] resuming {args.output}: {sum(len(v) for v in runs.values())} run(s) already done",
-            file=sys.stderr,
-        )
+        held += existing["settings"].get("conditions", [])
+        seeds = max(seeds, int(existing["settings"].get("seeds", 0)))
+        print(f"[learning] {source}: {sum(len(v) for v in earlier.values())} run(s) already done", file=sys.stderr)
+    if sources:
+        held_conditions = [c for c in ALL_CONDITIONS if c in set(held)]
+        settings = _settings(args.scenario, held_conditions, seeds, args.env_steps, culture)
 
     # Interleaved (for each seed, every condition) so that drift in machine load hits every condition.
     todo = [(c, seed) for seed in range(args.seeds) for c in conditions if str(seed) not in runs.get(c, {})]
@@ -701,7 +915,7 @@ def main(
         try:
             for n, (condition, seed) in enumerate(todo, 1):
                 print(f"[learning] run {n}/{len(todo)}: {condition} seed {seed}", file=sys.stderr, flush=True)
-                episodes, facts = train_run(condition, seed, args.env_steps, args.scenario)
+                episodes, facts = train_run(condition, seed, args.env_steps, args.scenario, culture)
                 runs.setdefault(condition, {})[str(seed)] = episodes
                 run_facts.setdefault(condition, {})[str(seed)] = facts
                 result = build_result(settings, runs, run_facts, wall_before + time.monotonic() - t0)

@@ -35,6 +35,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     ),
     "env": ("envs.bench", "VizDoom env steps/s against raw DoomGame.make_action"),
     "ablation": ("experiments.bench_ablation", "the learning benchmark's sim, zero and random conditions only"),
+    "feedback": (
+        "experiments.bench_feedback",
+        "feedback on vs off with dopamine-STDP, STDP and fixed-weight cultures, direct path cut or not",
+    ),
     "loop": ("experiments.bench_loop", "closed-loop env steps/s against a paced (50+50 ms) and an unpaced device"),
     "learning": (
         "experiments.bench_learning",

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from bridge.address import DeviceAddress
 from bridge.channels import ENCODING_ELECTRODES, N_ELECTRODES
 from bridge.safety import SafetyEnvelope, SafetyViolation
+from bridge.simulated_culture import SimulatedCultureConfig
 from experiments.closed_loop.feedback import (
     EVENT_SURPRISE_REFERENCE,
     EventFeedbackSpec,
@@ -60,6 +61,7 @@ for _cls in (
     SurpriseSettings,
     DeviceSettings,
     DeviceAddress,
+    SimulatedCultureConfig,
     ClosedLoopModelConfig,
 ):
     _cls.__pydantic_config__ = STRICT
@@ -780,6 +782,7 @@ def _settings_fields() -> frozenset[str]:
             SurpriseSettings,
             DeviceSettings,
             DeviceAddress,
+            SimulatedCultureConfig,
             ClosedLoopModelConfig,
         )
         for f in dataclasses.fields(cls)

@@ -266,3 +266,101 @@ def test_registered_in_the_cli():
     from experiments.cli import BENCHMARKS
 
     assert BENCHMARKS["learning"][0] == "experiments.bench_learning"
+
+
+def test_feedback_control_experiments_validate_and_differ_only_where_they_should():
+    from experiments.schema import experiment_from_dict
+
+    base = bl.BASE_EXPERIMENT | {"sim_device": {"culture": {"dopamine_tau_ms": 300.0}}}
+    built = {c: experiment_from_dict(bl.experiment_dict(c, 4, base=base)) for c in bl.FEEDBACK_CONDITIONS}
+    for condition, (rule, feedback_on, settle) in bl.FEEDBACK_CONDITIONS.items():
+        e = built[condition]
+        device = e.devices[0]
+        assert device.culture is not None and device.culture.rule == rule and device.seed == 4
+        assert device.culture.dopamine_tau_ms == 300.0  # --culture reaches every condition's culture
+        assert device.feedback_settle_ms == (bl.FEEDBACK_SETTLE_MS if settle else 0.0)
+        assert e.feedback.enabled == feedback_on
+        if feedback_on:  # good and bad news on basic: the event table at its base values, no episode feedback
+            assert not e.feedback.use_reward_feedback and not e.feedback.use_episode_feedback
+            assert not e.feedback.surprise.enabled
+    on, off = built["dopamine_on_settle"].plain(), built["dopamine_off"].plain()
+    assert {k for k in on if on[k] != off[k]} == {"name", "devices", "feedback"}
+
+
+def test_control_cultures_reach_the_device_and_culture_flag_wins():
+    from bridge.simulated_culture import SimulatedCultureConfig
+    from experiments.schema import experiment_from_dict
+
+    default = SimulatedCultureConfig()
+    for condition, (rule, _, _) in bl.FEEDBACK_CONDITIONS.items():
+        culture = experiment_from_dict(bl.experiment_dict(condition, 0)).devices[0].culture
+        control = bl.CONTROL_CULTURES[rule]
+        assert culture.excitatory_weight_mv == control.get("excitatory_weight_mv", default.excitatory_weight_mv)
+        assert culture.maturation_ms == control.get("maturation_ms", default.maturation_ms)
+        assert bl._culture(condition)["excitatory_weight_mv"] == culture.excitatory_weight_mv  # what is recorded
+    assert bl.CONTROL_CULTURES["dopamine_stdp"]  # the positive control's culture is not today's
+    base = bl.BASE_EXPERIMENT | {"sim_device": {"culture": {"excitatory_weight_mv": 5.0}}}
+    culture = experiment_from_dict(bl.experiment_dict("dopamine_off", 0, base=base)).devices[0].culture
+    assert culture.excitatory_weight_mv == 5.0 and culture.rule == "dopamine_stdp"  # --culture goes on top
+    assert bl._culture("dopamine_off", {"excitatory_weight_mv": 5.0})["excitatory_weight_mv"] == 5.0
+
+
+def test_feedback_effects_pair_on_with_off_by_seed():
+    runs = {
+        "stdp_on": _runs(conditions=("sim",))["sim"],  # a learner in every seed
+        "stdp_off": {str(s): _chance(s) for s in range(SEEDS)},
+    }
+    effects = bl.summarize(runs)["feedback_effects"]
+    assert set(effects) == {"stdp_on - stdp_off"}
+    r = effects["stdp_on - stdp_off"]["final_return"]
+    assert r["mean_difference"] == pytest.approx(HIGH - CHANCE)
+    low, high = r["ci95_paired"]
+    assert low <= r["mean_difference"] <= high
+    assert r["mann_whitney_p_greater"] == pytest.approx(1 / 252)  # every on seed above every off seed
+    assert r["wilcoxon_p_greater"] == pytest.approx(1 / 32)  # five pairs, all positive: the paired test's floor
+    assert r["cliffs_delta"] == 1.0
+
+
+def test_bench_culture_flag_is_checked(capsys):
+    with pytest.raises(SystemExit):
+        bl.main(["--culture", "dopamine_tau_ms=-5"])
+    assert "dopamine_tau_ms=-5" in capsys.readouterr().err
+
+
+def test_feedback_bench_registered_in_the_cli():
+    from experiments.cli import BENCHMARKS
+
+    assert BENCHMARKS["feedback"][0] == "experiments.bench_feedback"
+
+
+def test_feedback_runs_measured_apart_merge_into_one_result_without_running(tmp_path, capsys):
+    """The documented split: one file per rule, then --merge writes the union (every run held: no Ray starts)."""
+    from experiments import bench_feedback
+
+    seeds, budget = 2, bl.MIN_ENV_STEPS
+    parts = {"dopamine": ("dopamine_on", "dopamine_off"), "none": ("none_on", "none_off")}
+    files = []
+    for rule, conditions in parts.items():
+        runs = {
+            c: {str(s): (_learner(100, s) if c.endswith("_on") else _chance(s)) for s in range(seeds)}
+            for c in conditions
+        }
+        settings = bl._settings(bl.SCENARIO, conditions, seeds, budget)
+        path = tmp_path / f"fb-{rule}.json"
+        path.write_text(json.dumps(bl.build_result(settings, runs, {}, 1.0)))
+        files.append(path)
+    out = tmp_path / "feedback.json"
+    conditions = [c for cs in parts.values() for c in cs]
+    argv = ["--seeds", str(seeds), "--env-steps", str(budget), "--conditions", *conditions, "--output", str(out)]
+    assert bench_feedback.main([*argv, "--merge", str(files[0]), "--merge", str(files[1])]) == 0
+    result = json.loads(out.read_text())
+    assert set(result["runs"]) == set(conditions) and all(len(result["runs"][c]) == seeds for c in conditions)
+    assert set(result["feedback_effects"]) == {"dopamine_on - dopamine_off", "none_on - none_off"}
+    assert result["settings"]["culture"]["dopamine_on"]["excitatory_weight_mv"] == 6.0  # the control's culture
+    # A file measured with another culture for a condition is refused, naming it.
+    other = json.loads(files[0].read_text())
+    other["settings"]["culture"]["dopamine_off"]["excitatory_weight_mv"] = 4.0
+    files[0].write_text(json.dumps(other))
+    with pytest.raises(SystemExit):
+        bench_feedback.main([*argv, "--output", str(tmp_path / "again.json"), "--merge", str(files[0])])
+    assert "culture for dopamine_off" in capsys.readouterr().err

@@ -6,7 +6,12 @@ and it is imported only when asked for.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from bridge.backends.base import Backend, JsonlRecorder, burst_pulses, group_matrix
+
+if TYPE_CHECKING:
+    from bridge.simulated_culture import SimulatedCultureConfig
 
 BACKEND_NAMES = ("sim", "cl", "random", "zero", "transparent")
 
@@ -22,12 +27,16 @@ def make_backend(
     random_spike_rate_hz: float = 5.0,
     cl_sim_culture: bool = False,
     max_pulses: int | None = None,
+    culture: SimulatedCultureConfig | None = None,
 ) -> Backend:
-    """Build the named backend with the device's settings (`max_pulses`: the cl backend's burst cap)."""
+    """Build the named backend with the device's settings (`max_pulses`: the cl backend's burst cap;
+    `culture`: the sim backend's culture knobs, None for the defaults)."""
+    if culture is not None and name != "sim":
+        raise ValueError(f"culture settings are for the sim backend's simulated culture, not backend {name!r}")
     if name == "sim":
         from bridge.backends.sim import SimBackend
 
-        return SimBackend(tick_frequency_hz, seed=seed, realtime=realtime)
+        return SimBackend(tick_frequency_hz, seed=seed, realtime=realtime, culture_config=culture)
     if name == "cl":
         from bridge.backends.cl import ClBackend
 

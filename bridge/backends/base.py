@@ -81,6 +81,10 @@ class Backend(abc.ABC):
     def feedback(self, at_s: float, command: FeedbackCommand) -> None:
         """Apply a feedback command (burst or interrupt) on its channels."""
 
+    def last_pulse_s(self, at_s: float, frequency_hz: float, pulses: int) -> float:
+        """When the last pulse of a burst started at `at_s` is delivered (the device's feedback_settle_ms)."""
+        return at_s + max(0, pulses - 1) / frequency_hz
+
     def advance_to(self, t_s: float) -> None:
         """Make spikes up to `t_s` available (simulate, or wait for hardware data)."""
         _ = t_s  # the default computes counts on demand: nothing to prepare

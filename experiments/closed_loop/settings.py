@@ -16,6 +16,7 @@ from bridge.address import DeviceAddress
 from bridge.channels import ARTIFACT_WAIT_MS, COLLECT_WINDOW_MS, TICK_FREQUENCY_HZ
 from bridge.core import BridgeConfig
 from bridge.safety import Policy, SafetyEnvelope
+from bridge.simulated_culture import SimulatedCultureConfig
 from experiments.closed_loop.feedback import FeedbackSettings
 
 SIMULATED_BACKENDS = ("sim", "random", "zero", "transparent")
@@ -48,6 +49,12 @@ class DeviceSettings:
     artifact_wait_ms: float = ARTIFACT_WAIT_MS
     collect_window_ms: float = COLLECT_WINDOW_MS
     random_spike_rate_hz: float = 5.0
+    culture: SimulatedCultureConfig | None = None
+    """backend sim only: the simulated culture's knobs (`bridge.simulated_culture.SimulatedCultureConfig`, listed
+    in docs/architecture.md); absent: the defaults. Other backends hold None and refuse a section that sets a knob."""
+    feedback_settle_ms: float = 0.0
+    """Simulated devices: hold each stimulation until this long after the last pulse of the feedback before it, so
+    the decoder never reads feedback-evoked spikes (0: off; see `bridge.device.DeviceConfig`)."""
 
     def __post_init__(self) -> None:
         if (
@@ -73,10 +80,26 @@ class DeviceSettings:
             raise ValueError(f"seed={self.seed!r}: must be a whole number >= 0")
         if not (math.isfinite(self.tick_frequency_hz) and self.tick_frequency_hz > 0):
             raise ValueError(f"tick_frequency_hz={self.tick_frequency_hz!r}: must be a finite number > 0")
-        for name in ("artifact_wait_ms", "collect_window_ms", "random_spike_rate_hz"):
+        for name in ("artifact_wait_ms", "collect_window_ms", "random_spike_rate_hz", "feedback_settle_ms"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name}={value!r}: must be a finite number >= 0")
+        # A sim device always holds its knobs (written out in the resolved experiment, so a sweep can reach them);
+        # another backend holds none, and refuses a section that sets one.
+        if self.backend == "sim" and self.culture is None:
+            object.__setattr__(self, "culture", SimulatedCultureConfig())
+        elif self.culture == SimulatedCultureConfig() and self.backend != "sim":
+            object.__setattr__(self, "culture", None)
+        if self.culture is not None and self.backend != "sim":
+            raise ValueError(
+                f"culture: backend {self.backend} has no simulated culture; the culture settings are for backend "
+                "sim (remove them here)"
+            )
+        if self.feedback_settle_ms > 0 and not self.simulated:
+            raise ValueError(
+                "feedback_settle_ms: a cl1 device is a program of its own; start it with "
+                "`spikeloop device --feedback-settle-ms MS` instead"
+            )
 
     @property
     def simulated(self) -> bool:
@@ -114,6 +137,8 @@ class DeviceSettings:
             artifact_wait_ms=self.artifact_wait_ms,
             collect_window_ms=self.collect_window_ms,
             random_spike_rate_hz=self.random_spike_rate_hz,
+            culture=self.culture,
+            feedback_settle_ms=self.feedback_settle_ms,
         )
 
 
