@@ -8,6 +8,12 @@ Five conditions, each trained for the same env-step budget with several seeds:
   zero         the simulated culture with the decoder input set to zeros (chance)
   random       the simulated culture with the decoder input set to Poisson noise
 
+and, on request (`--conditions`), not by default:
+
+  sim_reference  the simulated culture stimulated as the reference device does (`stim_mode: reference`:
+                 every stimulable electrode interrupted, then one pulse per encoding electrode); `sim` is
+                 spikeloop's default (`stim_mode: burst`, a burst lasting one tick)
+
 Runs are interleaved (for each seed, every condition), so that drift in machine
 load hits every condition alike. The result file is rewritten after every
 finished run, and `--resume` skips the runs it already holds.
@@ -36,6 +42,10 @@ from bridge.bench_record import provenance, write_result
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/learning.json")
 CONDITIONS = ("direct", "transparent", "sim", "zero", "random")
+"""The default conditions."""
+EXTRA_CONDITIONS = ("sim_reference",)
+"""Conditions run only when asked for."""
+ALL_CONDITIONS = CONDITIONS + EXTRA_CONDITIONS
 SCENARIO = "basic"
 WINDOW = 100
 """Episodes in the rolling and final windows."""
@@ -79,8 +89,8 @@ def experiment_dict(
     condition: str, seed: int, scenario: str = SCENARIO, base: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The (unvalidated) experiment of one condition and seed."""
-    if condition not in CONDITIONS:
-        raise ValueError(f"unknown condition {condition!r}; choose from {', '.join(CONDITIONS)}")
+    if condition not in ALL_CONDITIONS:
+        raise ValueError(f"unknown condition {condition!r}; choose from {', '.join(ALL_CONDITIONS)}")
     data = copy.deepcopy(BASE_EXPERIMENT if base is None else base)
     sim_device = {"device_id": "sim", "backend": "sim", "realtime": False, "seed": seed}
     sim_device |= data.pop("sim_device", None) or {}
@@ -88,6 +98,7 @@ def experiment_dict(
         "direct": {"policy": "direct"},
         "transparent": {"devices": [{"device_id": "transparent", "backend": "transparent", "seed": seed}]},
         "sim": {"devices": [sim_device]},
+        "sim_reference": {"devices": [sim_device | {"stim_mode": "reference"}]},
         "zero": {"devices": [sim_device], "ablation": "zero"},
         "random": {"devices": [sim_device], "ablation": "random"},
     }[condition]
@@ -222,7 +233,8 @@ def summarize(runs: Runs, scenario: str = SCENARIO) -> dict[str, Any]:
     """
     from experiments.analysis import compare, min_seeds_per_group, verdict
 
-    runs = {c: runs[c] for c in [*CONDITIONS, *sorted(set(runs) - set(CONDITIONS))] if c in runs and runs[c]}
+    order = [*ALL_CONDITIONS, *sorted(set(runs) - set(ALL_CONDITIONS))]
+    runs = {c: runs[c] for c in order if c in runs and runs[c]}
     notes: list[str] = []
     summary: dict[str, dict[str, Any]] = {}
     for condition, by_seed in runs.items():
@@ -305,6 +317,26 @@ def summarize(runs: Runs, scenario: str = SCENARIO) -> dict[str, Any]:
         )
         comparisons[condition] = c
         verdicts[condition] = verdict(c, alpha=ALPHA)
+
+    # The reference device's stimulation against spikeloop's, both ways (two-sided): does the choice matter?
+    if "sim" in summary and "sim_reference" in summary:
+
+        def finals(condition: str, key: str) -> list[float]:
+            return [v for v in summary[condition][key]["per_seed"].values() if v is not None]
+
+        r, k = (
+            compare("sim_reference", finals("sim_reference", key), "sim", finals("sim", key), alternative="two-sided")
+            for key in ("final_return_mean", "final_kill_rate")
+        )
+        summary["sim_reference"]["vs_sim"] = {
+            "difference_return": _finite(r.difference),
+            "p_value": _finite(r.mann_whitney_p),
+            "cliffs_delta": _finite(r.cliffs_delta),
+            "difference_kill_rate": _finite(k.difference),
+            "kill_p_value": _finite(k.mann_whitney_p),
+            "kill_cliffs_delta": _finite(k.cliffs_delta),
+            "test": "two-sided exact Mann-Whitney on per-seed finals (last 100 episodes)",
+        }
 
     return {
         "summary": summary,
@@ -603,6 +635,13 @@ def table(result: dict[str, Any]) -> str:
             f"{_fmt(s['steps_to_90pct_direct']['median'], '12.0f')}  {_fmt(s['p_value_vs_zero'], '9.3g')}"
         )
     lines.append(f"chance return {_fmt(result.get('chance_return'), '.1f')} ({result.get('chance_from')})")
+    vs_sim = result["summary"].get("sim_reference", {}).get("vs_sim")
+    if vs_sim:
+        lines.append(
+            f"sim_reference - sim: return {_fmt(vs_sim['difference_return'], '+.1f')} "
+            f"(p {_fmt(vs_sim['p_value'], '.3g')}, Cliff's delta {_fmt(vs_sim['cliffs_delta'], '+.2f')}), kill rate "
+            f"{_fmt(vs_sim['difference_kill_rate'], '+.2f')} (p {_fmt(vs_sim['kill_p_value'], '.3g')}), two-sided"
+        )
     for name, target in result.get("targets", {}).items():
         met = {True: "met", False: "NOT met", None: "not read"}[target["met"]]
         lines.append(f"target {name}: {met}" + (f" ({target['reason']})" if target.get("reason") else ""))
@@ -625,9 +664,10 @@ def main(
     parser.add_argument(
         "--conditions",
         nargs="+",
-        choices=CONDITIONS,
+        choices=ALL_CONDITIONS,
         default=list(default_conditions),
-        help=f"conditions to run (default: {' '.join(default_conditions)})",
+        help=f"conditions to run (default: {' '.join(default_conditions)}; sim_reference: the sim culture "
+        "stimulated as the reference device does)",
     )
     parser.add_argument("--seeds", type=int, default=5, help="seeds per condition, 0..N-1 (default 5)")
     parser.add_argument(
@@ -653,7 +693,7 @@ def main(
         parser.error(f"--seeds must be >= 1 (got {args.seeds})")
     if args.env_steps < MIN_ENV_STEPS:
         parser.error(f"--env-steps must be >= {MIN_ENV_STEPS} (got {args.env_steps}): too few steps for any episode")
-    conditions = [c for c in CONDITIONS if c in set(args.conditions)]
+    conditions = [c for c in ALL_CONDITIONS if c in set(args.conditions)]
     if args.output is None:
         args.output = (
             default_output
@@ -681,7 +721,7 @@ def main(
         wall_before = float(existing.get("wall_s") or 0.0)
         # The file keeps every run it held: settings cover the union.
         old = existing["settings"]
-        settings["conditions"] = [c for c in CONDITIONS if c in set(conditions) | set(old.get("conditions", []))]
+        settings["conditions"] = [c for c in ALL_CONDITIONS if c in set(conditions) | set(old.get("conditions", []))]
         settings["seeds"] = max(args.seeds, int(old.get("seeds", 0)))
         print(
             f"[learning] resuming {args.output}: {sum(len(v) for v in runs.values())} run(s) already done",

@@ -6,11 +6,20 @@ and it is imported only when asked for.
 
 from __future__ import annotations
 
-from bridge.backends.base import Backend, JsonlRecorder, burst_pulses, group_matrix
+from bridge.backends.base import STIM_MODES, Backend, JsonlRecorder, burst_pulses, group_matrix, stim_pulses
 
 BACKEND_NAMES = ("sim", "cl", "random", "zero", "transparent")
 
-__all__ = ["BACKEND_NAMES", "Backend", "JsonlRecorder", "burst_pulses", "group_matrix", "make_backend"]
+__all__ = [
+    "BACKEND_NAMES",
+    "STIM_MODES",
+    "Backend",
+    "JsonlRecorder",
+    "burst_pulses",
+    "group_matrix",
+    "make_backend",
+    "stim_pulses",
+]
 
 
 def make_backend(
@@ -22,16 +31,28 @@ def make_backend(
     random_spike_rate_hz: float = 5.0,
     cl_sim_culture: bool = False,
     max_pulses: int | None = None,
+    stim_mode: str = "burst",
 ) -> Backend:
-    """Build the named backend with the device's settings (`max_pulses`: the cl backend's burst cap)."""
+    """Build the named backend with the device's settings (`max_pulses`: the cl backend's burst cap).
+
+    `stim_mode` (STIM_MODES) reaches the backends that stimulate tissue, sim and cl; random, zero and
+    transparent stimulate nothing, so it changes nothing there.
+    """
+    if stim_mode not in STIM_MODES:
+        raise ValueError(f"unknown stim_mode {stim_mode!r}; choose from {', '.join(STIM_MODES)}")
     if name == "sim":
         from bridge.backends.sim import SimBackend
 
-        return SimBackend(tick_frequency_hz, seed=seed, realtime=realtime)
+        return SimBackend(tick_frequency_hz, seed=seed, realtime=realtime, stim_mode=stim_mode)
     if name == "cl":
         from bridge.backends.cl import ClBackend
 
-        return ClBackend(tick_frequency_hz, sim_culture_seed=seed if cl_sim_culture else None, max_pulses=max_pulses)
+        return ClBackend(
+            tick_frequency_hz,
+            sim_culture_seed=seed if cl_sim_culture else None,
+            max_pulses=max_pulses,
+            stim_mode=stim_mode,
+        )
     if name == "random":
         from bridge.backends.random_counts import RandomBackend
 

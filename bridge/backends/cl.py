@@ -3,9 +3,14 @@
 `cl` is imported lazily: it exists only on CL1 devices and, as the optional
 cl-sdk simulator, under Python 3.12. The hardware loop runs at 1 kHz whatever
 `--tick-frequency` says, so that artifact and collection windows are honoured to
-the millisecond; the tick frequency sets the burst length of a stimulation
-command, as on the reference device. Spikes are counted by their sample
-timestamps, not by the tick they arrived in.
+the millisecond. What one stimulation command does is `stim_mode`'s choice
+(bridge.backends.base.STIM_MODES): `burst`, spikeloop's default, sends each
+encoding electrode a burst lasting one `--tick-frequency` tick (frequency / tick
+rate pulses, at least one: 4 at 40 Hz and 10 Hz) and stops nothing; the
+reference device does not do that. `reference` does what the reference device
+does: `neurons.interrupt` on every stimulable electrode, then one single-pulse
+`neurons.stim` per encoding electrode (`BurstDesign(1, int(frequency))`). Spikes
+are counted by their sample timestamps, not by the tick they arrived in.
 """
 
 from __future__ import annotations
@@ -19,12 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from bridge.backends.base import Backend, burst_pulses
+from bridge.backends.base import Backend, stim_pulses
 from bridge.channels import (
     ENCODING_ELECTRODES,
     FORBIDDEN_ELECTRODES,
     N_SPIKE_GROUPS,
     PHASE_WIDTH_US,
+    STIMULABLE_ELECTRODES,
     electrode_to_group,
 )
 from bridge.protocol import EventMessage, FeedbackCommand, FeedbackType
@@ -46,9 +52,16 @@ class ClBackend(Backend):
     name = "cl"
 
     def __init__(
-        self, tick_frequency_hz: float, sim_culture_seed: int | None = None, max_pulses: int | None = None
+        self,
+        tick_frequency_hz: float,
+        sim_culture_seed: int | None = None,
+        max_pulses: int | None = None,
+        stim_mode: str = "burst",
     ) -> None:
         super().__init__(tick_frequency_hz)
+        stim_pulses(1.0, tick_frequency_hz, stim_mode)  # refuses an unknown mode before the device is opened
+        self.stim_mode = stim_mode
+        """`burst` or `reference` (module docstring)."""
         self.max_pulses = SafetyEnvelope().max_pulses if max_pulses is None else int(max_pulses)
         """Longest burst sent to the hardware (the device's envelope; the default envelope's when not given)."""
         import cl  # noqa: F401  (fail early, with the real ImportError, when cl is absent)
@@ -119,12 +132,18 @@ class ClBackend(Backend):
         return self._cl.BurstDesign(count, freq)
 
     def stimulate(self, at_s: float, frequencies_hz: Sequence[float], amplitudes_ua: Sequence[float]) -> None:
-        """One `neurons.stim` burst per encoding electrode (skipping zero amplitude or frequency)."""
+        """One `neurons.stim` per encoding electrode (skipping zero amplitude or frequency), as `stim_mode` says."""
+        reference = self.stim_mode == "reference"
+        if reference:
+            self.neurons.interrupt(self._cl.ChannelSet(*STIMULABLE_ELECTRODES))
         for electrode, freq, amp in zip(ENCODING_ELECTRODES, frequencies_hz, amplitudes_ua, strict=True):
-            pulses = burst_pulses(freq, self.tick_frequency_hz)
+            pulses = stim_pulses(freq, self.tick_frequency_hz, self.stim_mode)
             if not amp > 0 or pulses == 0:
                 continue
-            self.neurons.stim(self._cl.ChannelSet(electrode), self._design(amp), self._burst(pulses, freq))
+            # The reference device gives its one pulse a whole-Hz burst frequency (at least 1 Hz: the cl API's
+            # smallest); a single pulse is the same pulse whatever the frequency says.
+            burst_hz = max(1, int(freq)) if reference else freq
+            self.neurons.stim(self._cl.ChannelSet(electrode), self._design(amp), self._burst(pulses, burst_hz))
 
     def feedback(self, at_s: float, command: FeedbackCommand) -> None:
         """`neurons.interrupt` or a `neurons.stim` burst on the allowed listed channels."""

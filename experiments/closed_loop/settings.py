@@ -48,6 +48,10 @@ class DeviceSettings:
     artifact_wait_ms: float = ARTIFACT_WAIT_MS
     collect_window_ms: float = COLLECT_WINDOW_MS
     random_spike_rate_hz: float = 5.0
+    stim_mode: Literal["burst", "reference"] = "burst"
+    """What one stimulation command does (bridge.backends.base.STIM_MODES): `burst`, a burst lasting one tick per
+    encoding electrode; `reference`, the reference device's interrupt of every stimulable electrode, then one
+    pulse per encoding electrode. A cl1 device's program takes it as `spikeloop device --stim-mode`."""
 
     def __post_init__(self) -> None:
         if (
@@ -114,6 +118,7 @@ class DeviceSettings:
             artifact_wait_ms=self.artifact_wait_ms,
             collect_window_ms=self.collect_window_ms,
             random_spike_rate_hz=self.random_spike_rate_hz,
+            stim_mode=self.stim_mode,
         )
 
 
