@@ -11,6 +11,10 @@ reference device does not do that. `reference` does what the reference device
 does: `neurons.interrupt` on every stimulable electrode, then one single-pulse
 `neurons.stim` per encoding electrode (`BurstDesign(1, int(frequency))`). Spikes
 are counted by their sample timestamps, not by the tick they arrived in.
+
+Under the cl-sdk simulator, `close` also stops the simulator's worker processes
+(leaving `cl.open()` alone does not), and a watcher (`bridge.backends.cl_reaper`)
+ends them if this process dies without closing.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from bridge.backends.base import Backend, stim_pulses
+from bridge.backends.cl_reaper import SimulatorReaper
 from bridge.channels import (
     ENCODING_ELECTRODES,
     FORBIDDEN_ELECTRODES,
@@ -71,6 +76,7 @@ class ClBackend(Backend):
 
         self._cl = cl
         self._stack = contextlib.ExitStack()
+        self._reaper: SimulatorReaper | None = None
         self.neurons: Any = None
         self._recording: Any = None
         self._events_stream: Any = None
@@ -85,13 +91,17 @@ class ClBackend(Backend):
 
     def open(self, recording_dir: Path | None) -> None:
         """Open the device, start the HDF5 recording and the data streams."""
+        simulator = bool(self._cl.is_simulator())
         if self.sim_culture_seed is not None:
-            if not self._cl.is_simulator():
+            if not simulator:
                 raise RuntimeError("--cl-sim-culture only applies to the cl-sdk simulator, not to a CL1")
             from bridge.backends.cl_culture_source import FACTORY
 
             self._cl.sim.set_simulator_data_source(FACTORY, config={"seed": self.sim_culture_seed})
+        if simulator:
+            self._reaper = SimulatorReaper()
         self.neurons = self._stack.enter_context(self._cl.open())
+        self._watch_workers()
         self._fps = int(self.neurons.get_frames_per_second())
         self._available_frames = int(self.neurons.timestamp())
         if recording_dir is not None:
@@ -99,6 +109,11 @@ class ClBackend(Backend):
             self._recording = self.neurons.record(file_location=str(recording_dir.resolve()), file_suffix="spikeloop")
             self._events_stream = self.neurons.create_data_stream("spikeloop_events")
             self._exchanges_stream = self.neurons.create_data_stream("spikeloop_exchanges")
+            self._watch_workers()  # the recording writer is a worker of its own
+
+    def _watch_workers(self) -> None:
+        if self._reaper is not None:
+            self._reaper.watch_new_workers()
 
     def ticks(self) -> Iterator[None]:
         """One item per 1 ms tick of `neurons.loop`, after taking in its spikes."""
@@ -198,13 +213,31 @@ class ClBackend(Backend):
         return [self.recording_path] if self.recording_path is not None else []
 
     def close(self) -> None:
-        """Stop the recording (writes the file) and close the device connection."""
-        if self._recording is not None:
-            self._recording.stop()
-            info = getattr(self._recording, "file", None)
-            if isinstance(info, dict) and "path" in info:
-                self.recording_path = Path(info["path"])
-            self._recording = None
-        self._stack.close()
-        if self.sim_culture_seed is not None:
-            self._cl.sim.clear_simulator_data_source()  # later opens in this process get cl-sdk's own data
+        """Stop the recording (writes the file), close the device connection and, under cl-sdk, its workers."""
+        try:
+            if self._recording is not None:
+                recording, self._recording = self._recording, None
+                recording.stop()
+                info = getattr(recording, "file", None)
+                if isinstance(info, dict) and "path" in info:
+                    self.recording_path = Path(info["path"])
+        finally:
+            try:
+                self._stack.close()
+            finally:
+                self._stop_simulator()
+
+    def _stop_simulator(self) -> None:
+        """Under cl-sdk: stop the simulator's workers now, not when this process exits."""
+        if self._reaper is None:
+            return
+        reaper, self._reaper = self._reaper, None
+        try:
+            # Leaving cl.open() leaves cl-sdk's workers running (its Neurons is a process-wide singleton);
+            # clearing the simulator stops them and waits for them. It also drops a data source set in this
+            # process (ours, under --cl-sim-culture): later opens get cl-sdk's own data. cl-sdk refuses
+            # while still inside cl.open() (leaving it failed); the watcher then ends the workers.
+            with contextlib.suppress(RuntimeError):
+                self._cl.sim.clear_simulator_data_source()
+        finally:
+            reaper.close()

@@ -19,7 +19,7 @@ pytest.importorskip("numba", reason="the simulated culture needs numba (scripts/
 def test_cl_backend_on_simulated_culture_responds_to_stimulation(tmp_path: Path) -> None:
     rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     rx.bind(("127.0.0.1", 0))
-    rx.settimeout(30.0)  # the first reply waits for the culture to be built in the simulator process
+    rx.settimeout(120.0)  # the first reply waits for the culture to be built in the simulator process
     tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     address = DeviceAddress(stim_port=0, event_port=0, feedback_port=0, spike_port=rx.getsockname()[1])
     device = Device(
@@ -48,6 +48,8 @@ def test_cl_backend_on_simulated_culture_responds_to_stimulation(tmp_path: Path)
         tx.sendto(encode_event(EventMessage(1, "training_complete", {})), ("127.0.0.1", device.event_port))
         thread.join(30)
     finally:
+        device.stop()  # a no-op after training_complete; on a failure it closes the device and its workers
+        thread.join(30)
         rx.close()
         tx.close()
     print(f"encoding-group spikes per 100 ms: 2.5 uA {np.mean(strong):.1f}, 0.5 uA {np.mean(weak):.1f}")
