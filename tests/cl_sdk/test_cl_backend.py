@@ -16,11 +16,11 @@ from bridge.protocol import (
     FeedbackCommand,
     FeedbackType,
     StimCommand,
-    decode_spikes,
     encode_event,
     encode_feedback,
     encode_stim,
 )
+from tests.support.device_reply import recv_reply
 
 
 def test_cl_backend_closed_loop_records_and_stops(tmp_path: Path) -> None:
@@ -49,8 +49,7 @@ def test_cl_backend_closed_loop_records_and_stops(tmp_path: Path) -> None:
             t0 = time.perf_counter()
             tx.sendto(encode_stim(stim), ("127.0.0.1", device.stim_port))
             # The first reply waits for cl.open() (the simulator's workers start; seconds on a busy machine).
-            rx.settimeout(120.0 if i == 0 else 5.0)
-            reply = decode_spikes(rx.recv(64))
+            reply = recv_reply(rx, thread, 120.0 if i == 0 else 5.0)
             latencies_ms.append((time.perf_counter() - t0) * 1e3)
             assert reply.timestamp_us == stim.timestamp_us
             counts.append(reply.counts)

@@ -22,11 +22,11 @@ from bridge.protocol import (
     FeedbackCommand,
     FeedbackType,
     StimCommand,
-    decode_spikes,
     encode_event,
     encode_feedback,
     encode_stim,
 )
+from tests.support.device_reply import recv_reply
 
 FEEDBACK_PULSES = 30
 FEEDBACK_HZ = 20
@@ -57,9 +57,7 @@ def _stims_per_channel(stim_mode: str, tmp_path: Path) -> collections.Counter[in
         tx.sendto(
             encode_stim(StimCommand(1, (0.0,) * N_ENCODING, (0.0,) * N_ENCODING)), ("127.0.0.1", device.stim_port)
         )
-        rx.settimeout(120.0)
-        assert decode_spikes(rx.recv(64)).timestamp_us == 1
-        rx.settimeout(10.0)
+        assert recv_reply(rx, thread, 120.0).timestamp_us == 1
         feedback = FeedbackCommand(
             1, FeedbackType.REWARD, POSITIVE_FEEDBACK_ELECTRODES, FEEDBACK_HZ, 2.0, FEEDBACK_PULSES
         )
@@ -68,7 +66,7 @@ def _stims_per_channel(stim_mode: str, tmp_path: Path) -> collections.Counter[in
         tx.sendto(
             encode_stim(StimCommand(2, (STIM_HZ,) * N_ENCODING, (2.0,) * N_ENCODING)), ("127.0.0.1", device.stim_port)
         )
-        assert decode_spikes(rx.recv(64)).timestamp_us == 2
+        assert recv_reply(rx, thread, 10.0).timestamp_us == 2
         # Until the device's clock (cl-sdk's, which lags the wall clock on a busy machine) is past the end an
         # uninterrupted feedback burst would have.
         burst_end_s = device.backend.available_until_s() + FEEDBACK_PULSES / FEEDBACK_HZ + 0.3
