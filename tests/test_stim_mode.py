@@ -18,13 +18,16 @@ import numpy as np
 import pytest
 
 from bridge.address import DeviceAddress
-from bridge.backends import STIM_MODES, stim_pulses
+from bridge.backends import STIM_MODES, stim_charge_nc, stim_pulses
 from bridge.channels import (
     ENCODING_ELECTRODES,
     FORBIDDEN_ELECTRODES,
     N_ENCODING,
     POSITIVE_FEEDBACK_ELECTRODES,
+    STIM_AMPLITUDE_RANGE_UA,
+    STIM_FREQUENCY_RANGE_HZ,
     STIMULABLE_ELECTRODES,
+    TICK_FREQUENCY_HZ,
 )
 from bridge.device import Device, DeviceConfig, build_parser, config_from_args
 from bridge.ports import free_port
@@ -85,6 +88,29 @@ def test_pulses_per_command_in_each_mode() -> None:
     assert stim_pulses(0.0, 10.0, "reference") == 0 and stim_pulses(0.0, 10.0, "burst") == 0  # 0 Hz is off
     with pytest.raises(ValueError, match="stim_mode='sideways'"):
         stim_pulses(10.0, 10.0, "sideways")
+
+
+def test_charge_table_in_architecture_md_is_what_the_code_computes() -> None:
+    envelope = SafetyEnvelope()
+    # One pulse at the envelope's largest amplitude carries exactly its per-phase charge limit (3 uA x 120 us).
+    one_pulse_nc = stim_charge_nc(envelope.effective_max_amplitude_ua, 1.0, TICK_FREQUENCY_HZ, "reference")
+    assert one_pulse_nc == pytest.approx(envelope.max_charge_per_phase_nc)
+    points = {
+        "safety envelope's limits": (envelope.effective_max_amplitude_ua, envelope.max_frequency_hz),
+        "encoder's top": (STIM_AMPLITUDE_RANGE_UA[1], STIM_FREQUENCY_RANGE_HZ[1]),
+        "encoder's bottom": (STIM_AMPLITUDE_RANGE_UA[0], STIM_FREQUENCY_RANGE_HZ[0]),
+    }
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    for name, (amplitude_ua, frequency_hz) in points.items():
+        cells = []
+        for mode in STIM_MODES:
+            pulses = stim_pulses(frequency_hz, TICK_FREQUENCY_HZ, mode)
+            charge_nc = stim_charge_nc(amplitude_ua, frequency_hz, TICK_FREQUENCY_HZ, mode)
+            assert charge_nc <= pulses * envelope.max_charge_per_phase_nc + 1e-9  # no pulse beyond the limit
+            noun = "pulse" if pulses == 1 else "pulses"
+            cells.append(f"{pulses} {noun}, {charge_nc:.3g} nC (both phases {2 * charge_nc:.3g} nC)")
+        row = f"| {name} | {amplitude_ua:g} uA | {frequency_hz:g} Hz | {' | '.join(cells)} |"
+        assert row in doc, f"docs/architecture.md should have this row (the code computes it):\n{row}"
 
 
 def _after_feedback_then_stimulation(trainer: Trainer, stim_mode: str) -> np.ndarray:

@@ -6,7 +6,15 @@ and it is imported only when asked for.
 
 from __future__ import annotations
 
-from bridge.backends.base import STIM_MODES, Backend, JsonlRecorder, burst_pulses, group_matrix, stim_pulses
+from bridge.backends.base import (
+    STIM_MODES,
+    Backend,
+    JsonlRecorder,
+    burst_pulses,
+    group_matrix,
+    stim_charge_nc,
+    stim_pulses,
+)
 
 BACKEND_NAMES = ("sim", "cl", "random", "zero", "transparent")
 
@@ -18,6 +26,7 @@ __all__ = [
     "burst_pulses",
     "group_matrix",
     "make_backend",
+    "stim_charge_nc",
     "stim_pulses",
 ]
 

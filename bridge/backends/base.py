@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from bridge.channels import N_ELECTRODES, N_SPIKE_GROUPS, electrode_to_group
+from bridge.channels import N_ELECTRODES, N_SPIKE_GROUPS, PHASE_WIDTH_US, electrode_to_group
 from bridge.protocol import EventMessage, FeedbackCommand
 
 
@@ -55,6 +55,12 @@ def stim_pulses(frequency_hz: float, tick_frequency_hz: float, stim_mode: str) -
     if not 0 < frequency_hz < math.inf:
         return 0
     return 1 if stim_mode == "reference" else burst_pulses(frequency_hz, tick_frequency_hz)
+
+
+def stim_charge_nc(amplitude_ua: float, frequency_hz: float, tick_frequency_hz: float, stim_mode: str) -> float:
+    """Charge one stimulation command gives an encoding electrode in one phase polarity (nC)."""
+    # pulses x amplitude x phase width; pulses are biphasic and charge-balanced: both phases carry twice this
+    return stim_pulses(frequency_hz, tick_frequency_hz, stim_mode) * amplitude_ua * PHASE_WIDTH_US / 1000.0
 
 
 class Backend(abc.ABC):
