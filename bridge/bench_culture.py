@@ -12,7 +12,10 @@ A closed loop can only learn through what reaches the decoder. This measures it 
   `one_electrode` (each pattern drives one encoding electrode hard, the others barely),
   `random_full` (16 values uniform over the range) and `random_mid` (uniform over the
   middle 40%). Every tick adds noise of std 0.1 (of the range) to its pattern, as a
-  stimulation policy would.
+  stimulation policy would. Measured for each device stimulation mode (`--stim-modes`,
+  default both: `burst`, spikeloop's default, a burst lasting one tick; `reference`, the
+  reference device's interrupt of every electrode, then one pulse per encoding electrode),
+  on the same culture, patterns, labels and noise, so the two ways are paired.
 
 Writes docs/benchmarks/culture.json. A measurement of the simulated culture, not a target.
 """
@@ -25,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from bridge.backends.base import group_matrix
+from bridge.backends.base import STIM_MODES, group_matrix
 from bridge.backends.sim import SimBackend
 from bridge.bench_record import provenance, write_result
 from bridge.channels import (
@@ -122,6 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=5, help="pattern pairs of each kind per culture (default 5)")
     parser.add_argument("--ticks", type=int, default=400, help="ticks per pattern pair (default 400)")
     parser.add_argument("--pulses", type=int, default=40, help="single pulses averaged for the response (default 40)")
+    parser.add_argument(
+        "--stim-modes",
+        nargs="+",
+        choices=STIM_MODES,
+        default=list(STIM_MODES),
+        help=f"device stimulation modes measured (default: {' '.join(STIM_MODES)})",
+    )
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help=f"result file (default {DEFAULT_OUTPUT})")
     args = parser.parse_args(argv)
     for name in ("seeds", "pairs", "pulses"):
@@ -131,19 +141,24 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--ticks must be >= 30 (a third is held out)")
 
     kinds = ("one_electrode", "random_full", "random_mid")
+    modes = [m for m in STIM_MODES if m in set(args.stim_modes)]
     per_seed: dict[str, dict[str, Any]] = {}
     for seed in range(args.seeds):
-        backend = SimBackend(TICK_FREQUENCY_HZ, seed, realtime=False)
-        backend.open(None)
-        rng = np.random.default_rng(seed)
-        per_seed[str(seed)] = {
-            "separability": {
+        by_mode: dict[str, dict[str, float]] = {}
+        for mode in modes:
+            # Each mode on a fresh culture of this seed, with the same patterns, labels and noise: paired.
+            backend = SimBackend(TICK_FREQUENCY_HZ, seed, realtime=False, stim_mode=mode)
+            backend.open(None)
+            rng = np.random.default_rng(seed)
+            by_mode[mode] = {
                 kind: round(separability(backend, pattern_pairs(kind, args.pairs, rng), args.ticks, rng), 3)
                 for kind in kinds
-            },
+            }
+            print(f"culture seed {seed}, stim_mode {mode}: separability {by_mode[mode]}", flush=True)
+        per_seed[str(seed)] = {
+            "separability": by_mode,
             "response_after_one_pulse": response_after_one_pulse(seed, args.pulses),
         }
-        print(f"culture seed {seed}: separability {per_seed[str(seed)]['separability']}", flush=True)
     result = {
         "settings": {
             "artifact_wait_ms": ARTIFACT_WAIT_MS,
@@ -153,9 +168,17 @@ def main(argv: list[str] | None = None) -> int:
             "ticks": args.ticks,
             "pulse_amplitude_ua": PULSE_AMPLITUDE_UA,
             "groups": list(SPIKE_GROUP_NAMES),
+            "tick_frequency_hz": TICK_FREQUENCY_HZ,
+            "stim_frequency_range_hz": list(STIM_FREQUENCY_RANGE_HZ),
+            "stim_amplitude_range_ua": list(STIM_AMPLITUDE_RANGE_UA),
+            "stim_modes": modes,
         },
         "separability_mean": {
-            kind: round(float(np.mean([s["separability"][kind] for s in per_seed.values()])), 3) for kind in kinds
+            mode: {
+                kind: round(float(np.mean([s["separability"][mode][kind] for s in per_seed.values()])), 3)
+                for kind in kinds
+            }
+            for mode in modes
         },
         "per_seed": per_seed,
     } | provenance("culture", argv)

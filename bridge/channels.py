@@ -17,6 +17,9 @@ GRID_SIDE = 8
 FORBIDDEN_ELECTRODES: frozenset[int] = frozenset({0, 4, 7, 56, 63})
 """Electrodes that must never be stimulated."""
 
+STIMULABLE_ELECTRODES: tuple[int, ...] = tuple(e for e in range(N_ELECTRODES) if e not in FORBIDDEN_ELECTRODES)
+"""Every electrode that may be stimulated (59): the reference device interrupts all of them before each stimulation."""
+
 ENCODING_ELECTRODES: tuple[int, ...] = (8, 9, 10, 17, 18, 25, 27, 28)
 """Entry i of a stimulation command drives ENCODING_ELECTRODES[i]."""
 

@@ -75,7 +75,7 @@ from typing import Any, Literal
 
 from bridge import channels
 from bridge.address import DeviceAddress
-from bridge.backends import BACKEND_NAMES, Backend, make_backend
+from bridge.backends import BACKEND_NAMES, STIM_MODES, Backend, make_backend
 from bridge.protocol import (
     DEVICE_RECV_BYTES,
     KNOWN_EVENT_TYPES,
@@ -181,6 +181,10 @@ class DeviceConfig:
     """0: a stimulation is applied when it arrives. > 0: a stimulation that arrives while feedback is still being
     delivered, or less than this long after its last pulse, is held until then (its windows start then), so that
     no feedback pulse and none of its immediate echo falls in a collection window (docs/architecture.md)."""
+    stim_mode: Literal["burst", "reference"] = "burst"
+    """What one stimulation command does (bridge.backends.base.STIM_MODES): `burst`, a burst lasting one tick per
+    encoding electrode; `reference`, the reference device's: interrupt every stimulable electrode, then one pulse
+    per encoding electrode."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.address, DeviceAddress):
@@ -199,6 +203,8 @@ class DeviceConfig:
             raise ValueError(f"device reply_stamp={self.reply_stamp!r}: choose from {', '.join(REPLY_STAMPS)}")
         if self.reply_from not in REPLY_FROM:
             raise ValueError(f"device reply_from={self.reply_from!r}: choose from {', '.join(REPLY_FROM)}")
+        if self.stim_mode not in STIM_MODES:
+            raise ValueError(f"device stim_mode={self.stim_mode!r}: choose from {', '.join(STIM_MODES)}")
         if not (math.isfinite(self.clock_resolution_ms) and self.clock_resolution_ms >= 0):
             raise ValueError(f"device clock_resolution_ms={self.clock_resolution_ms!r}: must be a finite number >= 0")
         if self.culture is not None and self.backend != "sim":
@@ -219,7 +225,7 @@ class DeviceConfig:
             if on and not self.realtime and self.backend != "cl":
                 raise ValueError(f"{flag} runs on the wall clock: use it with --realtime, not --as-fast-as-possible")
         longest_burst = self.envelope.max_frequency_hz / self.tick_frequency_hz
-        if longest_burst > self.envelope.max_pulses:
+        if self.stim_mode == "burst" and longest_burst > self.envelope.max_pulses:
             raise ValueError(
                 f"a stimulation burst lasts one tick: at {self.envelope.max_frequency_hz:g} Hz and a "
                 f"{self.tick_frequency_hz:g} Hz tick that is {longest_burst:g} pulses, above the envelope's "
@@ -251,6 +257,7 @@ class Device:
             cl_sim_culture=config.cl_sim_culture,
             max_pulses=config.envelope.max_pulses,
             culture=config.culture,
+            stim_mode=config.stim_mode,
         )
         self.counters: collections.Counter[str] = collections.Counter()
         self.exit_reason = ""
@@ -331,8 +338,9 @@ class Device:
         try:
             self.backend.open(self.config.recording_path)
             log.info(
-                "device up: backend=%s stim=%d feedback=%d event=%d -> replies to %s:%d from port %d%s",
+                "device up: backend=%s stim_mode=%s stim=%d feedback=%d event=%d -> replies to %s:%d from port %d%s",
                 self.backend.name,
+                self.config.stim_mode,
                 self.stim_port,
                 self.feedback_port,
                 self.event_port,
@@ -741,8 +749,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--tick-frequency",
         type=float,
         default=channels.TICK_FREQUENCY_HZ,
-        help="hardware tick rate in Hz; a stimulation command's burst lasts one tick "
+        help="hardware tick rate in Hz; with --stim-mode burst a stimulation command's burst lasts one tick "
         "(pulses = frequency / tick rate, at least one)",
+    )
+    p.add_argument(
+        "--stim-mode",
+        choices=STIM_MODES,
+        default="burst",
+        help="what one stimulation command does on the encoding electrodes (sim and cl backends): burst = a "
+        "burst lasting one tick each, nothing else stopped; reference = the reference trainer's device: "
+        "interrupt every stimulable electrode (feedback bursts too), then one pulse each",
     )
     p.add_argument(
         "--artifact-wait-ms",
@@ -999,6 +1015,7 @@ def config_from_args(args: argparse.Namespace) -> DeviceConfig:
         chatty=args.chatty,
         culture=culture_from_args(args.culture, args.culture_file),
         feedback_settle_ms=args.feedback_settle_ms,
+        stim_mode=args.stim_mode,
     )
 
 

@@ -8,6 +8,12 @@ Five conditions, each trained for the same env-step budget with several seeds:
   zero         the simulated culture with the decoder input set to zeros (chance)
   random       the simulated culture with the decoder input set to Poisson noise
 
+and, on request (`--conditions`), not by default:
+
+  sim_reference  the simulated culture stimulated as the reference device does (`stim_mode: reference`:
+                 every stimulable electrode interrupted, then one pulse per encoding electrode); `sim` is
+                 spikeloop's default (`stim_mode: burst`, a burst lasting one tick)
+
 Runs are interleaved (for each seed, every condition), so that drift in machine
 load hits every condition alike. The result file is rewritten after every
 finished run, and `--resume` skips the runs it already holds.
@@ -47,6 +53,9 @@ from experiments.analysis.sweep import FINAL_EPISODES
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/learning.json")
 CONDITIONS = ("direct", "transparent", "sim", "zero", "random")
+"""The default conditions."""
+EXTRA_CONDITIONS = ("sim_reference",)
+"""Conditions run only when asked for (the feedback controls below too)."""
 SCENARIO = "basic"
 WINDOW = FINAL_EPISODES
 """Episodes in the rolling and final windows (the sweep analysis' final window)."""
@@ -109,7 +118,7 @@ FEEDBACK_COMPARISONS: tuple[tuple[str, str], ...] = (
     ("none_on", "none_on_settle"),
 )
 """(a, b) pairs read in `feedback_effects`: feedback's effect per rule, and the direct path with and without settle."""
-ALL_CONDITIONS = CONDITIONS + tuple(FEEDBACK_CONDITIONS)
+ALL_CONDITIONS = CONDITIONS + EXTRA_CONDITIONS + tuple(FEEDBACK_CONDITIONS)
 
 Episode = tuple[float, float, bool]
 """(env steps at the end of the episode's iteration, return, killed anything)."""
@@ -157,6 +166,7 @@ def experiment_dict(
             "direct": {"policy": "direct"},
             "transparent": {"devices": [{"device_id": "transparent", "backend": "transparent", "seed": seed}]},
             "sim": {"devices": [sim_device]},
+            "sim_reference": {"devices": [sim_device | {"stim_mode": "reference"}]},
             "zero": {"devices": [sim_device], "ablation": "zero"},
             "random": {"devices": [sim_device], "ablation": "random"},
         }[condition]
@@ -297,7 +307,8 @@ def summarize(runs: Runs, scenario: str = SCENARIO) -> dict[str, Any]:
     """
     from experiments.analysis import compare, min_seeds_per_group, verdict
 
-    runs = {c: runs[c] for c in [*ALL_CONDITIONS, *sorted(set(runs) - set(ALL_CONDITIONS))] if c in runs and runs[c]}
+    order = [*ALL_CONDITIONS, *sorted(set(runs) - set(ALL_CONDITIONS))]
+    runs = {c: runs[c] for c in order if c in runs and runs[c]}
     notes: list[str] = []
     summary: dict[str, dict[str, Any]] = {}
     for condition, by_seed in runs.items():
@@ -380,6 +391,26 @@ def summarize(runs: Runs, scenario: str = SCENARIO) -> dict[str, Any]:
         )
         comparisons[condition] = c
         verdicts[condition] = verdict(c, alpha=ALPHA)
+
+    # The reference device's stimulation against spikeloop's, both ways (two-sided): does the choice matter?
+    if "sim" in summary and "sim_reference" in summary:
+
+        def finals(condition: str, key: str) -> list[float]:
+            return [v for v in summary[condition][key]["per_seed"].values() if v is not None]
+
+        r, k = (
+            compare("sim_reference", finals("sim_reference", key), "sim", finals("sim", key), alternative="two-sided")
+            for key in ("final_return_mean", "final_kill_rate")
+        )
+        summary["sim_reference"]["vs_sim"] = {
+            "difference_return": _finite(r.difference),
+            "p_value": _finite(r.mann_whitney_p),
+            "cliffs_delta": _finite(r.cliffs_delta),
+            "difference_kill_rate": _finite(k.difference),
+            "kill_p_value": _finite(k.mann_whitney_p),
+            "kill_cliffs_delta": _finite(k.cliffs_delta),
+            "test": "two-sided exact Mann-Whitney on per-seed finals (last 100 episodes)",
+        }
 
     return {
         "summary": summary,
@@ -785,6 +816,13 @@ def table(result: dict[str, Any]) -> str:
             f"{_fmt(s['steps_to_90pct_direct']['median'], '12.0f')}  {_fmt(s['p_value_vs_zero'], '9.3g')}"
         )
     lines.append(f"chance return {_fmt(result.get('chance_return'), '.1f')} ({result.get('chance_from')})")
+    vs_sim = result["summary"].get("sim_reference", {}).get("vs_sim")
+    if vs_sim:
+        lines.append(
+            f"sim_reference - sim: return {_fmt(vs_sim['difference_return'], '+.1f')} "
+            f"(p {_fmt(vs_sim['p_value'], '.3g')}, Cliff's delta {_fmt(vs_sim['cliffs_delta'], '+.2f')}), kill rate "
+            f"{_fmt(vs_sim['difference_kill_rate'], '+.2f')} (p {_fmt(vs_sim['kill_p_value'], '.3g')}), two-sided"
+        )
     for name, target in result.get("targets", {}).items():
         met = {True: "met", False: "NOT met", None: "not read"}[target["met"]]
         lines.append(f"target {name}: {met}" + (f" ({target['reason']})" if target.get("reason") else ""))
@@ -817,7 +855,8 @@ def main(
         nargs="+",
         choices=ALL_CONDITIONS,
         default=list(default_conditions),
-        help=f"conditions to run (default: {' '.join(default_conditions)})",
+        help=f"conditions to run (default: {' '.join(default_conditions)}; sim_reference: the sim culture "
+        "stimulated as the reference device does)",
     )
     parser.add_argument("--seeds", type=int, default=5, help="seeds per condition, 0..N-1 (default 5)")
     parser.add_argument(

@@ -34,7 +34,9 @@ def test_a_tiny_run_writes_its_result(tmp_path: Path) -> None:
         == 0
     )
     result = json.loads(out.read_text())
-    assert set(result["separability_mean"]) == {"one_electrode", "random_full", "random_mid"}
-    assert all(0.0 <= v <= 1.0 for v in result["separability_mean"].values())
+    assert result["settings"]["stim_modes"] == ["burst", "reference"]  # both device stimulation modes by default
+    for mode in ("burst", "reference"):
+        assert set(result["separability_mean"][mode]) == {"one_electrode", "random_full", "random_mid"}
+        assert all(0.0 <= v <= 1.0 for v in result["separability_mean"][mode].values())
     response = result["per_seed"]["0"]["response_after_one_pulse"]
     assert len(response["5-10 ms"]) == 8 and result["command"].startswith("spikeloop bench culture")

@@ -248,6 +248,12 @@ def test_experiment_dicts():
     ]
     transparent = bl.experiment_dict("transparent", 1, "basic", base)
     assert transparent["devices"] == [{"device_id": "transparent", "backend": "transparent", "seed": 1}]
+    sim, reference = bl.experiment_dict("sim", 4, "basic", base), bl.experiment_dict("sim_reference", 4, "basic", base)
+    assert (
+        reference["devices"] == [sim["devices"][0] | {"stim_mode": "reference"}]
+        and "stim_mode" not in sim["devices"][0]
+    )
+    assert "sim_reference" not in bl.CONDITIONS  # run only when asked for
     assert "sim_device" in base  # the caller's dict is left alone
     with pytest.raises(ValueError, match="unknown condition"):
         bl.experiment_dict("none", 0)
@@ -364,3 +370,19 @@ def test_feedback_runs_measured_apart_merge_into_one_result_without_running(tmp_
     with pytest.raises(SystemExit):
         bench_feedback.main([*argv, "--output", str(tmp_path / "again.json"), "--merge", str(files[0])])
     assert "culture for dopamine_off" in capsys.readouterr().err
+
+
+def test_sim_reference_is_compared_with_sim_both_ways():
+    runs = _runs(conditions=("sim", "zero"))
+    # the reference stimulation's seeds learn less: their trained return is 30 lower in every seed
+    runs["sim_reference"] = {
+        str(seed): [(steps, ret - 30.0, killed) for steps, ret, killed in eps] for seed, eps in runs["sim"].items()
+    }
+    out = bl.summarize(runs)
+    assert list(out["summary"]) == ["sim", "zero", "sim_reference"]
+    vs_sim = out["summary"]["sim_reference"]["vs_sim"]
+    assert vs_sim["difference_return"] == pytest.approx(-30.0)
+    assert vs_sim["cliffs_delta"] == -1.0 and vs_sim["p_value"] == pytest.approx(2 / 252)  # 5 vs 5, two-sided
+    assert "vs_sim" not in out["summary"]["sim"]
+    assert "sim_reference - sim: return -30.0" in bl.table(out | {"settings": {}})
+    assert "vs_sim" not in bl.summarize(_runs(conditions=("sim",)))["summary"]["sim"]

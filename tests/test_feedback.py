@@ -186,3 +186,52 @@ def test_telemetry_counts_each_row_with_its_mean_scales_and_forgets_on_drain():
     assert drained["step"]["count"] == 2 and drained["episode_positive"]["count"] == 1
     assert drained["episode"]["frequency_scale"] == pytest.approx(1.65)
     assert policy.telemetry.drain() == {}
+
+
+def test_reference_baselines_start_at_zero():
+    """baseline_start zero (the reference's): the first step's baseline is the floor, the first episode's 0.1 x."""
+    reference = FeedbackPolicy(FeedbackSettings(surprise=SurpriseSettings(baseline_start="zero")), gamma=1.0)
+    own = FeedbackPolicy(FeedbackSettings(), gamma=1.0)
+    _, first = reference.for_step(2.0, {}, 0.0, 0.0, False)  # |TD| 2 over the floor 1e-3: capped
+    assert first.ratio == 2.0 and own.for_step(2.0, {}, 0.0, 0.0, False)[1].ratio == pytest.approx(1.0)
+    _, second = reference.for_step(2.0, {}, 0.0, 0.0, False)  # read before it joins: 0.001 x 2, still capped
+    assert second.ratio == 2.0 and reference.step_baseline.value == pytest.approx(0.002 * 0.999 + 0.002)
+    # episode: updated first, from 0: 0.1 x 5 = 0.5, ratio 10, capped at 2 (spikeloop's start: ratio 1)
+    assert reference.for_episode(5.0, 0.0)[1].frequency == pytest.approx(min(1 + 0.65 * 2.0, 2.0))
+    assert own.for_episode(5.0, 0.0)[1].frequency == pytest.approx(1 + 0.65)
+    assert reference.episode_baseline.value == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("order", ["read_then_update", "update_then_read"])
+def test_event_baseline_order_and_directions(order: str):
+    """The reference's event baselines take the magnitude before they are read, one per direction of an event."""
+    settings = FeedbackSettings(surprise=SurpriseSettings(event_baseline_order=order))
+    policy = FeedbackPolicy(settings, gamma=1.0)
+    spec = settings.events["enemy_kill"]  # ema_beta 0.99, frequency gain 0.2
+    policy.event_scales("enemy_kill", spec, 1.0, step_baseline=1.0)
+    scales, negative = policy.event_scales("enemy_kill", spec, 3.0, step_baseline=1.0)
+    # read first: the baseline is still 1 (ratio 3); updated first: 0.99 x 1 + 0.01 x 3 = 1.02
+    ratio = 3.0 if order == "read_then_update" else 3.0 / 1.02
+    assert not negative and scales.ratio == pytest.approx(ratio)
+    assert scales.frequency == pytest.approx(1 - 0.2 * (1 - math.exp(-ratio)))
+    absolute = type(spec)(**{**spec.__dict__, "td_sign": "absolute"})
+    policy.event_scales("either", absolute, 2.0, step_baseline=1e-3)
+    policy.event_scales("either", absolute, -4.0, step_baseline=1e-3)
+    keys = {k for k in policy.event_baselines if k.startswith("either")}
+    if order == "read_then_update":
+        assert keys == {"either"} and policy.event_baselines["either"].value == pytest.approx(0.99 * 2 + 0.01 * 4)
+    else:
+        assert keys == {"either/positive", "either/negative"}
+        assert policy.event_baselines["either/negative"].value == pytest.approx(4.0)  # its own first magnitude
+
+
+def test_reference_surprise_settings_are_schema_checked():
+    from experiments.schema import ExperimentError, experiment_from_dict
+
+    ok = experiment_from_dict(
+        {"feedback": {"surprise": {"baseline_start": "zero", "event_baseline_order": "update_then_read"}}}
+    )
+    assert ok.feedback.surprise.baseline_start == "zero"
+    for key, value in (("baseline_start", "one"), ("event_baseline_order", "sideways")):
+        with pytest.raises(ExperimentError, match=rf"feedback\.surprise\.{key}"):
+            experiment_from_dict({"feedback": {"surprise": {key: value}}})

@@ -8,14 +8,32 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bridge.backends.base import Backend, JsonlRecorder, burst_pulses, group_matrix
+from bridge.backends.base import (
+    STIM_MODES,
+    Backend,
+    JsonlRecorder,
+    burst_pulses,
+    group_matrix,
+    stim_charge_nc,
+    stim_pulses,
+)
 
 if TYPE_CHECKING:
     from bridge.simulated_culture import SimulatedCultureConfig
 
 BACKEND_NAMES = ("sim", "cl", "random", "zero", "transparent")
 
-__all__ = ["BACKEND_NAMES", "Backend", "JsonlRecorder", "burst_pulses", "group_matrix", "make_backend"]
+__all__ = [
+    "BACKEND_NAMES",
+    "STIM_MODES",
+    "Backend",
+    "JsonlRecorder",
+    "burst_pulses",
+    "group_matrix",
+    "make_backend",
+    "stim_charge_nc",
+    "stim_pulses",
+]
 
 
 def make_backend(
@@ -28,19 +46,31 @@ def make_backend(
     cl_sim_culture: bool = False,
     max_pulses: int | None = None,
     culture: SimulatedCultureConfig | None = None,
+    stim_mode: str = "burst",
 ) -> Backend:
     """Build the named backend with the device's settings (`max_pulses`: the cl backend's burst cap;
-    `culture`: the sim backend's culture knobs, None for the defaults)."""
+    `culture`: the sim backend's culture knobs, None for the defaults).
+
+    `stim_mode` (STIM_MODES) reaches the backends that stimulate tissue, sim and cl; random, zero and
+    transparent stimulate nothing, so it changes nothing there.
+    """
+    if stim_mode not in STIM_MODES:
+        raise ValueError(f"unknown stim_mode {stim_mode!r}; choose from {', '.join(STIM_MODES)}")
     if culture is not None and name != "sim":
         raise ValueError(f"culture settings are for the sim backend's simulated culture, not backend {name!r}")
     if name == "sim":
         from bridge.backends.sim import SimBackend
 
-        return SimBackend(tick_frequency_hz, seed=seed, realtime=realtime, culture_config=culture)
+        return SimBackend(tick_frequency_hz, seed=seed, realtime=realtime, culture_config=culture, stim_mode=stim_mode)
     if name == "cl":
         from bridge.backends.cl import ClBackend
 
-        return ClBackend(tick_frequency_hz, sim_culture_seed=seed if cl_sim_culture else None, max_pulses=max_pulses)
+        return ClBackend(
+            tick_frequency_hz,
+            sim_culture_seed=seed if cl_sim_culture else None,
+            max_pulses=max_pulses,
+            stim_mode=stim_mode,
+        )
     if name == "random":
         from bridge.backends.random_counts import RandomBackend
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from bridge.channels import N_ELECTRODES, N_SPIKE_GROUPS, electrode_to_group
+from bridge.channels import N_ELECTRODES, N_SPIKE_GROUPS, PHASE_WIDTH_US, electrode_to_group
 from bridge.protocol import EventMessage, FeedbackCommand
 
 
@@ -31,11 +31,36 @@ def group_matrix() -> np.ndarray:
     return m
 
 
+STIM_MODES = ("burst", "reference")
+"""How a device turns one stimulation command into pulses on the encoding electrodes.
+
+`burst` (spikeloop's default): each electrode gets a burst lasting one hardware tick at its frequency
+(`burst_pulses`: frequency / tick rate pulses, at least one), and nothing else is stopped.
+`reference`: what the reference trainer's device program does: every stimulable electrode is interrupted
+first (which also cuts feedback bursts still running), then each encoding electrode gets one pulse; the
+frequency then only names the burst, it changes no pulse. docs/architecture.md compares the two."""
+
+
 def burst_pulses(frequency_hz: float, tick_frequency_hz: float) -> int:
     """Pulses in the burst one stimulation command asks for: one hardware tick at `frequency_hz`, at least one."""
     if not 0 < frequency_hz < math.inf:
         return 0
     return max(1, int(round(frequency_hz / tick_frequency_hz)))
+
+
+def stim_pulses(frequency_hz: float, tick_frequency_hz: float, stim_mode: str) -> int:
+    """Pulses one stimulation command gives an encoding electrode in `stim_mode` (0: that electrode is off)."""
+    if stim_mode not in STIM_MODES:
+        raise ValueError(f"stim_mode={stim_mode!r}: choose from {', '.join(STIM_MODES)}")
+    if not 0 < frequency_hz < math.inf:
+        return 0
+    return 1 if stim_mode == "reference" else burst_pulses(frequency_hz, tick_frequency_hz)
+
+
+def stim_charge_nc(amplitude_ua: float, frequency_hz: float, tick_frequency_hz: float, stim_mode: str) -> float:
+    """Charge one stimulation command gives an encoding electrode in one phase polarity (nC)."""
+    # pulses x amplitude x phase width; pulses are biphasic and charge-balanced: both phases carry twice this
+    return stim_pulses(frequency_hz, tick_frequency_hz, stim_mode) * amplitude_ua * PHASE_WIDTH_US / 1000.0
 
 
 class Backend(abc.ABC):

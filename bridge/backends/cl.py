@@ -3,9 +3,18 @@
 `cl` is imported lazily: it exists only on CL1 devices and, as the optional
 cl-sdk simulator, under Python 3.12. The hardware loop runs at 1 kHz whatever
 `--tick-frequency` says, so that artifact and collection windows are honoured to
-the millisecond; the tick frequency sets the burst length of a stimulation
-command, as on the reference device. Spikes are counted by their sample
-timestamps, not by the tick they arrived in.
+the millisecond. What one stimulation command does is `stim_mode`'s choice
+(bridge.backends.base.STIM_MODES): `burst`, spikeloop's default, sends each
+encoding electrode a burst lasting one `--tick-frequency` tick (frequency / tick
+rate pulses, at least one: 4 at 40 Hz and 10 Hz) and stops nothing; the
+reference device does not do that. `reference` does what the reference device
+does: `neurons.interrupt` on every stimulable electrode, then one single-pulse
+`neurons.stim` per encoding electrode (`BurstDesign(1, int(frequency))`). Spikes
+are counted by their sample timestamps, not by the tick they arrived in.
+
+Under the cl-sdk simulator, `close` also stops the simulator's worker processes
+(leaving `cl.open()` alone does not), and a watcher (`bridge.backends.cl_reaper`)
+ends them if this process dies without closing.
 """
 
 from __future__ import annotations
@@ -19,12 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from bridge.backends.base import Backend, burst_pulses
+from bridge.backends.base import Backend, stim_pulses
+from bridge.backends.cl_reaper import SimulatorReaper
 from bridge.channels import (
     ENCODING_ELECTRODES,
     FORBIDDEN_ELECTRODES,
     N_SPIKE_GROUPS,
     PHASE_WIDTH_US,
+    STIMULABLE_ELECTRODES,
     electrode_to_group,
 )
 from bridge.protocol import EventMessage, FeedbackCommand, FeedbackType
@@ -46,9 +57,16 @@ class ClBackend(Backend):
     name = "cl"
 
     def __init__(
-        self, tick_frequency_hz: float, sim_culture_seed: int | None = None, max_pulses: int | None = None
+        self,
+        tick_frequency_hz: float,
+        sim_culture_seed: int | None = None,
+        max_pulses: int | None = None,
+        stim_mode: str = "burst",
     ) -> None:
         super().__init__(tick_frequency_hz)
+        stim_pulses(1.0, tick_frequency_hz, stim_mode)  # refuses an unknown mode before the device is opened
+        self.stim_mode = stim_mode
+        """`burst` or `reference` (module docstring)."""
         self.max_pulses = SafetyEnvelope().max_pulses if max_pulses is None else int(max_pulses)
         """Longest burst sent to the hardware (the device's envelope; the default envelope's when not given)."""
         import cl  # noqa: F401  (fail early, with the real ImportError, when cl is absent)
@@ -58,6 +76,7 @@ class ClBackend(Backend):
 
         self._cl = cl
         self._stack = contextlib.ExitStack()
+        self._reaper: SimulatorReaper | None = None
         self.neurons: Any = None
         self._recording: Any = None
         self._events_stream: Any = None
@@ -72,13 +91,17 @@ class ClBackend(Backend):
 
     def open(self, recording_dir: Path | None) -> None:
         """Open the device, start the HDF5 recording and the data streams."""
+        simulator = bool(self._cl.is_simulator())
         if self.sim_culture_seed is not None:
-            if not self._cl.is_simulator():
+            if not simulator:
                 raise RuntimeError("--cl-sim-culture only applies to the cl-sdk simulator, not to a CL1")
             from bridge.backends.cl_culture_source import FACTORY
 
             self._cl.sim.set_simulator_data_source(FACTORY, config={"seed": self.sim_culture_seed})
+        if simulator:
+            self._reaper = SimulatorReaper()
         self.neurons = self._stack.enter_context(self._cl.open())
+        self._watch_workers()
         self._fps = int(self.neurons.get_frames_per_second())
         self._available_frames = int(self.neurons.timestamp())
         if recording_dir is not None:
@@ -86,6 +109,11 @@ class ClBackend(Backend):
             self._recording = self.neurons.record(file_location=str(recording_dir.resolve()), file_suffix="spikeloop")
             self._events_stream = self.neurons.create_data_stream("spikeloop_events")
             self._exchanges_stream = self.neurons.create_data_stream("spikeloop_exchanges")
+            self._watch_workers()  # the recording writer is a worker of its own
+
+    def _watch_workers(self) -> None:
+        if self._reaper is not None:
+            self._reaper.watch_new_workers()
 
     def ticks(self) -> Iterator[None]:
         """One item per 1 ms tick of `neurons.loop`, after taking in its spikes."""
@@ -119,12 +147,18 @@ class ClBackend(Backend):
         return self._cl.BurstDesign(count, freq)
 
     def stimulate(self, at_s: float, frequencies_hz: Sequence[float], amplitudes_ua: Sequence[float]) -> None:
-        """One `neurons.stim` burst per encoding electrode (skipping zero amplitude or frequency)."""
+        """One `neurons.stim` per encoding electrode (skipping zero amplitude or frequency), as `stim_mode` says."""
+        reference = self.stim_mode == "reference"
+        if reference:
+            self.neurons.interrupt(self._cl.ChannelSet(*STIMULABLE_ELECTRODES))
         for electrode, freq, amp in zip(ENCODING_ELECTRODES, frequencies_hz, amplitudes_ua, strict=True):
-            pulses = burst_pulses(freq, self.tick_frequency_hz)
+            pulses = stim_pulses(freq, self.tick_frequency_hz, self.stim_mode)
             if not amp > 0 or pulses == 0:
                 continue
-            self.neurons.stim(self._cl.ChannelSet(electrode), self._design(amp), self._burst(pulses, freq))
+            # The reference device gives its one pulse a whole-Hz burst frequency (at least 1 Hz: the cl API's
+            # smallest); a single pulse is the same pulse whatever the frequency says.
+            burst_hz = max(1, int(freq)) if reference else freq
+            self.neurons.stim(self._cl.ChannelSet(electrode), self._design(amp), self._burst(pulses, burst_hz))
 
     def feedback(self, at_s: float, command: FeedbackCommand) -> None:
         """`neurons.interrupt` or a `neurons.stim` burst on the allowed listed channels."""
@@ -179,13 +213,31 @@ class ClBackend(Backend):
         return [self.recording_path] if self.recording_path is not None else []
 
     def close(self) -> None:
-        """Stop the recording (writes the file) and close the device connection."""
-        if self._recording is not None:
-            self._recording.stop()
-            info = getattr(self._recording, "file", None)
-            if isinstance(info, dict) and "path" in info:
-                self.recording_path = Path(info["path"])
-            self._recording = None
-        self._stack.close()
-        if self.sim_culture_seed is not None:
-            self._cl.sim.clear_simulator_data_source()  # later opens in this process get cl-sdk's own data
+        """Stop the recording (writes the file), close the device connection and, under cl-sdk, its workers."""
+        try:
+            if self._recording is not None:
+                recording, self._recording = self._recording, None
+                recording.stop()
+                info = getattr(recording, "file", None)
+                if isinstance(info, dict) and "path" in info:
+                    self.recording_path = Path(info["path"])
+        finally:
+            try:
+                self._stack.close()
+            finally:
+                self._stop_simulator()
+
+    def _stop_simulator(self) -> None:
+        """Under cl-sdk: stop the simulator's workers now, not when this process exits."""
+        if self._reaper is None:
+            return
+        reaper, self._reaper = self._reaper, None
+        try:
+            # Leaving cl.open() leaves cl-sdk's workers running (its Neurons is a process-wide singleton);
+            # clearing the simulator stops them and waits for them. It also drops a data source set in this
+            # process (ours, under --cl-sim-culture): later opens get cl-sdk's own data. cl-sdk refuses
+            # while still inside cl.open() (leaving it failed); the watcher then ends the workers.
+            with contextlib.suppress(RuntimeError):
+                self._cl.sim.clear_simulator_data_source()
+        finally:
+            reaper.close()

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bridge.backends.base import Backend, burst_pulses, group_matrix
-from bridge.channels import ENCODING_ELECTRODES, FORBIDDEN_ELECTRODES, N_ELECTRODES
+from bridge.backends.base import Backend, group_matrix, stim_pulses
+from bridge.channels import ENCODING_ELECTRODES, FORBIDDEN_ELECTRODES, N_ELECTRODES, STIMULABLE_ELECTRODES
 from bridge.protocol import FeedbackCommand, FeedbackType
 from bridge.simulated_culture import DT_MS, SimulatedCulture, SimulatedCultureConfig
 
@@ -33,9 +33,17 @@ class SimBackend(Backend):
     name = "sim"
 
     def __init__(
-        self, tick_frequency_hz: float, seed: int, realtime: bool, culture_config: SimulatedCultureConfig | None = None
+        self,
+        tick_frequency_hz: float,
+        seed: int,
+        realtime: bool,
+        culture_config: SimulatedCultureConfig | None = None,
+        stim_mode: str = "burst",
     ) -> None:
         super().__init__(tick_frequency_hz)
+        stim_pulses(1.0, tick_frequency_hz, stim_mode)  # refuses an unknown mode here, not at the first stimulation
+        self.stim_mode = stim_mode
+        """`burst` or `reference` (bridge.backends.base.STIM_MODES)."""
         self.paced = realtime
         self.culture = SimulatedCulture(culture_config, seed=seed)
         self._history = np.zeros((HISTORY_STEPS, N_ELECTRODES), dtype=np.int32)
@@ -56,12 +64,18 @@ class SimBackend(Backend):
         return self.culture.time_ms / 1000.0
 
     def stimulate(self, at_s: float, frequencies_hz: Sequence[float], amplitudes_ua: Sequence[float]) -> None:
-        """Burst on each encoding electrode for one hardware tick (off, ending any burst there, unless both > 0)."""
+        """Pulses on each encoding electrode as `stim_mode` says (off, ending any burst there, unless both > 0).
+
+        `burst`: a burst lasting one hardware tick; `reference`: every stimulable electrode interrupted, then
+        one pulse per encoding electrode.
+        """
+        if self.stim_mode == "reference":
+            for electrode in STIMULABLE_ELECTRODES:
+                self.culture.interrupt(electrode)
         for electrode, freq, amp in zip(ENCODING_ELECTRODES, frequencies_hz, amplitudes_ua, strict=True):
             if freq > 0 and amp > 0:
-                self.culture.stimulate(
-                    electrode, amp, burst_pulses(freq, self.tick_frequency_hz), freq, start_ms=at_s * 1000.0
-                )
+                pulses = stim_pulses(freq, self.tick_frequency_hz, self.stim_mode)
+                self.culture.stimulate(electrode, amp, pulses, freq, start_ms=at_s * 1000.0)
             else:
                 self.culture.stimulate(electrode, 0.0, 0, 0.0, start_ms=at_s * 1000.0)
 

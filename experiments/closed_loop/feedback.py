@@ -17,7 +17,8 @@ README's "Differences from the reference trainer" table and bridge/channels.py):
 
 Surprise scales each command (`surprise.enabled`). Three kinds of running
 baseline of surprise magnitudes, each an EMA started at the first magnitude
-and floored at `surprise.baseline_floor`:
+(`surprise.baseline_start: first_magnitude`; `zero` starts them at 0, as the
+reference trainer did) and floored at `surprise.baseline_floor`:
 
 * step: |TD| with TD = r + gamma V(s') - V(s), beta `step_baseline_beta`
   (0.999), read before it takes this step's |TD|. Reward feedback measures the
@@ -27,7 +28,10 @@ and floored at `surprise.baseline_floor`:
   1 - gain g for a positive reward, 1 + gain g for a negative one (the shift at
   most 1, then clamped to `frequency_scale_range`); amplitude and pulse scales
   1 + gain g, clamped to [1, their maximum].
-* event: per event, beta `ema_beta`, never below the step baseline. The
+* event: per event, beta `ema_beta`, never below the step baseline, read
+  before it takes this magnitude (`surprise.event_baseline_order:
+  read_then_update`; `update_then_read` is the reference trainer's, which also
+  keeps one baseline per direction of an event). The
   magnitude is the TD's part that `td_sign` names (positive: max(TD, 0);
   negative: max(-TD, 0); absolute: |TD|, its sign deciding the direction); an
   event whose magnitude is 0 sends nothing. ratio = magnitude / baseline
@@ -66,6 +70,8 @@ from bridge.channels import FEEDBACK_REFERENCE, STIM_AMPLITUDE_RANGE_UA, STIM_FR
 from bridge.protocol import FeedbackCommand, FeedbackType
 
 TdSign = Literal["positive", "negative", "absolute"]
+BaselineStart = Literal["first_magnitude", "zero"]
+EventBaselineOrder = Literal["read_then_update", "update_then_read"]
 
 EVENT_SURPRISE_REFERENCE: Mapping[str, tuple[str, tuple[float, float], tuple[float, float], tuple[float, float]]] = (
     MappingProxyType(
@@ -171,6 +177,13 @@ class SurpriseSettings:
     amplitude_scale_max: float = 1.5
     pulse_gain: float = 0.65
     pulse_scale_max: float = 2.0
+    baseline_start: BaselineStart = "first_magnitude"
+    """Where every baseline starts: at its first magnitude (a first surprise has ratio 1), or at 0 as the reference
+    trainer's (the first step's baseline is then the floor, so its ratio is `ratio_cap`, and the step baseline needs
+    about 1 / (1 - step_baseline_beta) = 1,000 steps to approach the mean |TD|: until then ratios run high)."""
+    event_baseline_order: EventBaselineOrder = "read_then_update"
+    """Whether an event's baseline is read before it takes this magnitude (as the step baseline is), or after
+    (`update_then_read`, the reference trainer's, which keeps one baseline per direction of an event)."""
 
 
 @dataclass(frozen=True)
@@ -218,12 +231,13 @@ def _clamp(value: float, low: float, high: float) -> float:
 
 
 class RunningBaseline:
-    """EMA of surprise magnitudes: value <- beta value + (1 - beta) magnitude, started at the first magnitude."""
+    """EMA of surprise magnitudes: value <- beta value + (1 - beta) magnitude, started at the first magnitude
+    (`start="first_magnitude"`) or at 0 (`start="zero"`, the reference trainer's)."""
 
-    def __init__(self, beta: float, floor: float) -> None:
+    def __init__(self, beta: float, floor: float, start: BaselineStart = "first_magnitude") -> None:
         self.beta = beta
         self.floor = floor
-        self.value: float | None = None
+        self.value: float | None = 0.0 if start == "zero" else None
 
     def value_or(self, magnitude: float) -> float:
         """The baseline (floored); before any magnitude, `magnitude` itself (a first surprise has ratio 1)."""
@@ -300,11 +314,10 @@ class FeedbackPolicy:
         self.settings = settings
         self.gamma = gamma
         s = settings.surprise
-        self.step_baseline = RunningBaseline(s.step_baseline_beta, s.baseline_floor)
-        self.episode_baseline = RunningBaseline(s.episode_baseline_beta, s.baseline_floor)
-        self.event_baselines = {
-            name: RunningBaseline(spec.ema_beta, s.baseline_floor) for name, spec in settings.events.items()
-        }
+        self.step_baseline = RunningBaseline(s.step_baseline_beta, s.baseline_floor, s.baseline_start)
+        self.episode_baseline = RunningBaseline(s.episode_baseline_beta, s.baseline_floor, s.baseline_start)
+        self.event_baselines: dict[str, RunningBaseline] = {}
+        """Per event (per event and direction with `update_then_read`), made at the event's first surprise."""
         self.telemetry = FeedbackTelemetry()
 
     # --- the scales -----------------------------------------------------------------------
@@ -345,9 +358,14 @@ class FeedbackPolicy:
             return SurpriseScales(td_error=td), negative  # base values, whatever the TD error
         if magnitude <= 0.0:
             return None
-        own = self.event_baselines.setdefault(name, RunningBaseline(spec.ema_beta, s.baseline_floor))
+        reference_order = s.event_baseline_order == "update_then_read"
+        key = f"{name}/{'negative' if negative else 'positive'}" if reference_order else name
+        own = self.event_baselines.setdefault(key, RunningBaseline(spec.ema_beta, s.baseline_floor, s.baseline_start))
+        if reference_order:
+            own.update(magnitude)
         baseline = max(own.value_or(magnitude), step_baseline)
-        own.update(magnitude)
+        if not reference_order:
+            own.update(magnitude)
         ratio = magnitude / baseline
         squashed = 1.0 - math.exp(-ratio)
         shift = spec.frequency_gain * squashed

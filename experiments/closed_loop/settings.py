@@ -55,6 +55,10 @@ class DeviceSettings:
     feedback_settle_ms: float = 0.0
     """Simulated devices: hold each stimulation until this long after the last pulse of the feedback before it, so
     the decoder never reads feedback-evoked spikes (0: off; see `bridge.device.DeviceConfig`)."""
+    stim_mode: Literal["burst", "reference"] = "burst"
+    """What one stimulation command does (bridge.backends.base.STIM_MODES): `burst`, a burst lasting one tick per
+    encoding electrode; `reference`, the reference device's interrupt of every stimulable electrode, then one
+    pulse per encoding electrode. A cl1 device's program takes it as `spikeloop device --stim-mode`."""
 
     def __post_init__(self) -> None:
         if (
@@ -139,6 +143,7 @@ class DeviceSettings:
             random_spike_rate_hz=self.random_spike_rate_hz,
             culture=self.culture,
             feedback_settle_ms=self.feedback_settle_ms,
+            stim_mode=self.stim_mode,
         )
 
 

@@ -16,11 +16,11 @@ from bridge.protocol import (
     FeedbackCommand,
     FeedbackType,
     StimCommand,
-    decode_spikes,
     encode_event,
     encode_feedback,
     encode_stim,
 )
+from tests.support.device_reply import recv_reply
 
 
 def test_cl_backend_closed_loop_records_and_stops(tmp_path: Path) -> None:
@@ -48,7 +48,8 @@ def test_cl_backend_closed_loop_records_and_stops(tmp_path: Path) -> None:
             stim = StimCommand(i + 1, tuple(rng.uniform(4, 40, N_ENCODING)), tuple(rng.uniform(1.0, 2.5, N_ENCODING)))
             t0 = time.perf_counter()
             tx.sendto(encode_stim(stim), ("127.0.0.1", device.stim_port))
-            reply = decode_spikes(rx.recv(64))
+            # The first reply waits for cl.open() (the simulator's workers start; seconds on a busy machine).
+            reply = recv_reply(rx, thread, 120.0 if i == 0 else 5.0)
             latencies_ms.append((time.perf_counter() - t0) * 1e3)
             assert reply.timestamp_us == stim.timestamp_us
             counts.append(reply.counts)
@@ -69,6 +70,8 @@ def test_cl_backend_closed_loop_records_and_stops(tmp_path: Path) -> None:
         )
         thread.join(30)
     finally:
+        device.stop()  # a no-op after training_complete; on a failure it closes the device and its workers
+        thread.join(30)
         rx.close()
         tx.close()
     assert not thread.is_alive()

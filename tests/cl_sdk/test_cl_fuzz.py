@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from pathlib import Path
 
 from bridge.address import DeviceAddress
@@ -32,6 +33,10 @@ def test_cl_device_survives_thousands_of_hostile_datagrams_per_port(tmp_path: Pa
     )
     thread = device.start()
     try:
+        # cl.open() starts cl-sdk's workers first (seconds on a busy machine); each reply waits at most 5 s.
+        deadline = time.monotonic() + 120.0
+        while device.backend.neurons is None and thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
         report = fuzz_device(device, rx, PER_PORT, seed=14)
         counters = settle(device, report, timeout_s=20.0)
         alive = thread.is_alive() and not device.stopped

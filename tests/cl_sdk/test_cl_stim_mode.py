@@ -1,0 +1,109 @@
+"""The cl backend's stimulation modes against the cl-sdk simulator: the stims cl-sdk recorded, per channel.
+
+A 30-pulse feedback burst (20 Hz: 1.5 s) on the positive feedback electrodes, then one stimulation at 40 Hz on
+every encoding electrode through the device at the reference's 10 Hz tick. `burst` (spikeloop's default) sends
+each encoding electrode a 4-pulse burst (one 100 ms tick at 40 Hz) and lets the feedback burst finish;
+`reference` (the reference device's) interrupts every stimulable electrode, cutting the feedback burst, and
+sends each encoding electrode a single pulse.
+"""
+
+from __future__ import annotations
+
+import collections
+import socket
+import time
+from pathlib import Path
+
+from bridge.address import DeviceAddress
+from bridge.channels import ENCODING_ELECTRODES, N_ENCODING, POSITIVE_FEEDBACK_ELECTRODES
+from bridge.device import Device, DeviceConfig
+from bridge.protocol import (
+    EventMessage,
+    FeedbackCommand,
+    FeedbackType,
+    StimCommand,
+    encode_event,
+    encode_feedback,
+    encode_stim,
+)
+from tests.support.device_reply import recv_reply
+
+FEEDBACK_PULSES = 30
+FEEDBACK_HZ = 20
+STIM_HZ = 40.0
+
+
+def _stims_per_channel(stim_mode: str, tmp_path: Path) -> collections.Counter[int]:
+    """Stims cl-sdk recorded per channel for: feedback burst, 0.1 s, one stimulation, 2 s (the burst's end)."""
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", 0))
+    rx.settimeout(10.0)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    address = DeviceAddress(stim_port=0, event_port=0, feedback_port=0, spike_port=rx.getsockname()[1])
+    device = Device(
+        DeviceConfig(
+            address=address,
+            backend="cl",
+            tick_frequency_hz=10.0,
+            artifact_wait_ms=50.0,
+            collect_window_ms=50.0,
+            recording_path=tmp_path / stim_mode,
+            stim_mode=stim_mode,  # type: ignore[arg-type]
+        )
+    )
+    thread = device.start()
+    try:
+        # Wait until the device answers (cl.open takes a while): a stimulation of all zeros stimulates nothing.
+        tx.sendto(
+            encode_stim(StimCommand(1, (0.0,) * N_ENCODING, (0.0,) * N_ENCODING)), ("127.0.0.1", device.stim_port)
+        )
+        assert recv_reply(rx, thread, 120.0).timestamp_us == 1
+        feedback = FeedbackCommand(
+            1, FeedbackType.REWARD, POSITIVE_FEEDBACK_ELECTRODES, FEEDBACK_HZ, 2.0, FEEDBACK_PULSES
+        )
+        tx.sendto(encode_feedback(feedback), ("127.0.0.1", device.feedback_port))
+        time.sleep(0.1)
+        tx.sendto(
+            encode_stim(StimCommand(2, (STIM_HZ,) * N_ENCODING, (2.0,) * N_ENCODING)), ("127.0.0.1", device.stim_port)
+        )
+        assert recv_reply(rx, thread, 10.0).timestamp_us == 2
+        # Until the device's clock (cl-sdk's, which lags the wall clock on a busy machine) is past the end an
+        # uninterrupted feedback burst would have.
+        burst_end_s = device.backend.available_until_s() + FEEDBACK_PULSES / FEEDBACK_HZ + 0.3
+        deadline = time.monotonic() + 60.0
+        while device.backend.available_until_s() < burst_end_s and time.monotonic() < deadline:
+            time.sleep(0.05)
+        tx.sendto(encode_event(EventMessage(3, "training_complete", {})), ("127.0.0.1", device.event_port))
+        thread.join(30)
+    finally:
+        device.stop()
+        thread.join(30)
+        rx.close()
+        tx.close()
+    assert device.exit_reason == "training_complete" and device.counters["feedback"] == 1
+    (path,) = device.recording_files()
+    import cl
+
+    view = cl.RecordingView(str(path))
+    try:
+        return collections.Counter(int(stim["channel"]) for stim in view.stims[:])
+    finally:
+        view.close()
+
+
+def test_burst_mode_gives_each_encoding_electrode_a_tick_long_burst(tmp_path: Path) -> None:
+    stims = _stims_per_channel("burst", tmp_path)
+    assert {e: stims[e] for e in ENCODING_ELECTRODES} == {e: 4 for e in ENCODING_ELECTRODES}  # 40 Hz x 100 ms
+    assert {e: stims[e] for e in POSITIVE_FEEDBACK_ELECTRODES} == {
+        e: FEEDBACK_PULSES for e in POSITIVE_FEEDBACK_ELECTRODES
+    }
+    assert set(stims) == set(ENCODING_ELECTRODES) | set(POSITIVE_FEEDBACK_ELECTRODES)
+
+
+def test_reference_mode_interrupts_every_electrode_then_gives_one_pulse(tmp_path: Path) -> None:
+    stims = _stims_per_channel("reference", tmp_path)
+    assert {e: stims[e] for e in ENCODING_ELECTRODES} == {e: 1 for e in ENCODING_ELECTRODES}
+    # The feedback burst ran ~0.1 s (two or three pulses at 20 Hz) until the stimulation's interrupt cut it.
+    for electrode in POSITIVE_FEEDBACK_ELECTRODES:
+        assert 1 <= stims[electrode] <= 4, stims
+    assert set(stims) == set(ENCODING_ELECTRODES) | set(POSITIVE_FEEDBACK_ELECTRODES)
