@@ -16,6 +16,10 @@ ROOT = Path(__file__).resolve().parents[1]
 TOP = ("bridge", "docs", "envs", "experiments", "models", "notebooks", "scripts", "tests", ".ci")
 SCANNED = ("*.py", "*.md", "*.yaml", "*.ipynb", "*.toml", "*.js", "*.html")
 PATH = re.compile(r"(?<![\w./-])((?:" + "|".join(re.escape(t) for t in TOP) + r")/[\w./<>*{}-]*[\w*>}])")
+NOT_YET_WRITTEN = {
+    "docs/benchmarks/feedback.json": "spikeloop bench feedback writes it; the full measurement has not run yet",
+}
+"""Result files the docs name as a benchmark's output before that benchmark has run, each with the reason."""
 OUTSIDE = re.compile(r"\.\./shared|shared/(?:docs|spec)/|\bDESIGN\.md\b|doom-neuron/[\w/]+\.py")
 
 
@@ -55,6 +59,11 @@ def test_every_path_the_repository_names_exists() -> None:
         for number, line in enumerate(text.splitlines(), 1):
             for reference in PATH.findall(line):
                 if "." in Path(reference).name or reference.endswith("/"):
-                    if not _exists(reference):
+                    if not _exists(reference) and reference.rstrip(".") not in NOT_YET_WRITTEN:
                         missing.append(f"{path.relative_to(ROOT)}:{number}: {reference}")
     assert not missing, "paths that name no file of the repository:\n" + "\n".join(missing)
+
+
+def test_results_not_yet_written_are_still_missing() -> None:
+    """An entry of NOT_YET_WRITTEN goes once its benchmark has written the file: the allowance cannot outlive it."""
+    assert not [name for name in NOT_YET_WRITTEN if (ROOT / name).exists()]
