@@ -250,6 +250,7 @@ def test_response_maps_find_a_planted_dependence() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: the long tier (`python -m pytest -m long`), not the default suite
 def test_real_runs_read_back(runs_root: Path) -> None:
     trials = analysis.find_trials(runs_root)
     assert sorted(t.ablation for t in trials) == sorted(ABLATIONS)

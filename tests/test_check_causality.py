@@ -132,7 +132,15 @@ ONE_ITERATION = [
 ]
 
 
-@pytest.mark.parametrize("fault", [None, "--answer-previous", "--chatty"], ids=["correct", "late", "chatty"])
+@pytest.mark.parametrize(
+    "fault",
+    [
+        pytest.param(None, id="correct"),
+        # The faulty devices at training time are the long tier's; `check` catches them in the default suite.
+        pytest.param("--answer-previous", id="late", marks=pytest.mark.long),
+        pytest.param("--chatty", id="chatty", marks=pytest.mark.long),
+    ],
+)
 def test_training_shows_which_stimulation_the_replies_follow_on_tensorboard(fault: str | None, tmp_path: Path) -> None:
     """The same statistics, during training: loop/causality_r_current, _previous and loop/unsolicited.
 

@@ -19,7 +19,7 @@ from experiments.closed_loop.settings import DEVICE_SLOT_RESOURCE, CultureSettin
 from models.columns import EXCHANGE_OK, RAW_SPIKES, SPIKES, STIM
 from tests.support.closed_loop_helpers import SMALL_MODEL, cl1_device, sample_and_replay, start_loopback
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.long]  # minutes: the long tier
 
 DEVICES = ("dish-a", "dish-b")
 

@@ -42,6 +42,7 @@ def _episode_ends(recording: Path) -> list[dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: the long tier (`python -m pytest -m long`), not the default suite
 def test_episode_end_counts_across_a_resume_and_carries_the_game_reward(tmp_path: Path) -> None:
     ports = DevicePorts()
     recording = tmp_path / "recording"

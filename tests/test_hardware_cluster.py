@@ -33,7 +33,7 @@ from tests.support.process_tree import group_and_descendants, kill_processes
 from tests.support.ray_jobs import POLL_SCRIPT
 from tests.support.readme_commands import readme_argv, split_env, with_options
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.long]  # minutes: the long tier
 
 DEVICES = ("cl1-a", "cl1-b")  # the device ids of experiments/multi_device.yaml
 HEAD = "ray start --head"

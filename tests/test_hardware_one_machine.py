@@ -60,6 +60,7 @@ def episodes(trial_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (trial_dir / "episodes.jsonl").read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.long  # minutes on 2 cores: the long tier (`python -m pytest -m long`), not the default suite
 def test_train_then_watch_against_a_device_program_the_experiment_did_not_start(tmp_path: Path) -> None:
     ports = DevicePorts()
     device_argv = readme_argv(DEVICE) + ports.device_flags()
@@ -110,6 +111,7 @@ def test_train_then_watch_against_a_device_program_the_experiment_did_not_start(
     assert "'reason': 'watch complete'" in device.text()
 
 
+@pytest.mark.long  # minutes on 2 cores: the long tier (`python -m pytest -m long`), not the default suite
 def test_tune_two_trials_take_turns_on_one_third_party_device(tmp_path: Path) -> None:
     """Two trials against one device that behaves like the reference device program (10 Hz hardware ticks, its own
     clock, replies from a socket of its own): the second trial waits for the device and does not fail; the device

@@ -54,6 +54,7 @@ def scalar_median(trial_dir: Path, tag: str) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: the long tier (`python -m pytest -m long`), not the default suite
 def test_train_through_the_perfect_channel_learns_basic(tmp_path: Path) -> None:
     experiment = {
         "name": "learning-test",

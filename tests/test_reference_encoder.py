@@ -134,6 +134,7 @@ def _module_state(checkpoint: Path) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: the long tier (`python -m pytest -m long`), not the default suite
 def test_train_with_frozen_encoder_pooled_cnn_and_screen_value_net(tmp_path: Path) -> None:
     root = tmp_path / "runs"
     proc = run_spikeloop(
@@ -235,6 +236,7 @@ def test_same_frame_rounds_are_refused_for_the_direct_policy() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: the long tier (`python -m pytest -m long`), not the default suite
 def test_train_with_same_frame_rounds_sends_a_stimulation_per_round(tmp_path: Path) -> None:
     root = tmp_path / "runs"
     proc = run_spikeloop(

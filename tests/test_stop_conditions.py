@@ -42,6 +42,7 @@ def _train(tmp_path: Path, stop: str) -> tuple[Path, list[dict]]:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: the long tier (`python -m pytest -m long`), not the default suite
 def test_env_steps_alone_is_the_stop_condition(tmp_path: Path) -> None:
     # 11 iterations of 64 steps: past the 10 iterations a run without any stop section gets.
     budget = 11 * 64
@@ -53,6 +54,7 @@ def test_env_steps_alone_is_the_stop_condition(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: the long tier (`python -m pytest -m long`), not the default suite
 def test_stop_after_episodes(tmp_path: Path) -> None:
     # The reference trainer's --max-episodes: finished episodes, checked after each iteration.
     trial_dir, results = _train(tmp_path, "{episodes: 3}")

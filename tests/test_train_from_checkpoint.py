@@ -158,6 +158,7 @@ def test_bad_starts_are_refused_before_anything_runs(pretrained, tmp_path):
     assert "not a checkpoint" in out
 
 
+@pytest.mark.long  # minutes on 2 cores: the long tier (`python -m pytest -m long`), not the default suite
 def test_a_direct_control_checkpoint_cannot_start_a_closed_loop(tmp_path):
     pre = tmp_path / "direct"
     proc = run_spikeloop(

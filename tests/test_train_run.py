@@ -120,6 +120,7 @@ def test_train_quickstart_leaves_a_complete_run_directory(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: the long tier (`python -m pytest -m long`), not the default suite
 def test_train_the_direct_control_needs_no_culture(tmp_path: Path) -> None:
     # `policy: direct` through the front door: no device is started, episodes are logged like any run.
     root = tmp_path / "runs"

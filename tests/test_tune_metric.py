@@ -24,6 +24,7 @@ def test_tune_metric_is_a_run_tag(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: the long tier (`python -m pytest -m long`), not the default suite
 def test_tune_ranks_trials_by_the_experiments_metric_and_mode(tmp_path: Path) -> None:
     # Two one-iteration trials of 64 and 128 env steps; ranked by env steps, lowest first, the 64-step one wins
     # (the return, ranked highest first, would pick either).
