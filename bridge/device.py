@@ -927,6 +927,9 @@ class _CultureHelp(argparse.Action):
 
 def culture_from_args(pairs: list[str], path: Path | None) -> SimulatedCultureConfig | None:
     """The culture knobs of `--culture-file` and `--culture KNOB=VALUE` (None: neither given)."""
+    if not pairs and path is None:
+        return None
+    # Imported only here: a device program that sets no culture knob runs without PyYAML (as in cl-sdk's venv).
     import yaml  # type: ignore[import-untyped]  # no stubs in the test extras; only this parses YAML in bridge/
 
     values: dict[str, Any] = {}
@@ -946,8 +949,6 @@ def culture_from_args(pairs: list[str], path: Path | None) -> SimulatedCultureCo
             values[key.strip()] = yaml.safe_load(raw)
         except yaml.YAMLError as exc:
             raise ValueError(f"--culture {pair!r}: the value is not YAML: {exc}") from None
-    if path is None and not pairs:
-        return None
     try:
         return SimulatedCultureConfig.from_mapping(values)
     except (TypeError, ValueError) as exc:

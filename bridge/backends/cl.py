@@ -44,6 +44,8 @@ from bridge.safety import SafetyEnvelope
 log = logging.getLogger(__name__)
 
 LOOP_TICKS_PER_SECOND = 1000
+STALL_MESSAGE = "Requested read from past timestamp"
+"""What `cl` says when the loop fell behind the device's frame buffer (cl-sdk 0.x; a bare Exception)."""
 MAX_CURRENT_UA = 3.0
 """The cl API refuses larger currents; the trainer's envelope keeps far below."""
 MAX_BURST_HZ = 200.0
@@ -82,6 +84,8 @@ class ClBackend(Backend):
         self._events_stream: Any = None
         self._exchanges_stream: Any = None
         self._fps = 25_000
+        self.stalls = 0
+        """Times the loop fell behind the device's frame buffer and went on from the present (spikes lost)."""
         self._spikes: collections.deque[tuple[int, int]] = collections.deque(maxlen=SPIKE_MEMORY)
         self._available_frames = 0
         self._group_of = electrode_to_group()
@@ -116,12 +120,35 @@ class ClBackend(Backend):
             self._reaper.watch_new_workers()
 
     def ticks(self) -> Iterator[None]:
-        """One item per 1 ms tick of `neurons.loop`, after taking in its spikes."""
-        for tick in self.neurons.loop(ticks_per_second=LOOP_TICKS_PER_SECOND, ignore_jitter=True):
-            for spike in tick.analysis.spikes:
-                self._spikes.append((int(spike.timestamp), int(spike.channel)))
-            self._available_frames = int(tick.analysis.stop_timestamp)
-            yield None
+        """One item per 1 ms tick of `neurons.loop`, after taking in its spikes; a stall restarts the loop."""
+        while True:
+            try:
+                for tick in self.neurons.loop(ticks_per_second=LOOP_TICKS_PER_SECOND, ignore_jitter=True):
+                    for spike in tick.analysis.spikes:
+                        self._spikes.append((int(spike.timestamp), int(spike.channel)))
+                    self._available_frames = int(tick.analysis.stop_timestamp)
+                    yield None
+                return
+            except Exception as exc:  # cl raises a bare Exception when the loop fell behind its frame buffer
+                if STALL_MESSAGE not in str(exc):
+                    raise
+                self._restart_after_stall()
+
+    def _restart_after_stall(self) -> None:
+        # A process that falls further behind than the device's frame buffer (about 5 s) cannot read those
+        # frames any more, and the loop ends. The device program goes on from now instead of dying with the
+        # session: the spikes of the gap are lost (replies whose windows fall in it count only what was read),
+        # which the log says, and the trainer's own timeouts cover the stimulations waiting meanwhile.
+        now = int(self.neurons.timestamp())
+        gap_s = (now - self._available_frames) / self._fps
+        self.stalls += 1
+        log.warning(
+            "cl loop fell %.1f s behind the device's frame buffer (stall %d): the spikes of that gap are lost; "
+            "the loop goes on from now",
+            gap_s,
+            self.stalls,
+        )
+        self._available_frames = now
 
     @property
     def blocking(self) -> bool:
