@@ -39,6 +39,7 @@ def test_notebooks_are_stored_without_outputs() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # its three training runs take minutes on 2 cores: the long tier, not the default suite
 @pytest.mark.parametrize("name", list(FIGURES))
 def test_notebook_draws_its_figures(name: str, runs_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(RUNS_ENV, str(runs_root))

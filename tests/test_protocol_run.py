@@ -182,6 +182,7 @@ def test_a_contradicting_setting_is_refused_before_anything_starts() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: the long tier (`python -m pytest -m long`), not the default suite
 def test_a_sweep_runs_each_condition_as_its_name_says(tmp_path: Path) -> None:
     """stimulus_only and no_cells of one seed: the same games at chance, cells stimulated or none, no feedback or
     feedback into nothing."""
