@@ -30,44 +30,21 @@ from bridge.protocol import (
     encode_feedback,
     encode_stim,
 )
+from tests.support.loopback_trainer import LoopbackTrainer
 
 N_PATTERNS = 8
 TRAIN_PER_PATTERN = 100
 TEST_PER_PATTERN = 50
 
 
-class Trainer:
-    """A minimal trainer: sends datagrams to a device and reads its replies."""
-
-    def __init__(self) -> None:
-        self.rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.rx.bind(("127.0.0.1", 0))
-        self.rx.settimeout(5.0)
-        self.tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-
-    @property
-    def spike_port(self) -> int:
-        return self.rx.getsockname()[1]
-
-    def exchange(self, device: Device, ts: int, freqs: tuple[float, ...], amps: tuple[float, ...]) -> np.ndarray:
-        self.tx.sendto(encode_stim(StimCommand(ts, freqs, amps)), ("127.0.0.1", device.stim_port))
-        reply = decode_spikes(self.rx.recv(64))
-        assert reply.timestamp_us == ts  # the device echoes the stimulation's timestamp
-        return np.array(reply.counts)
-
-    def close(self) -> None:
-        self.rx.close()
-        self.tx.close()
-
-
 @pytest.fixture
-def trainer() -> Iterator[Trainer]:
-    t = Trainer()
+def trainer() -> Iterator[LoopbackTrainer]:
+    t = LoopbackTrainer(timeout_s=5.0)
     yield t
     t.close()
 
 
-def start_device(trainer: Trainer, **kw: object) -> tuple[Device, object]:
+def start_device(trainer: LoopbackTrainer, **kw: object) -> tuple[Device, object]:
     address = DeviceAddress(stim_port=0, event_port=0, feedback_port=0, spike_port=trainer.spike_port)
     cfg = DeviceConfig(address=address, **kw)  # type: ignore[arg-type]
     device = Device(cfg)
@@ -92,17 +69,17 @@ def lda_accuracy(x: np.ndarray, y: np.ndarray, n_train: int) -> float:
     return float(((xte @ w.T + b).argmax(axis=1) == yte).mean())
 
 
-def classification_accuracy(trainer: Trainer, **device_kw: object) -> float:
+def classification_accuracy(trainer: LoopbackTrainer, **device_kw: object) -> float:
     device, thread = start_device(trainer, **device_kw)
     rng = np.random.default_rng(0)
     labels = rng.permutation(np.repeat(np.arange(N_PATTERNS), TRAIN_PER_PATTERN + TEST_PER_PATTERN))
-    replies = np.array([trainer.exchange(device, i + 1, *pattern(int(k))) for i, k in enumerate(labels)])
+    replies = np.array([trainer.exchange(device.stim_port, i + 1, *pattern(int(k))) for i, k in enumerate(labels)])
     device.stop()
     thread.join(5)  # type: ignore[attr-defined]
     return lda_accuracy(replies, labels, N_PATTERNS * TRAIN_PER_PATTERN)
 
 
-def test_sim_culture_carries_stimulation_information_over_udp(trainer: Trainer) -> None:
+def test_sim_culture_carries_stimulation_information_over_udp(trainer: LoopbackTrainer) -> None:
     # 1,200 exchanges through the real device, as fast as possible, default 50 + 50 ms windows.
     acc = classification_accuracy(trainer, backend="sim", seed=1, realtime=False)
     print(f"sim held-out accuracy {acc:.3f} (chance 0.125)")
@@ -110,7 +87,7 @@ def test_sim_culture_carries_stimulation_information_over_udp(trainer: Trainer) 
 
 
 @pytest.mark.parametrize("backend", ["random", "zero"])
-def test_ablation_backends_carry_no_information(trainer: Trainer, backend: str) -> None:
+def test_ablation_backends_carry_no_information(trainer: LoopbackTrainer, backend: str) -> None:
     acc = classification_accuracy(
         trainer, backend=backend, seed=1, artifact_wait_ms=0.0, collect_window_ms=0.0, random_spike_rate_hz=200.0
     )
@@ -118,7 +95,7 @@ def test_ablation_backends_carry_no_information(trainer: Trainer, backend: str) 
     assert acc <= 0.30
 
 
-def test_transparent_backend_replies_a_fixed_function_of_the_stimulation(trainer: Trainer) -> None:
+def test_transparent_backend_replies_a_fixed_function_of_the_stimulation(trainer: LoopbackTrainer) -> None:
     # The perfect channel, over UDP as fast as possible: the reply is transparent_counts of this very stimulation.
     device, thread = start_device(trainer, backend="transparent", realtime=False)
     rng = np.random.default_rng(5)
@@ -126,10 +103,10 @@ def test_transparent_backend_replies_a_fixed_function_of_the_stimulation(trainer
         for i in range(50):
             freqs = tuple(float(f) for f in rng.uniform(4.0, 40.0, N_ENCODING))
             amps = tuple(float(a) for a in rng.uniform(1.0, 2.5, N_ENCODING))
-            counts = trainer.exchange(device, i + 1, freqs, amps)
+            counts = trainer.exchange(device.stim_port, i + 1, freqs, amps)
             np.testing.assert_allclose(counts, transparent_counts(freqs, amps), rtol=1e-6)
-        low = trainer.exchange(device, 100, (4.0,) * N_ENCODING, (1.0,) * N_ENCODING)
-        high = trainer.exchange(device, 101, (40.0,) * N_ENCODING, (2.5,) * N_ENCODING)
+        low = trainer.exchange(device.stim_port, 100, (4.0,) * N_ENCODING, (1.0,) * N_ENCODING)
+        high = trainer.exchange(device.stim_port, 101, (40.0,) * N_ENCODING, (2.5,) * N_ENCODING)
         np.testing.assert_allclose(low, 0.0)
         np.testing.assert_allclose(high, TRANSPARENT_MAX_COUNT)
     finally:
@@ -138,7 +115,7 @@ def test_transparent_backend_replies_a_fixed_function_of_the_stimulation(trainer
     assert classification_accuracy(trainer, backend="transparent", realtime=False) == 1.0
 
 
-def test_answer_previous_fault_replies_with_the_counts_of_the_stimulation_before(trainer: Trainer) -> None:
+def test_answer_previous_fault_replies_with_the_counts_of_the_stimulation_before(trainer: LoopbackTrainer) -> None:
     # The perfect channel makes each window's counts a known function of its stimulation: reply n must carry
     # stimulation n-1's, on time and with stimulation n's stamp (the first one zeros).
     device, thread = start_device(trainer, backend="transparent", realtime=False, answer_previous=True)
@@ -148,7 +125,7 @@ def test_answer_previous_fault_replies_with_the_counts_of_the_stimulation_before
         for _ in range(20)
     ]
     try:
-        replies = [trainer.exchange(device, i + 1, *stim) for i, stim in enumerate(stims)]
+        replies = [trainer.exchange(device.stim_port, i + 1, *stim) for i, stim in enumerate(stims)]
     finally:
         device.stop()
         thread.join(5)  # type: ignore[attr-defined]
@@ -158,7 +135,7 @@ def test_answer_previous_fault_replies_with_the_counts_of_the_stimulation_before
     assert device.counters["stim"] == device.counters["replies"] == 20
 
 
-def test_chatty_fault_sends_datagrams_nobody_asked_for(trainer: Trainer) -> None:
+def test_chatty_fault_sends_datagrams_nobody_asked_for(trainer: LoopbackTrainer) -> None:
     device, thread = start_device(trainer, backend="zero", chatty=True)
     try:
         unasked = decode_spikes(trainer.rx.recv(64))  # no stimulation was sent, yet a datagram comes
@@ -175,18 +152,18 @@ def test_chatty_fault_sends_datagrams_nobody_asked_for(trainer: Trainer) -> None
     assert device.counters["replies"] == 1 and device.counters["unsolicited_sent"] >= 4
 
 
-def test_random_backend_counts_follow_the_configured_rate(trainer: Trainer) -> None:
+def test_random_backend_counts_follow_the_configured_rate(trainer: LoopbackTrainer) -> None:
     device, thread = start_device(
         trainer, backend="random", seed=2, artifact_wait_ms=0.0, collect_window_ms=20.0, random_spike_rate_hz=50.0
     )
-    counts = np.array([trainer.exchange(device, i + 1, *pattern(0)) for i in range(100)])
+    counts = np.array([trainer.exchange(device.stim_port, i + 1, *pattern(0)) for i in range(100)])
     device.stop()
     thread.join(5)  # type: ignore[attr-defined]
     # 50 Hz x 20 ms x 3 electrodes = 3 spikes per move_forward reply on average.
     assert 2.5 <= counts[:, 1].mean() <= 3.5
 
 
-def test_fuzzed_datagrams_are_counted_and_skipped(trainer: Trainer) -> None:
+def test_fuzzed_datagrams_are_counted_and_skipped(trainer: LoopbackTrainer) -> None:
     device, thread = start_device(
         trainer, backend="sim", seed=3, realtime=False, artifact_wait_ms=5.0, collect_window_ms=5.0
     )
@@ -204,7 +181,7 @@ def test_fuzzed_datagrams_are_counted_and_skipped(trainer: Trainer) -> None:
             sent += 1
     # Still alive and answering, one reply per stimulation, right timestamps.
     for i in range(20):
-        trainer.exchange(device, 1000 + i, *pattern(i % N_PATTERNS))
+        trainer.exchange(device.stim_port, 1000 + i, *pattern(i % N_PATTERNS))
     time.sleep(0.05)  # the device counts a reply just after sending it
     malformed = sum(v for k, v in device.counters.items() if k.startswith("malformed_"))
     assert malformed == sent
@@ -213,7 +190,7 @@ def test_fuzzed_datagrams_are_counted_and_skipped(trainer: Trainer) -> None:
     thread.join(5)  # type: ignore[attr-defined]
 
 
-def test_every_waiting_datagram_is_handled_and_feedback_interrupts(trainer: Trainer) -> None:
+def test_every_waiting_datagram_is_handled_and_feedback_interrupts(trainer: LoopbackTrainer) -> None:
     device, thread = start_device(
         trainer, backend="sim", seed=4, realtime=False, artifact_wait_ms=0.0, collect_window_ms=1.0
     )
@@ -227,7 +204,7 @@ def test_every_waiting_datagram_is_handled_and_feedback_interrupts(trainer: Trai
             dest,
         )
     time.sleep(0.3)
-    trainer.exchange(device, 99, *pattern(0))
+    trainer.exchange(device.stim_port, 99, *pattern(0))
     assert device.counters["feedback"] == 52
     culture = device.backend.culture  # type: ignore[attr-defined]
     assert culture._pulse_remaining[19] == 0  # the interrupt cancelled the 1000-pulse burst
@@ -235,12 +212,12 @@ def test_every_waiting_datagram_is_handled_and_feedback_interrupts(trainer: Trai
     thread.join(5)  # type: ignore[attr-defined]
 
 
-def test_training_complete_stops_and_closes_the_recording(trainer: Trainer, tmp_path: Path) -> None:
+def test_training_complete_stops_and_closes_the_recording(trainer: LoopbackTrainer, tmp_path: Path) -> None:
     device, thread = start_device(
         trainer, backend="zero", recording_path=tmp_path, artifact_wait_ms=1.0, collect_window_ms=1.0
     )
     for i in range(5):
-        trainer.exchange(device, i + 1, *pattern(i))
+        trainer.exchange(device.stim_port, i + 1, *pattern(i))
     trainer.tx.sendto(
         encode_event(EventMessage(7, "episode_end", {"episode": 0, "episode_reward": 1.5})),
         ("127.0.0.1", device.event_port),
@@ -289,7 +266,7 @@ def test_help_explains_every_flag() -> None:
         assert flag in text
 
 
-def test_cli_process_exits_zero_on_sigterm_and_prints_counters(trainer: Trainer, tmp_path: Path) -> None:
+def test_cli_process_exits_zero_on_sigterm_and_prints_counters(trainer: LoopbackTrainer, tmp_path: Path) -> None:
     stim_port, event_port, feedback_port = free_port(), free_port(), free_port()
     proc = subprocess.Popen(
         [
@@ -343,7 +320,7 @@ def test_cli_process_exits_zero_on_sigterm_and_prints_counters(trainer: Trainer,
     assert len(summary["recording_files"]) == 2
 
 
-def test_feedback_the_device_refuses_or_ignores_never_reaches_the_culture(trainer: Trainer) -> None:
+def test_feedback_the_device_refuses_or_ignores_never_reaches_the_culture(trainer: LoopbackTrainer) -> None:
     device, thread = start_device(
         trainer, backend="sim", seed=4, realtime=False, artifact_wait_ms=0.0, collect_window_ms=1.0
     )
@@ -362,7 +339,7 @@ def test_feedback_the_device_refuses_or_ignores_never_reaches_the_culture(traine
             slots = [19] + [0xFF] * 63  # packed by hand: the encoder itself refuses negative pulses etc.
             trainer.tx.sendto(FEEDBACK_STRUCT.pack(1, 2, 1, *slots, freq, amp, pulses, 0, b"x"), dest)
         time.sleep(0.2)
-        trainer.exchange(device, 9, *pattern(0))
+        trainer.exchange(device.stim_port, 9, *pattern(0))
         assert culture._pulse_remaining[19] == 0  # no burst: not a 1 kHz one at 0 Hz, not |-2| uA, none too long
         assert device.counters["refused_feedback"] == 4 and device.counters["feedback"] == 15
     finally:
@@ -370,7 +347,7 @@ def test_feedback_the_device_refuses_or_ignores_never_reaches_the_culture(traine
         thread.join(5)  # type: ignore[attr-defined]
 
 
-def test_accept_from_spike_port_takes_commands_from_the_bridge_socket_only(trainer: Trainer) -> None:
+def test_accept_from_spike_port_takes_commands_from_the_bridge_socket_only(trainer: LoopbackTrainer) -> None:
     device, thread = start_device(
         trainer, backend="zero", artifact_wait_ms=0.0, collect_window_ms=0.0, accept_from="spike_port"
     )
@@ -424,7 +401,7 @@ def test_cli_refuses_an_envelope_that_contradicts_itself() -> None:
 
 @pytest.mark.parametrize(("accept_from", "answered"), [("host", False), ("any", True)])
 def test_another_host_is_ignored_unless_the_device_is_opened(
-    trainer: Trainer, accept_from: str, answered: bool
+    trainer: LoopbackTrainer, accept_from: str, answered: bool
 ) -> None:
     device, thread = start_device(
         trainer, backend="zero", artifact_wait_ms=0.0, collect_window_ms=0.0, accept_from=accept_from

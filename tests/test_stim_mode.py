@@ -7,7 +7,6 @@ bad value is refused with its key. The cl backend's commands are tested against 
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -35,46 +34,20 @@ from bridge.protocol import (
     EventMessage,
     FeedbackCommand,
     FeedbackType,
-    StimCommand,
-    decode_spikes,
     encode_event,
     encode_feedback,
-    encode_stim,
 )
 from bridge.safety import SafetyEnvelope
 from experiments.schema import ExperimentError, experiment_from_dict, load_experiment
+from tests.support.loopback_trainer import LoopbackTrainer
 
 ROOT = Path(__file__).resolve().parent.parent
 FEEDBACK_PULSES = 30
 
 
-class Trainer:
-    """Sends datagrams to a device and reads its replies."""
-
-    def __init__(self) -> None:
-        self.rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.rx.bind(("127.0.0.1", 0))
-        self.rx.settimeout(10.0)
-        self.tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-
-    @property
-    def spike_port(self) -> int:
-        return self.rx.getsockname()[1]
-
-    def exchange(self, stim_port: int, ts: int, freqs: tuple[float, ...], amps: tuple[float, ...]) -> np.ndarray:
-        self.tx.sendto(encode_stim(StimCommand(ts, freqs, amps)), ("127.0.0.1", stim_port))
-        reply = decode_spikes(self.rx.recv(64))
-        assert reply.timestamp_us == ts
-        return np.array(reply.counts)
-
-    def close(self) -> None:
-        self.rx.close()
-        self.tx.close()
-
-
 @pytest.fixture
-def trainer() -> Iterator[Trainer]:
-    t = Trainer()
+def trainer() -> Iterator[LoopbackTrainer]:
+    t = LoopbackTrainer(timeout_s=10.0)
     yield t
     t.close()
 
@@ -113,7 +86,7 @@ def test_charge_table_in_architecture_md_is_what_the_code_computes() -> None:
         assert row in doc, f"docs/architecture.md should have this row (the code computes it):\n{row}"
 
 
-def _after_feedback_then_stimulation(trainer: Trainer, stim_mode: str) -> np.ndarray:
+def _after_feedback_then_stimulation(trainer: LoopbackTrainer, stim_mode: str) -> np.ndarray:
     """Pulses still scheduled per electrode ~1 ms after: a 30-pulse feedback burst, then one stimulation."""
     address = DeviceAddress(stim_port=0, event_port=0, feedback_port=0, spike_port=trainer.spike_port)
     device = Device(
@@ -143,7 +116,7 @@ def _after_feedback_then_stimulation(trainer: Trainer, stim_mode: str) -> np.nda
         device.close()
 
 
-def test_burst_mode_sends_a_tick_long_burst_and_stops_nothing(trainer: Trainer) -> None:
+def test_burst_mode_sends_a_tick_long_burst_and_stops_nothing(trainer: LoopbackTrainer) -> None:
     remaining = _after_feedback_then_stimulation(trainer, "burst")
     # 40 Hz for one 100 ms tick = 4 pulses per encoding electrode; at most one fired in the 1 ms window
     assert all(remaining[e] >= 3 for e in ENCODING_ELECTRODES), remaining[list(ENCODING_ELECTRODES)]
@@ -151,7 +124,7 @@ def test_burst_mode_sends_a_tick_long_burst_and_stops_nothing(trainer: Trainer) 
     assert all(remaining[e] >= FEEDBACK_PULSES - 1 for e in POSITIVE_FEEDBACK_ELECTRODES)
 
 
-def test_reference_mode_interrupts_every_electrode_then_gives_one_pulse(trainer: Trainer) -> None:
+def test_reference_mode_interrupts_every_electrode_then_gives_one_pulse(trainer: LoopbackTrainer) -> None:
     remaining = _after_feedback_then_stimulation(trainer, "reference")
     # one pulse per encoding electrode (fired at once), and the feedback burst was interrupted with the rest
     assert remaining[list(STIMULABLE_ELECTRODES)].sum() == 0, remaining
@@ -173,7 +146,7 @@ def test_device_flag_reaches_the_backend_and_bad_values_are_refused() -> None:
     assert "--stim-mode" in build_parser().format_help()
 
 
-def test_device_program_says_its_mode_and_answers(trainer: Trainer) -> None:
+def test_device_program_says_its_mode_and_answers(trainer: LoopbackTrainer) -> None:
     stim_port, event_port, feedback_port = free_port(), free_port(), free_port()
     command = [
         sys.executable,
