@@ -135,8 +135,9 @@ ONE_ITERATION = [
 @pytest.mark.parametrize(
     "fault",
     [
-        pytest.param(None, id="correct"),
-        # The faulty devices at training time are the long tier's; `check` catches them in the default suite.
+        # Training runs are the long tier's (a minute each on 2 cores); `check` catches the faulty devices in the
+        # default suite, and the meter behind the tags is unit-tested there (tests/test_causality.py).
+        pytest.param(None, id="correct", marks=pytest.mark.long),
         pytest.param("--answer-previous", id="late", marks=pytest.mark.long),
         pytest.param("--chatty", id="chatty", marks=pytest.mark.long),
     ],

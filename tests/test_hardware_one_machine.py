@@ -153,6 +153,7 @@ def test_tune_two_trials_take_turns_on_one_third_party_device(tmp_path: Path) ->
     assert summary["feedback"] > 0 and summary.get("lag_ticks_max_feedback", 0) <= 2, summary
 
 
+@pytest.mark.long  # minutes on 2 cores: the long tier (`python -m pytest -m long`), not the default suite
 def test_device_loss_names_the_device_in_the_last_line(tmp_path: Path) -> None:
     """The device program dies mid-run: train's last line says which device, where, what was seen, what to check."""
     ports = DevicePorts()

@@ -123,6 +123,7 @@ def test_every_shipped_cfg_parses(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: the long tier (`python -m pytest -m long`), not the default suite
 def test_check_and_train_run_the_pair_by_path(tmp_path):
     cfg = reference_shaped_pair(tmp_path / "reference")
     root = tmp_path / "runs"

@@ -22,6 +22,7 @@ SENT_STATS = ("mean_frequency_hz", "max_frequency_hz", "mean_amplitude_ua", "max
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: the long tier (`python -m pytest -m long`), not the default suite
 def test_train_and_watch_write_the_reference_telemetry_once(tmp_path: Path) -> None:
     root = tmp_path / "runs"
     proc = run_spikeloop(

@@ -58,6 +58,7 @@ def pretrained(tmp_path_factory) -> dict[str, Path]:
     return {"root": root, "run": run_dir, "trial": checkpoint.parent, "checkpoint": checkpoint}
 
 
+@pytest.mark.long  # minutes on 2 cores: the long tier (`python -m pytest -m long`), not the default suite
 def test_a_new_run_starts_from_the_checkpoint_on_another_device(pretrained, tmp_path):
     before = snapshot(pretrained["run"])
     wanted = pickle.loads((pretrained["checkpoint"] / MODULE_STATE).read_bytes())
@@ -118,14 +119,25 @@ def refused(args: list[str], root: Path) -> str:
     return out
 
 
-def test_bad_starts_are_refused_before_anything_runs(pretrained, tmp_path):
+def test_starts_that_name_no_checkpoint_are_refused_before_anything_runs(tmp_path):
+    """No training run needed: the refusals that come before a checkpoint is read."""
     root = tmp_path / "never"
-    checkpoint = str(pretrained["checkpoint"])
-
     empty = tmp_path / "empty"
     empty.mkdir()
     out = refused(["train", "experiments/quickstart.yaml", "--from", str(empty)], root)
     assert f"--from {empty}: not a checkpoint" in out and "Give a checkpoint_* directory" in out, out
+
+    out = refused(["train", "experiments/quickstart.yaml", "--from", str(empty), "--resume"], root)
+    assert "--from starts a new run and --resume continues an old one" in out
+
+    out = refused(["tune", "experiments/sweep_feedback.yaml", "--from", str(tmp_path / "nowhere")], root)
+    assert "not a checkpoint" in out
+
+
+@pytest.mark.long  # minutes on 2 cores: the long tier (`python -m pytest -m long`), not the default suite
+def test_starts_whose_model_does_not_fit_the_checkpoint_are_refused_before_anything_runs(pretrained, tmp_path):
+    root = tmp_path / "never"
+    checkpoint = str(pretrained["checkpoint"])
 
     out = refused(
         ["train", "experiments/quickstart.yaml", "--from", checkpoint, "--set", "model.same_frame_rounds=2"], root
@@ -153,9 +165,6 @@ def test_bad_starts_are_refused_before_anything_runs(pretrained, tmp_path):
 
     out = refused(["train", "experiments/quickstart.yaml", "--from", checkpoint, "--resume"], root)
     assert "--from starts a new run and --resume continues an old one" in out
-
-    out = refused(["tune", "experiments/sweep_feedback.yaml", "--from", str(tmp_path / "nowhere")], root)
-    assert "not a checkpoint" in out
 
 
 @pytest.mark.long  # minutes on 2 cores: the long tier (`python -m pytest -m long`), not the default suite

@@ -52,6 +52,7 @@ def _trial_dirs(run_dir: Path) -> list[Path]:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: the long tier (`python -m pytest -m long`), not the default suite
 def test_sweep_killed_mid_run_resumes_from_checkpoints(tmp_path: Path) -> None:
     exp = write_sweep(tmp_path)
     root = tmp_path / "runs"
