@@ -85,6 +85,18 @@ RESULT_TAGS: dict[str, str] = {
     "loop/causality_r_previous": "env_runners/culture/causality_r_previous",
     "loop/unsolicited": "env_runners/culture/unsolicited",
 }
+# Keys of a trial's reports (Tune's result.json rows), read back by `spikeloop analyze` and the tests.
+FINISHED = "finished"
+"""Report key: the trial's Tune run is over (True in its last report: stop reached, or ended by one of the keys below)."""
+SETUP_ERROR = "setup_error"
+"""Report key of a trial that failed before its first iteration (reported, not raised: see `train_trial`)."""
+DEVICE_LOST = "device_lost"
+"""Report key of a trial that ended because its device stopped answering (reported, not raised or retried)."""
+NOTHING_TRAINED = "nothing_trained"
+"""Report key of a trial whose learner received no env steps at all: it did not complete, whatever it sampled."""
+ENDED_SHORT = (SETUP_ERROR, DEVICE_LOST, NOTHING_TRAINED)
+"""Keys whose presence in the last report means the trial ended without reaching its stop condition."""
+
 EMPTY_ITERATIONS_TAG = "ppo/empty_iterations"
 """Iterations so far in which the learner received no env steps (written by RunLog, not read from RLlib)."""
 SPIKE_MEAN_PREFIX = "spike_mean_"

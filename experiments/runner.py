@@ -34,14 +34,9 @@ from typing import Any
 
 import yaml
 
+from experiments.run_log import DEVICE_LOST, FINISHED, NOTHING_TRAINED, SETUP_ERROR
 from experiments.schema import Experiment, experiment_from_dict, set_path
 
-SETUP_ERROR = "setup_error"
-"""Result key of a trial that failed before its first iteration (reported, not raised: see `train_trial`)."""
-DEVICE_LOST = "device_lost"
-"""Result key of a trial that ended because its device stopped answering (reported, not raised or retried)."""
-NOTHING_TRAINED = "nothing_trained"
-"""Result key of a trial whose learner received no env steps at all: it did not complete, whatever it sampled."""
 EMPTY_ITERATIONS = "empty_iterations"
 """Result key: iterations of the trial (in this driver) in which the learner received no env steps."""
 EPISODE_STEPS_LOGGED = "episode_steps_logged"
@@ -177,12 +172,12 @@ def train_trial(tune_config: dict[str, Any]) -> None:
         _train(tune_config, start, progress)
     except DeviceLost as exc:
         print(f"DeviceLost: {exc}", file=sys.stderr, flush=True)
-        tune.report({DEVICE_LOST: str(exc), score: worst, "finished": True})
+        tune.report({DEVICE_LOST: str(exc), score: worst, FINISHED: True})
     except Exception as exc:
         if start is not None or progress["iterations"]:
             raise
         traceback.print_exc()  # the trial's log keeps the whole story
-        tune.report({SETUP_ERROR: f"{type(exc).__name__}: {exc}", score: worst, "finished": True})
+        tune.report({SETUP_ERROR: f"{type(exc).__name__}: {exc}", score: worst, FINISHED: True})
 
 
 def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None:
@@ -257,7 +252,7 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
             # The tune.metric key is in every report (its worst value until it has one): Tune ranks checkpoints
             # and trials by it.
             metrics = (
-                {score: worst, "finished": done, "episodes_logged": log.episodes_logged}
+                {score: worst, FINISHED: done, "episodes_logged": log.episodes_logged}
                 | trained
                 | {EPISODE_STEPS_LOGGED: log.steps_logged}
                 | {metric_key(k): v for k, v in values.items()}

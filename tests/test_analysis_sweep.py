@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from experiments.analysis import plan, power, sweep
+from experiments.run_log import DEVICE_LOST, FINISHED
 from experiments.schema import load_experiment
 from tests.support.hparams_reader import hparams_tab
 from tests.support.spikeloop_cli import REPO, run_spikeloop
@@ -113,6 +114,41 @@ def test_unpaired_when_the_seeds_differ(tmp_path: Path) -> None:
     (row,) = sweep.analyze(sweep.load(run))["comparisons"]["final_return"]
     assert row["design"] == "unpaired" and row["test"] == "exact Mann-Whitney" and "pairing" not in row
     assert row["seeds"] == [5, 5] and row["smallest_p"] == pytest.approx(2 / 252)
+
+
+def _report(trial: Path, rows: list[dict]) -> None:
+    """result.json as Tune writes a trial's reports: one JSON line per iteration."""
+    (trial / "result.json").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def test_trials_that_did_not_reach_their_stop_are_left_out_and_named(tmp_path: Path) -> None:
+    """A sweep still running (or stopped, or ended by a lost device): its episodes so far are no final return."""
+    run = write_sweep(tmp_path / "run", {END: {"grid": [-5.0, -4.0]}}, 3, _episodes)
+    trials = sorted(run.glob("trial_*"))
+    for trial in trials:
+        _report(trial, [{"training_iteration": 1, FINISHED: False}, {"training_iteration": 2, FINISHED: True}])
+    _report(trials[1], [{"training_iteration": 1, FINISHED: False}])  # running, or its driver was killed
+    _report(trials[4], [{"training_iteration": 1, FINISHED: True, DEVICE_LOST: "device 'sim' went silent"}])
+    data = sweep.load(run)
+    assert data.left_out == {
+        trials[1].name: "still running or stopped (last report at iteration 1)",
+        trials[4].name: "ended early, device_lost: device 'sim' went silent",
+    }
+    assert sorted(str(u.source) for u in data.units) == sorted(str(t) for i, t in enumerate(trials) if i not in (1, 4))
+    result = sweep.analyze(data)
+    assert [len(c["final_return"]["per_seed"]) for c in result["configurations"]] == [2, 2]
+    assert result["left_out"] == data.left_out
+    assert len(sweep.load(run, include_unfinished=True).units) == len(trials) == 6
+
+    proc = run_spikeloop(["analyze", str(run), "--output-dir", str(tmp_path / "out")], timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("Left out: 2 trial(s) that have not reached their stop condition"), proc.stdout
+    assert "Left out: 2 trial(s)" in (tmp_path / "out" / "analysis.md").read_text()
+    for trial in trials:
+        _report(trial, [{"training_iteration": 1, FINISHED: False}])
+    none = run_spikeloop(["analyze", str(run)], timeout=120)
+    assert none.returncode == 1 and "none of its 6 trial(s) has reached its stop condition" in none.stderr
+    assert "--include-unfinished" in none.stderr and "Traceback" not in none.stderr
 
 
 def test_baseline_by_key_and_value(factorial: Path) -> None:

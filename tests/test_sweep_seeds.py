@@ -104,6 +104,7 @@ def test_analyze_detects_the_planted_effect_and_nothing_else(run_dir: Path) -> N
     result = json.loads((run_dir / "analysis.json").read_text())
     assert (run_dir / "analysis.md").is_file() and (run_dir / "analysis.png").stat().st_size > 0
     assert result["kind"] == "tune" and list(result["factors"]) == [PLANTED]
+    assert result["left_out"] == {}  # every trial's last report says it reached its stop
     assert [c["label"] for c in result["configurations"]] == ["end_health_per_hp=-5.0", "end_health_per_hp=-4.0"]
     assert all(len(c["final_return"]["per_seed"]) == SEEDS for c in result["configurations"])
     (ret,) = result["comparisons"]["final_return"]

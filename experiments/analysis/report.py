@@ -121,6 +121,8 @@ def markdown(result: dict[str, Any]) -> str:
             + ", ".join(f"`{k}`" for k in result["drawn_keys"])
             + "."
         )
+    if result.get("left_out"):
+        lines += ["", left_out_sentence(result)]
     lines += ["", "## Configurations", "", *configurations_table(result)]
     short = [
         f"{e['label']} (seeds {', '.join(e['short_seeds'])})" for e in result["configurations"] if e["short_seeds"]
@@ -253,9 +255,19 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"not JSON: {type(value).__name__}")
 
 
+def left_out_sentence(result: dict[str, Any]) -> str:
+    """Which trials the analysis left out because they have not reached their stop condition."""
+    left_out = result["left_out"]
+    return (
+        f"Left out: {len(left_out)} trial(s) that have not reached their stop condition (`--include-unfinished` "
+        "reads their episodes so far): " + "; ".join(f"{name}: {why}" for name, why in sorted(left_out.items())) + "."
+    )
+
+
 def printed(result: dict[str, Any]) -> str:
     """What the command prints: the configurations, the comparisons of the final return, every verdict."""
-    lines = configurations_table(result)
+    lines = [left_out_sentence(result)] if result.get("left_out") else []
+    lines += configurations_table(result)
     rows = result["comparisons"]["final_return"]
     if rows:
         lines += ["", f"final return against {result['baseline']}:", *comparisons_table(rows)]

@@ -25,7 +25,7 @@ import numpy as np
 import yaml
 
 from experiments.analysis.stats import Comparison, _check_alternative, compare
-from experiments.run_log import EPISODES_FILE, STEPS_DIR
+from experiments.run_log import ENDED_SHORT, EPISODES_FILE, FINISHED, STEPS_DIR
 
 RUNS_ENV = "SPIKELOOP_RUNS"
 """Environment variable the notebooks read: run or trial directories, separated by os.pathsep."""
@@ -76,6 +76,36 @@ def load_trial(path: str | Path) -> Trial:
         ablation=str(experiment.get("ablation", "none")),
         experiment=experiment,
     )
+
+
+RESULT_FILE = "result.json"
+"""Tune's rows of a trial's reports, one JSON line per iteration (keys: experiments/run_log.py)."""
+
+
+def why_unfinished(trial: Trial | str | Path) -> str | None:
+    """Why the trial has not reached its stop condition, from its last report; None where it has (or cannot tell).
+
+    The trainable's every report carries `finished` (experiments/runner.py): false while the trial runs, and in
+    the last report of a run that was stopped or killed; true at the end, where a lost device, a set-up error or a
+    learner that got nothing say so with a key of their own. Trials without result.json or without the key (runs
+    older than the key) cannot tell and count as finished.
+    """
+    path = _path(trial) / RESULT_FILE
+    lines = [line for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    if not lines:
+        return None
+    try:
+        row = json.loads(lines[-1])
+    except json.JSONDecodeError:  # a row cut short by a kill
+        return "its last report is cut short (the run was killed while writing it)"
+    if not isinstance(row, dict) or FINISHED not in row:
+        return None
+    for key in ENDED_SHORT:
+        if row.get(key):
+            return f"ended early, {key}: {row[key]}"
+    if not row[FINISHED]:
+        return f"still running or stopped (last report at iteration {row.get('training_iteration', '?')})"
+    return None
 
 
 def find_trials(paths: str | Path | Iterable[str | Path]) -> list[Trial]:

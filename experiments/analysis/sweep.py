@@ -52,6 +52,7 @@ from experiments.analysis.runs import (
     find_trials,
     seed_band,
     smooth,
+    why_unfinished,
 )
 from experiments.dotted import get_path
 
@@ -112,6 +113,8 @@ class SweepData:
     units: list[Unit]
     drawn_keys: list[str] = field(default_factory=list)
     default_baseline: tuple[Any, ...] = ()
+    left_out: dict[str, str] = field(default_factory=dict)
+    """Trials left out because they have not reached their stop condition: directory name -> why."""
 
     @property
     def configurations(self) -> list[tuple[Any, ...]]:
@@ -154,8 +157,12 @@ def short_names(keys: Sequence[str]) -> dict[str, str]:
 # --- reading ----------------------------------------------------------------------------
 
 
-def load(source: str | Path) -> SweepData:
-    """A run directory (train or tune) or a learning-benchmark JSON file, as configurations x seeds."""
+def load(source: str | Path, include_unfinished: bool = False) -> SweepData:
+    """A run directory (train or tune) or a learning-benchmark JSON file, as configurations x seeds.
+
+    Trials that have not reached their stop condition (running, stopped, failed) are left out and named in
+    `left_out`, unless `include_unfinished`: their episodes so far are no final return.
+    """
     source = Path(source)
     if not source.exists():
         raise FileNotFoundError(f"{source}: no such run directory or benchmark file")
@@ -166,7 +173,7 @@ def load(source: str | Path) -> SweepData:
                 "file (docs/benchmarks/learning.json)"
             )
         return load_benchmark(source)
-    return load_run(source)
+    return load_run(source, include_unfinished)
 
 
 def _levels(values: list[Any], order: list[Any]) -> list[Any]:
@@ -178,14 +185,25 @@ def _levels(values: list[Any], order: list[Any]) -> list[Any]:
     return out
 
 
-def load_run(run_dir: Path) -> SweepData:
-    """A `spikeloop tune` or `train` run directory."""
+def load_run(run_dir: Path, include_unfinished: bool = False) -> SweepData:
+    """A `spikeloop tune` or `train` run directory (its finished trials, unless `include_unfinished`)."""
     trials = find_trials(run_dir)
     if not trials:
         raise ValueError(
             f"{run_dir}: no trials found (a trial directory holds experiment.yaml and episodes.jsonl or "
             "TensorBoard files); give the run directory that `spikeloop train` or `tune` printed"
         )
+    reasons = {} if include_unfinished else {t.name: why_unfinished(t) for t in trials}
+    left_out = {name: why for name, why in reasons.items() if why is not None}
+    if left_out and len(left_out) == len(trials):
+        first = next(iter(left_out.items()))
+        raise ValueError(
+            f"{run_dir}: none of its {len(trials)} trial(s) has reached its stop condition (e.g. {first[0]}: "
+            f"{first[1]}), so there is no final return to compare; analyse it when trials finish, resume a stopped "
+            "run (`spikeloop tune EXP --resume`), or add --include-unfinished to read the episodes so far"
+        )
+    kind = "tune" if len(trials) > 1 else "train"
+    trials = [t for t in trials if t.name not in left_out]
     run_file = run_dir / RESOLVED_FILE
     run_experiment = yaml.safe_load(run_file.read_text()) if run_file.is_file() else {}
     if run_experiment is None or not isinstance(run_experiment, dict):
@@ -219,9 +237,8 @@ def load_run(run_dir: Path) -> SweepData:
                 drawn={k: _value_or_none(trial.experiment, k) for k in drawn_keys},
             )
         )
-    kind = "tune" if len(trials) > 1 else "train"
     first = tuple(levels[0] for levels in factors.values())
-    data = SweepData(kind, run_dir, factors, units, drawn_keys, first)
+    data = SweepData(kind, run_dir, factors, units, drawn_keys, first, left_out)
     if first not in data.configurations and data.configurations:
         data.default_baseline = data.configurations[0]
     return data
@@ -502,6 +519,7 @@ def analyze(
         "alpha": alpha,
         "alternative": alternative,
         "baseline": base_label,
+        "left_out": data.left_out,
         "configurations": [],
         "comparisons": {},
         "main_effects": {},

@@ -48,6 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--output-dir", type=Path, default=None, help="write the files here instead")
     parser.add_argument(
+        "--include-unfinished",
+        action="store_true",
+        help="also read trials that have not reached their stop condition (a sweep still running, a run stopped "
+        "by a lost device), with their episodes so far; by default they are left out and named",
+    )
+    parser.add_argument(
         "--power",
         action="store_true",
         help="print the seeds per configuration needed for 80%% power (paired and unpaired, alpha 0.05 and 0.01), "
@@ -82,7 +88,7 @@ def main(argv: list[str]) -> int:
         return 2
     from experiments.analysis import report, sweep
 
-    data = sweep.load(args.source)
+    data = sweep.load(args.source, include_unfinished=args.include_unfinished)
     baseline = sweep.parse_baseline(data, args.baseline)
     result = report.with_curves(sweep.analyze(data, baseline, args.alpha, args.alternative), data)
     paths = report.write(result, data, args.output_dir)
