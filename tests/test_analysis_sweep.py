@@ -137,6 +137,8 @@ def test_trials_that_did_not_reach_their_stop_are_left_out_and_named(tmp_path: P
     assert sorted(str(u.source) for u in data.units) == sorted(str(t) for i, t in enumerate(trials) if i not in (1, 4))
     result = sweep.analyze(data)
     assert [len(c["final_return"]["per_seed"]) for c in result["configurations"]] == [2, 2]
+    (row,) = result["comparisons"]["final_return"]  # seed 1 left out on both sides: seeds 0 and 2 stay paired
+    assert row["design"] == "paired" and row["seeds"] == [2, 2] and row["seeds_set_aside"] == []
     assert result["left_out"] == data.left_out
     assert len(sweep.load(run, include_unfinished=True).units) == len(trials) == 6
 
@@ -149,6 +151,18 @@ def test_trials_that_did_not_reach_their_stop_are_left_out_and_named(tmp_path: P
     none = run_spikeloop(["analyze", str(run)], timeout=120)
     assert none.returncode == 1 and "none of its 6 trial(s) has reached its stop condition" in none.stderr
     assert "--include-unfinished" in none.stderr and "Traceback" not in none.stderr
+
+
+def test_seeds_only_one_side_has_finished_are_set_aside_and_the_rest_stay_paired(tmp_path: Path) -> None:
+    """Mid-sweep: the baseline has finished seed 4, the planted configuration not yet."""
+    run = write_sweep(tmp_path / "run", {END: {"grid": [-5.0, -4.0]}}, 5, _episodes)
+    for trial in run.glob("trial_*"):
+        text = (trial / "experiment.yaml").read_text()
+        finished = not ("end_health_per_hp: -4.0" in text and "\nseed: 4\n" in text)
+        _report(trial, [{"training_iteration": 1, FINISHED: finished}])
+    (row,) = sweep.analyze(sweep.load(run))["comparisons"]["final_return"]
+    assert row["design"] == "paired" and row["seeds"] == [4, 4] and row["seeds_set_aside"] == [4]
+    assert row["mean_difference"] == pytest.approx(PLANTED) and "seeds 4 set aside" in row["verdict"]
 
 
 def test_baseline_by_key_and_value(factorial: Path) -> None:

@@ -431,6 +431,8 @@ def verdict(row: dict[str, Any], name: str, baseline: str, metric: str, alpha: f
     what = METRICS[metric]
     diff = row["mean_difference"]
     n_text = f"{row['seeds'][0]} vs {row['seeds'][1]} seeds ({row['design']})"
+    if row.get("seeds_set_aside"):
+        n_text += f"; seeds {', '.join(map(str, row['seeds_set_aside']))} set aside: only one side has them"
     if diff is None or row["p"] is None:
         return f"{name} vs {baseline}: nothing to test ({what}: a side has no finished episodes)."
     lo, hi = row["difference_ci95"]
@@ -547,9 +549,17 @@ def analyze(
             if configuration == baseline:
                 continue
             values = per_seed(data, configuration, metric)
-            row = compare_values(
-                values, base_values, alternative, paired=bool(values) and set(values) == set(base_values)
-            )
+            # Seeds both sides ran are paired; a seed only one side has finished (a sweep that is still running)
+            # is set aside rather than turning the whole comparison unpaired. No seed in common: unpaired.
+            common = set(values) & set(base_values)
+            paired = len(common) >= 2 or (bool(common) and set(values) == set(base_values))
+            unmatched = sorted((set(values) | set(base_values)) - common) if paired else []
+            if paired:
+                values = {s: values[s] for s in common}
+                row = compare_values(values, {s: base_values[s] for s in common}, alternative, paired=True)
+            else:
+                row = compare_values(values, base_values, alternative, paired=False)
+            row["seeds_set_aside"] = unmatched
             row["configuration"] = data.label(configuration)
             rows.append(row)
         _holm_family(rows, alpha)
