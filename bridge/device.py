@@ -12,7 +12,9 @@ Every datagram waiting on any port is handled each time the device wakes
 (feedback first, then stimulation, then events, matching the order in which a
 trainer sends them), up to `MAX_DATAGRAMS_PER_WAKE` per port so that a flood
 on one port cannot hold back the replies. `training_complete` ends the run
-with exit status 0; SIGINT and SIGTERM end it too, always closing the
+with exit status 0 (unless its reason says the trainer stopped on an error:
+then the device stays up for `--resume`, or exits with
+`--exit-on-error-complete`); SIGINT and SIGTERM end it too, always closing the
 recording cleanly.
 
 What the device accepts (see docs/architecture.md, "Threat model"): datagrams
@@ -185,6 +187,10 @@ class DeviceConfig:
     """What one stimulation command does (bridge.backends.base.STIM_MODES): `burst`, a burst lasting one tick per
     encoding electrode; `reference`, the reference device's: interrupt every stimulable electrode, then one pulse
     per encoding electrode."""
+    exit_on_error_complete: bool = False
+    """False: a `training_complete` whose reason starts with "error" (a trainer that stopped on a failure, a lost
+    device among them) is recorded and the device stays up, so that `spikeloop train --resume` finds it; True: it
+    ends the device like any other `training_complete`."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.address, DeviceAddress):
@@ -602,8 +608,16 @@ class Device:
         # Counters per known type only: a stream of invented types must not grow the table.
         self.counters[f"event_{event.event_type}" if event.event_type in KNOWN_EVENT_TYPES else "event_other"] += 1
         if event.event_type == "training_complete":
-            log.info("training_complete: %s", event.data)
             self.backend.record_event(event)
+            if error_complete(event.data) and not self.config.exit_on_error_complete:
+                self.counters["training_complete_after_error"] += 1
+                log.warning(
+                    "training_complete after an error (%s): staying up, so that `spikeloop train --resume` can "
+                    "continue (--exit-on-error-complete: exit instead)",
+                    event.data,
+                )
+                return
+            log.info("training_complete: %s", event.data)
             self.stop("training_complete")
             return
         self.backend.record_event(event)
@@ -685,6 +699,11 @@ class Device:
 
 
 # --- command line ------------------------------------------------------------------------
+
+
+def error_complete(data: Any) -> bool:
+    """Whether a `training_complete` event's data says the trainer stopped on an error (its reason "error...")."""
+    return isinstance(data, dict) and str(data.get("reason", "")).startswith("error")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -909,6 +928,13 @@ def build_parser() -> argparse.ArgumentParser:
         f"{sorted(channels.FORBIDDEN_ELECTRODES)} (repeatable)",
     )
     p.add_argument(
+        "--exit-on-error-complete",
+        action="store_true",
+        help="exit on a training_complete whose reason says the trainer stopped on an error (a lost device, a "
+        "failed trial, an interrupted run); by default the device records it and stays up, so that "
+        "`spikeloop train EXP --resume` can continue the run",
+    )
+    p.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="logging verbosity"
     )
     return p
@@ -1017,6 +1043,7 @@ def config_from_args(args: argparse.Namespace) -> DeviceConfig:
         culture=culture_from_args(args.culture, args.culture_file),
         feedback_settle_ms=args.feedback_settle_ms,
         stim_mode=args.stim_mode,
+        exit_on_error_complete=args.exit_on_error_complete,
     )
 
 

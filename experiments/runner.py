@@ -14,15 +14,20 @@ Hardware (cl1) devices: a private local Ray advertises each device's resource
 and one env-runner slot per device, so that `spikeloop train` and `tune` work
 on the one machine beside a CL1; on a cluster the device nodes advertise them
 (`ray start --resources`). One device serves one trial at a time, so the trials
-of a sweep take turns. The device program exits on `training_complete`, so the
-driver sends it once, when the whole run has ended, not each trial. A trial
-whose device is lost ends with the loss report (what was seen, what to check)
-and is not retried: Tune would only wait out the same silence again.
+of a sweep take turns. The device program exits on a `training_complete` that
+says the run completed, so the driver sends it once, when the whole run has
+ended, not each trial. A trial whose device is lost saves a checkpoint of its
+last whole iteration and ends with the loss report (what was seen, what to
+check); it is not retried (Tune would only wait out the same silence again),
+but `--resume`, once the device answers again, continues it from that
+checkpoint. A trial that ended for good (its budget, or a failure the same
+settings would repeat) leaves `trial_ended.json`, and `--resume` leaves it be.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import os
 import socket
 import sys
@@ -50,6 +55,8 @@ RESOLVED_FILE = "experiment.yaml"
 START_FROM = "start_from"
 """Tune config key: the checkpoint a new run's trials start from (`--from`; experiments/start_from.py)."""
 CHECKPOINT_REQUEST = "checkpoint.request"
+ENDED_FILE = "trial_ended.json"
+"""In a trial directory: the trial ended for good (why, in it); `--resume` continues every trial without one."""
 SCORE_TAG = "episode/return_mean"
 """The default `tune.metric`: trials and checkpoints are ranked by it unless the experiment names another."""
 SEARCH_FUNCTIONS = {
@@ -166,18 +173,27 @@ def train_trial(tune_config: dict[str, Any]) -> None:
     from experiments.closed_loop.link import DeviceLost
 
     start = tune.get_checkpoint()
-    progress = {"iterations": 0}
+    progress: dict[str, Any] = {"iterations": 0, "device_lost": False}
     score, _, worst = score_of(tune_config)
+    ended = _trial_dir() / ENDED_FILE
+    if ended.exists():  # `--resume` restarts finished trials too (a device loss finishes one): this one is done
+        print(f"trial ended before ({ended.read_text().strip()}): nothing to resume", flush=True)
+        return
     try:
         _train(tune_config, start, progress)
-    except DeviceLost as exc:
+    except DeviceLost as exc:  # lost before the first iteration: nothing to save
         print(f"DeviceLost: {exc}", file=sys.stderr, flush=True)
         tune.report({DEVICE_LOST: str(exc), score: worst, FINISHED: True})
+        return
     except Exception as exc:
         if start is not None or progress["iterations"]:
             raise
         traceback.print_exc()  # the trial's log keeps the whole story
         tune.report({SETUP_ERROR: f"{type(exc).__name__}: {exc}", score: worst, FINISHED: True})
+        ended.write_text(json.dumps({"reason": SETUP_ERROR}) + "\n")
+        return
+    if not progress["device_lost"]:
+        ended.write_text(json.dumps({"reason": "stopped", "iterations_this_driver": progress["iterations"]}) + "\n")
 
 
 def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None:
@@ -185,6 +201,7 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
     from ray import tune
 
     from experiments.closed_loop.episode_numbers import start_counter
+    from experiments.closed_loop.link import DeviceLost
     from experiments.closed_loop.ppo import finish, restore
     from experiments.live_view.announce import announce
     from experiments.run_log import EPISODES_FILE, RunLog, empty_iteration_cause, last_episode_index, metric_key
@@ -281,6 +298,11 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
             progress["iterations"] += 1
             if done:
                 break
+    except DeviceLost as exc:
+        reason = "error: device lost"
+        progress["device_lost"] = True
+        lost = {score: worst, "finished": True, "episodes_logged": log.episodes_logged} | trained
+        _report_device_loss(algo, exc, lost | {EPISODE_STEPS_LOGGED: log.steps_logged})
     except BaseException as exc:
         reason = f"error: {type(exc).__name__}"
         raise
@@ -298,6 +320,26 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
         finally:
             algo.stop()
             ray.kill(counter)
+
+
+def _report_device_loss(algo, exc: Exception, metrics: dict[str, Any]) -> None:
+    """Report the loss with a checkpoint of the last whole iteration, which `--resume` continues from.
+
+    The failed iteration never reached the learner and its episodes were never logged, so the checkpoint holds
+    exactly what episodes.jsonl and TensorBoard hold: the resumed trial repeats nothing and skips nothing.
+    """
+    from ray import tune
+
+    print(f"DeviceLost: {exc}", file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = None
+        try:
+            algo.save_to_path(tmp)
+            checkpoint = tune.Checkpoint.from_directory(tmp)
+        except Exception as save_exc:  # the loss report matters more; --resume takes the last periodic checkpoint
+            print(f"no checkpoint at the device loss ({type(save_exc).__name__}: {save_exc})", file=sys.stderr)
+        tune.report(metrics | {DEVICE_LOST: str(exc)}, checkpoint=checkpoint)
+    print(f"checkpoint at iteration {algo.iteration}: `--resume` continues from it", flush=True)
 
 
 def stop_reached(stop, iteration: int, env_steps: int, episodes: int, elapsed_s: float | None = None) -> bool:
@@ -452,7 +494,11 @@ def run(experiment: Experiment, *, sweep: bool, resume: bool = False, start_from
         if run_dir is None:
             raise FileNotFoundError(f"no earlier run of {experiment.name!r} under {root} to resume")
         print(f"resuming {run_dir}", flush=True)
-        tuner = tune.Tuner.restore(str(run_dir), trainable=trainable, resume_errored=True, restart_errored=False)
+        # Finished trials too: a trial stopped by a device loss is finished for Tune; one that ended for good
+        # returns at once (ENDED_FILE). Errored ones continue from their last checkpoint.
+        again = tune.ResumeConfig.ResumeType.RESUME
+        resume_config = tune.ResumeConfig(finished=again, unfinished=again, errored=again)
+        tuner = tune.Tuner.restore(str(run_dir), trainable=trainable, _resume_config=resume_config)
     else:
         run_name = f"{experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}"
         run_dir = root / run_name

@@ -4,6 +4,9 @@ Two iterations of real sampling (VizDoom `basic`, a simulated culture started fo
 runner) and real PPO updates; the losses are finite, the spike-centring buffer has learnt a
 non-zero mean, and a checkpoint restores into a new algorithm (`Algorithm.from_checkpoint`)
 with identical module weights and buffers, which trains on and syncs them to its env runner.
+The restored env runner, synced as `--resume` syncs it, acts exactly as before the save on the
+same observations and spikes: the running statistics (feature normalisation, spike mean and
+std) came back with the weights.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import numpy as np
 import torch
 from ray.rllib.algorithms.algorithm import Algorithm
 
-from experiments.closed_loop.ppo import closed_loop_config, finish
+from experiments.closed_loop.ppo import closed_loop_config, finish, sync_env_runners
 from experiments.closed_loop.settings import CultureSettings, DeviceSettings
 from tests.support.closed_loop_helpers import SMALL_MODEL
 
@@ -44,6 +47,38 @@ def _runner_state(runner) -> dict[str, np.ndarray]:
     return {k: v.detach().cpu().numpy().copy() for k, v in runner.module.state_dict().items()}
 
 
+def _acting_batch(algo, n: int = 16) -> tuple[object, np.ndarray]:
+    """n observations of the env runner's observation space and n spike vectors, fixed by their seeds."""
+    from gymnasium.vector.utils import batch_space
+
+    ((space, n_inputs),) = algo.env_runner_group.foreach_env_runner(
+        lambda runner: (runner.module.observation_space, runner.module.n_decoder_inputs), local_env_runner=False
+    )
+    batched = batch_space(space, n)
+    batched.seed(3)
+    return batched.sample(), np.random.default_rng(3).poisson(3.0, size=(n, n_inputs)).astype(np.float32)
+
+
+def _acts(runner, obs, spikes) -> dict[str, np.ndarray]:
+    """What the env runner's module does with these observations and spikes (deterministic acting)."""
+    from ray.rllib.core.columns import Columns
+    from ray.rllib.utils.torch_utils import convert_to_torch_tensor
+
+    from models.columns import STIM_DIST_INPUTS
+
+    module = runner.module
+    with torch.no_grad():
+        out = module.forward_inference({Columns.OBS: convert_to_torch_tensor(obs)})
+        logits = module.decode(torch.as_tensor(spikes))
+        action, _ = module.act(logits, explore=False)
+    return {
+        "stim_dist_inputs": out[STIM_DIST_INPUTS].numpy(),
+        "value": out[Columns.VF_PREDS].numpy(),
+        "action_logits": logits.numpy(),
+        "action": action.numpy(),
+    }
+
+
 def _assert_same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
     assert a.keys() == b.keys()
     for key in a:
@@ -56,6 +91,10 @@ def test_two_iterations_checkpoint_and_restore(ray_session, tmp_path):
         results = [algo.train() for _ in range(2)]
         trained = _learner_state(algo)
         (acting,) = algo.env_runner_group.foreach_env_runner(_runner_state, local_env_runner=False)
+        obs, spikes = _acting_batch(algo)
+        (acted,) = algo.env_runner_group.foreach_env_runner(
+            lambda runner: _acts(runner, obs, spikes), local_env_runner=False
+        )
         path = algo.save_to_path(str(tmp_path.absolute() / "checkpoint"))
         finish(algo, total_steps=sum(r["env_runners"]["num_env_steps_sampled"] for r in results))
     finally:
@@ -74,6 +113,14 @@ def test_two_iterations_checkpoint_and_restore(ray_session, tmp_path):
     restored = Algorithm.from_checkpoint(path)
     try:
         _assert_same(_learner_state(restored), trained)
+        # Synced as `--resume` syncs (experiments.closed_loop.ppo.restore), the env runner acts exactly as before
+        # the save: same stimulation distribution, value, action logits and action on the same inputs.
+        sync_env_runners(restored)
+        (restored_acted,) = restored.env_runner_group.foreach_env_runner(
+            lambda runner: _acts(runner, obs, spikes), local_env_runner=False
+        )
+        _assert_same(restored_acted, acted)
+        assert np.abs(trained["feature_norm.mean"]).sum() > 0 and np.abs(trained["spike_sq_mean"]).sum() > 0
         # NOTE: right after the restore the remote env runner does NOT reliably hold these weights:
         # RLlib 2.60's `restore_from_path` syncs them fire-and-forget and the update is often lost
         # (seen in 2 of 3 runs), so the first iteration after a resume can sample with fresh weights.

@@ -262,6 +262,7 @@ def test_help_explains_every_flag() -> None:
         "--forbid-electrode",
         "--answer-previous",
         "--chatty",
+        "--exit-on-error-complete",
     ):
         assert flag in text
 

@@ -144,6 +144,7 @@ class DeviceSettings:
             culture=self.culture,
             feedback_settle_ms=self.feedback_settle_ms,
             stim_mode=self.stim_mode,
+            exit_on_error_complete=True,  # it ends with its trial, whatever the trial's end
         )
 
 

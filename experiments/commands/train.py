@@ -19,7 +19,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--resume",
         action="store_true",
-        help="continue the newest run of this experiment's name from its last checkpoint",
+        help="continue the newest run of this experiment's name from its last checkpoint (after the driver was "
+        "killed, or a lost device stopped it: bring the device back on the same ports first)",
     )
     add_start_argument(parser)
     return parser

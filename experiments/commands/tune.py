@@ -20,7 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume",
         action="store_true",
         help="resume the newest sweep of this experiment's name (e.g. after the driver was killed); "
-        "unfinished and errored trials continue from their checkpoints",
+        "unfinished and errored trials, and those a lost device stopped, continue from their checkpoints",
     )
     add_start_argument(parser)
     return parser
