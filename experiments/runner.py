@@ -301,7 +301,7 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
     except DeviceLost as exc:
         reason = "error: device lost"
         progress["device_lost"] = True
-        lost = {score: worst, "finished": True, "episodes_logged": log.episodes_logged} | trained
+        lost = {score: worst, FINISHED: True, "episodes_logged": log.episodes_logged} | trained
         _report_device_loss(algo, exc, lost | {EPISODE_STEPS_LOGGED: log.steps_logged})
     except BaseException as exc:
         reason = f"error: {type(exc).__name__}"
