@@ -130,7 +130,7 @@ class DoseMeter:
 
 
 def status_metrics(status: dict[str, Any] | None) -> dict[str, float]:
-    """The dose figures of a device's `device_status` for TensorBoard (`culture/device_dose_*`); {} if none.
+    """The figures of a device's `device_status` as env-runner metrics (TensorBoard `device/*`); {} if none.
 
     The status comes off the network: only finite numbers are taken.
     """

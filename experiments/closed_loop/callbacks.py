@@ -207,7 +207,8 @@ class ClosedLoopCallbacks(RLlibCallback):
             ):
                 metrics_logger.log_value(f"culture/{key}", stats[key], reduce="max", window=1)
             # The device's own account (its last device_status): charge delivered and commands it refused.
-            for key, value in status_metrics(stats.get("device_status")).items():
+            link.device_dose = status_metrics(stats.get("device_status"))
+            for key, value in link.device_dose.items():
                 metrics_logger.log_value(f"culture/{key}", value, reduce="max", window=1)
             # What left per step once the budget applied (commands_per_step counts what was asked for).
             counts = link.counts
