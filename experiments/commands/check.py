@@ -314,8 +314,7 @@ def probe_device(experiment: Experiment, dev: DeviceSettings, plan: ProbePlan) -
             if device is not None:
                 device.spike_port = bridge.spike_port  # the device learns where replies go once we bound it
                 device.start()
-            # Asked before any stimulation: the device's own limits are compared with the experiment's.
-            status = bridge.device_status(wait_s=experiment.loop.timeout_s)
+            status = None
             for i in range(len(plan.pattern)):
                 frequencies_hz, amplitudes_ua = plan.stimulation(i)
                 reply = bridge.exchange(frequencies_hz, amplitudes_ua)
@@ -324,6 +323,9 @@ def probe_device(experiment: Experiment, dev: DeviceSettings, plan: ProbePlan) -
                 )
                 if i == 0 and not reply.ok:
                     break  # silent: more tries would only multiply the wait
+            if bridge.stats()["ok"]:
+                # The device's own limits, to compare with the experiment's (a silent device is not asked).
+                status = bridge.device_status(wait_s=experiment.loop.timeout_s)
             stats = bridge.stats()
     finally:
         if device is not None:
