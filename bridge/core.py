@@ -72,6 +72,7 @@ from bridge.protocol import (
     ProtocolError,
     SpikeCounts,
     StimCommand,
+    decode_event,
     decode_spikes,
     encode_event,
     encode_feedback,
@@ -93,6 +94,8 @@ EARLIEST_REPLY_SHARE = 0.5
 """Plain devices: a reply sooner after the send than this share of the fastest recent answer cannot answer it."""
 AUTO_REPIN_TIMEOUTS = 3
 """Auto reply port: timeouts in a row, with replies from one other port of the device host, before that port is pinned."""
+STATUS_REQUESTS_UNANSWERED = 3
+"""Episode-end status requests a device may leave unanswered (it does not speak them) before the bridge stops asking."""
 R = TypeVar("R")
 
 log = logging.getLogger(__name__)
@@ -250,11 +253,15 @@ COUNTERS = (
     "events_sent",
     "clamped_commands",
     "clamped_values",
+    "status_requests",
+    "device_status",
 )
 """`received`: well-formed spike datagrams from the device's address, answers or not.
 `ambiguous`: exchanges on probation that got two or more replies (none taken; not counted in `timeouts`).
 `written_off`: stimulations whose reply never came within their horizon (plain devices).
-`stale` and `duplicates` together are the device's unsolicited datagrams (`BridgeCore.unsolicited`)."""
+`stale` and `duplicates` together are the device's unsolicited datagrams (`BridgeCore.unsolicited`).
+`status_requests`: `status_request` events sent (not in `events_sent`, which counts the trainer's events).
+`device_status`: `device_status` datagrams heard (answers to `status_request` events; not spike datagrams)."""
 
 
 class BridgeCore:
@@ -309,6 +316,8 @@ class BridgeCore:
         self._latencies_s: collections.deque[float] = collections.deque(maxlen=LATENCY_WINDOW)
         self._recent_latencies_s: collections.deque[float] = collections.deque(maxlen=RECENT_LATENCIES)
         self._counts = dict.fromkeys(COUNTERS, 0)
+        self._device_status: dict[str, Any] | None = None  # the device's last `device_status` (docs/protocol.md)
+        self._status_unanswered = 0  # status requests since the last device_status heard
         self._consecutive_timeouts = 0
         self._last_reply_wall: float | None = None  # time.time() of the last answer taken
         self._last_heard_wall: float | None = None  # time.time() of the last datagram from the device host
@@ -455,6 +464,34 @@ class BridgeCore:
         payload = encode_event(EventMessage(now_us(), event_type, dict(data or {})))
         self._send(payload, self._event_addr)
         self._counts["events_sent"] += 1
+        if event_type == "episode_end" and (
+            self._device_status is not None or self._status_unanswered < STATUS_REQUESTS_UNANSWERED
+        ):
+            # The device's dose and refusals, for the episode's statistics: its answer is read with the next drain.
+            self._request_status()
+
+    def _request_status(self) -> None:
+        """Send a `status_request` event (counted apart from the trainer's events, in `status_requests`)."""
+        self._send(encode_event(EventMessage(now_us(), "status_request", {})), self._event_addr)
+        self._counts["status_requests"] += 1
+        self._status_unanswered += 1
+
+    @_locked
+    def device_status(self, wait_s: float) -> dict[str, Any] | None:
+        """Ask the device for its status (envelope, dose, refusals) and wait up to `wait_s` for it; None if none."""
+        self._check_open()
+        heard = self._counts["device_status"]
+        self._request_status()
+        deadline = time.perf_counter() + wait_s
+        while self._counts["device_status"] == heard:
+            remaining = deadline - time.perf_counter()
+            got = self._recv(remaining) if remaining > 0 else None
+            if got is None:
+                return None
+            datagram = self._accept(*got)
+            if datagram is not None:
+                self._classify_unawaited(datagram)
+        return self._device_status
 
     @_locked
     def stats(self) -> dict[str, Any]:
@@ -484,6 +521,7 @@ class BridgeCore:
             "last_heard_wall": self._last_heard_wall,
             "latency_ms": {k: float(v) for k, v in latency.items()} | {"n": int(lat_ms.size)},
             "duty": self._busy_s / wall_s if wall_s > 0 else 0.0,
+            "device_status": self._device_status,
         }
 
     @_locked
@@ -684,10 +722,24 @@ class BridgeCore:
         try:
             reply = decode_spikes(data)
         except ProtocolError:
-            self._counts["malformed"] += 1
+            if not self._take_status(data):
+                self._counts["malformed"] += 1
             return None
         self._counts["received"] += 1
         return _Datagram(reply, data, addr[1], arrived)
+
+    def _take_status(self, data: bytes) -> bool:
+        """Keep a `device_status` datagram (the event format, never a spike datagram's size); True if it was one."""
+        try:
+            status = decode_event(data)
+        except ProtocolError:
+            return False
+        if status.event_type != "device_status":
+            return False
+        self._device_status = status.data
+        self._status_unanswered = 0
+        self._counts["device_status"] += 1
+        return True
 
     def _echo_bookkeeping(self, ts: int) -> bool:
         """Count a reply echoing one of our earlier stimulations (duplicate or late); True if it did."""

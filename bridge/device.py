@@ -25,6 +25,12 @@ says). Everything else is counted (`malformed_*`, `foreign_*`, `refused_*`,
 still answered (exactly one reply per stimulation command) without stimulating.
 No datagram stops the device except `training_complete` from an accepted source.
 
+Stimulation dose (bridge/dose.py): the device books the charge it delivers per electrode, per minute and per
+session, and refuses (counted as `dose_refused_*`, still answered) any command that would take an electrode past
+the lab's budget (`--dose-budget-nc-per-min`, `--dose-budget-nc-per-session`). A `status_request` event is
+answered with one `device_status` datagram in the event format, sent where the replies go: the device's envelope,
+dose budget, dose so far and refusal counts (docs/protocol.md, "Device status").
+
 Third-party devices, for rehearsal and tests (`--tick-quantised`, `--own-clock`,
 `--clock-resolution-ms`, `--constant-clock`, `--reply-from ephemeral`): the
 device can behave like the reference trainer's device program instead, the
@@ -78,15 +84,18 @@ from typing import Any, Literal
 from bridge import channels
 from bridge.address import DeviceAddress
 from bridge.backends import BACKEND_NAMES, STIM_MODES, Backend, make_backend
+from bridge.dose import DoseBudget, DoseMeter, DoseRefusal, feedback_charges_nc, stim_charges_nc
 from bridge.protocol import (
     DEVICE_RECV_BYTES,
     KNOWN_EVENT_TYPES,
+    EventMessage,
     FeedbackType,
     ProtocolError,
     SpikeCounts,
     decode_event,
     decode_feedback,
     decode_stim,
+    encode_event,
     encode_spikes,
     now_us,
 )
@@ -108,6 +117,8 @@ REPLY_FROM = ("stim_port", "ephemeral")
 """Which socket replies leave from: the stimulation port, or a socket of their own on a free port."""
 TICK_QUEUE_LIMIT = 256
 """Tick-quantised: datagrams waiting per port, like a socket buffer; more are dropped (`overflow_<port>`)."""
+STATUS_COUNTERS = ("refused_stim", "refused_feedback", "dose_refused_stim", "dose_refused_feedback")
+"""The refusal counts a `device_status` datagram carries."""
 ACCEPT_FROM = ("host", "spike_port", "any")
 """`host`: datagrams from the training host's address only; `spike_port`: only from the training host's
 spike port (the bridge sends from it); `any`: from anywhere."""
@@ -166,6 +177,8 @@ class DeviceConfig:
     cl_sim_culture: bool = False
     envelope: SafetyEnvelope = field(default_factory=SafetyEnvelope)
     """The device's own limits: stimulation or feedback outside them is refused, whatever the trainer sent."""
+    dose_budget: DoseBudget = field(default_factory=DoseBudget)
+    """Per-electrode charge limits (bridge/dose.py): a command that would exceed one is refused."""
     accept_from: Literal["host", "spike_port", "any"] = "host"
     tick_quantised: bool = False
     """Behave like a fixed-rate hardware loop: one datagram per port per tick, replies on ticks (module docstring)."""
@@ -193,6 +206,8 @@ class DeviceConfig:
     ends the device like any other `training_complete`."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.dose_budget, DoseBudget):
+            raise ValueError(f"device dose_budget={self.dose_budget!r}: give a bridge.dose.DoseBudget")
         if not isinstance(self.address, DeviceAddress):
             raise ValueError(f"device address={self.address!r}: give a bridge.address.DeviceAddress")
         if not (math.isfinite(self.tick_frequency_hz) and self.tick_frequency_hz > 0):
@@ -266,6 +281,7 @@ class Device:
             stim_mode=config.stim_mode,
         )
         self.counters: collections.Counter[str] = collections.Counter()
+        self.dose = DoseMeter(config.dose_budget)
         self.exit_reason = ""
         self._stop = threading.Event()
         self._pending: collections.deque[_PendingReply] = collections.deque()
@@ -470,6 +486,8 @@ class Device:
             handler(data)
         except ProtocolError as exc:
             self._skipped("malformed", kind, data, str(exc))
+        except DoseRefusal as exc:
+            self._skipped("dose_refused", kind, data, str(exc))
         except SafetyViolation as exc:
             self._skipped("refused", kind, data, f"outside the device's envelope: {exc}")
         except Exception as exc:  # the device must outlive any one datagram; the cause goes to the log
@@ -539,11 +557,13 @@ class Device:
         cmd = decode_stim(data)
         self.counters["stim"] += 1
         self._last_stim_us = cmd.timestamp_us
-        refused = None
+        refused: SafetyViolation | None = None
+        charges = stim_charges_nc(cmd, self.config.tick_frequency_hz, self.config.stim_mode)
         try:
             self.config.envelope.check_stim(cmd, "raise")
-        except SafetyViolation as exc:
-            refused = str(exc)
+            self.dose.check(at_s, charges, "stimulation")
+        except SafetyViolation as exc:  # DoseRefusal included
+            refused = exc
         self.backend.advance_to(at_s)
         start_s = at_s + self.config.artifact_wait_ms / 1000.0
         end_s = start_s + self.config.collect_window_ms / 1000.0
@@ -563,9 +583,10 @@ class Device:
         }
         if refused is None:
             self.backend.stimulate(at_s, cmd.frequencies_hz, cmd.amplitudes_ua)
+            self.dose.deliver(at_s, charges)
         else:
-            self.backend.record("stim", entry | {"refused": refused})
-            raise SafetyViolation(refused + " (not stimulated; answered)")
+            self.backend.record("stim", entry | {"refused": str(refused)})
+            raise type(refused)(f"{refused} (not stimulated; answered)")
         self.backend.record("stim", entry)
         if not self.backend.paced:
             self._send_due_replies()  # simulated time: answer before the next command moves the clock
@@ -589,12 +610,16 @@ class Device:
         policy: Policy = "clamp" if cmd.feedback_type == FeedbackType.INTERRUPT else "raise"
         try:
             safe, _ = self.config.envelope.check_feedback(cmd, policy)
-        except SafetyViolation as exc:
+            charges = feedback_charges_nc(safe) if safe is not None else None
+            if charges is not None:
+                self.dose.check(at_s, charges, f"feedback {cmd.event_name!r}")
+        except SafetyViolation as exc:  # DoseRefusal included
             self.backend.record("feedback", entry | {"refused": str(exc)})
             raise
         self.backend.advance_to(at_s)
-        if safe is not None:  # None: nothing to stimulate (no pulses, frequency or amplitude)
+        if safe is not None and charges is not None:  # None: nothing to stimulate (no pulses, frequency or amplitude)
             self.backend.feedback(at_s, safe)
+            self.dose.deliver(at_s, charges)
             if self.config.feedback_settle_ms > 0 and safe.feedback_type != FeedbackType.INTERRUPT:
                 last_pulse_s = self.backend.last_pulse_s(at_s, safe.frequency_hz, int(safe.pulses))
                 self._feedback_clear_s = max(
@@ -607,6 +632,9 @@ class Device:
         self.counters["event"] += 1
         # Counters per known type only: a stream of invented types must not grow the table.
         self.counters[f"event_{event.event_type}" if event.event_type in KNOWN_EVENT_TYPES else "event_other"] += 1
+        if event.event_type == "status_request":
+            self._send_status()
+            return
         if event.event_type == "training_complete":
             self.backend.record_event(event)
             if error_complete(event.data) and not self.config.exit_on_error_complete:
@@ -621,6 +649,32 @@ class Device:
             self.stop("training_complete")
             return
         self.backend.record_event(event)
+
+    def status(self) -> dict[str, Any]:
+        """What a `device_status` datagram carries: envelope, dose budget, dose so far, refusal counts."""
+        envelope = self.config.envelope
+        return {
+            "envelope": {f: getattr(envelope, f) for f in ENVELOPE_FLAGS}
+            | {
+                "phase_width_us": envelope.phase_width_us,
+                "forbidden_electrodes": sorted(envelope.forbidden_electrodes),
+            },
+            "dose_budget": self.config.dose_budget.as_dict(),
+            "dose": self.dose.summary(self.backend.now_s()),
+            "refused": {k: self.counters[k] for k in STATUS_COUNTERS},
+        }
+
+    def _send_status(self) -> None:
+        """Answer a status_request where the replies go (one datagram, the event format)."""
+        try:
+            self._reply_sock.sendto(
+                encode_event(EventMessage(now_us(), "device_status", self.status())), self._reply_to
+            )
+        except OSError as exc:
+            self.counters["send_errors"] += 1
+            log.debug("could not send the device status: %s", exc)
+            return
+        self.counters["status_sent"] += 1
 
     # --- replies -----------------------------------------------------------------------
 
@@ -927,6 +981,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="never stimulate electrode N, in addition to the hardware-forbidden "
         f"{sorted(channels.FORBIDDEN_ELECTRODES)} (repeatable)",
     )
+    dose = p.add_argument_group(
+        "stimulation dose budget",
+        "per electrode, the charge in one phase polarity (nC) the device may deliver; a stimulation or feedback "
+        "command that would take any electrode past a limit is refused whole (counted as dose_refused_*, logged; "
+        "a refused stimulation is still answered, without stimulating). Unset: no limit, the dose is still booked",
+    )
+    dose.add_argument(
+        "--dose-budget-nc-per-min",
+        type=float,
+        default=None,
+        metavar="NC",
+        help="most charge per electrode in any 60 s (sliding, on the device's clock)",
+    )
+    dose.add_argument(
+        "--dose-budget-nc-per-session",
+        type=float,
+        default=None,
+        metavar="NC",
+        help="most charge per electrode since the device program started",
+    )
     p.add_argument(
         "--exit-on-error-complete",
         action="store_true",
@@ -1005,10 +1079,20 @@ ADDRESS_FLAGS = {
 
 def config_from_args(args: argparse.Namespace) -> DeviceConfig:
     """DeviceConfig from parsed command-line flags (ValueError names a flag combination that cannot work)."""
-    envelope = SafetyEnvelope(
-        **{name: getattr(args, name) for name in ENVELOPE_FLAGS},
-        forbidden_electrodes=channels.FORBIDDEN_ELECTRODES | set(args.forbid_electrodes),
-    )
+    try:
+        envelope = SafetyEnvelope(
+            **{name: getattr(args, name) for name in ENVELOPE_FLAGS},
+            forbidden_electrodes=channels.FORBIDDEN_ELECTRODES | set(args.forbid_electrodes),
+        )
+    except ValueError as exc:
+        field_name = str(exc).partition("=")[0]
+        flag = f"--{field_name.replace('_', '-')}" if field_name in ENVELOPE_FLAGS else "device safety envelope"
+        raise ValueError(f"{flag}: {exc}") from None
+    try:
+        dose_budget = DoseBudget(args.dose_budget_nc_per_min, args.dose_budget_nc_per_session)
+    except ValueError as exc:
+        field_name, _, rest = str(exc).partition("=")
+        raise ValueError(f"--dose-budget-{field_name.replace('_', '-')} {rest}") from None
     try:  # the device's end of the address: it listens on --bind-host and replies to --training-host
         address = DeviceAddress(
             host=args.bind_host,
@@ -1033,6 +1117,7 @@ def config_from_args(args: argparse.Namespace) -> DeviceConfig:
         realtime=args.realtime,
         cl_sim_culture=args.cl_sim_culture,
         envelope=envelope,
+        dose_budget=dose_budget,
         accept_from=args.accept_from.replace("-", "_"),
         tick_quantised=args.tick_quantised,
         reply_stamp="constant" if args.constant_clock else "own" if args.own_clock else "echo",
@@ -1068,6 +1153,7 @@ def main(argv: list[str]) -> int:
     summary: dict[str, Any] = {
         "exit_reason": device.exit_reason or "loop ended",
         **device.counters,
+        "dose": device.dose.summary(device.backend.now_s()),
         "recording_files": [str(p) for p in device.recording_files()],
     }
     print(json.dumps({"spikeloop_device": summary}), file=sys.stderr)

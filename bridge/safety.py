@@ -21,6 +21,20 @@ from bridge.protocol import U32_MAX, FeedbackCommand, FeedbackType, StimCommand,
 Policy = Literal["clamp", "raise"]
 F32_MAX = float(np.finfo(np.float32).max)
 
+# The hard physical ceiling: no envelope (an experiment's `safety`, a device's flags) may go above these, so
+# nothing above them is ever sent or applied. They are the stimulation limits the CL1 SDK documents: at most
+# 3 uA and 3 nC per phase, bursts up to 200 Hz; the never-stimulated channels 0, 7, 56 and 63 are part of
+# FORBIDDEN_ELECTRODES (bridge/channels.py). An envelope narrows them; nothing widens them.
+CEILING_MAX_AMPLITUDE_UA = 3.0
+CEILING_MAX_CHARGE_PER_PHASE_NC = 3.0
+CEILING_MAX_FREQUENCY_HZ = 200.0
+CEILINGS = {
+    "max_amplitude_ua": (CEILING_MAX_AMPLITUDE_UA, "uA"),
+    "max_charge_per_phase_nc": (CEILING_MAX_CHARGE_PER_PHASE_NC, "nC"),
+    "max_frequency_hz": (CEILING_MAX_FREQUENCY_HZ, "Hz"),
+}
+"""Envelope field -> (hard ceiling, unit)."""
+
 
 class SafetyViolation(ValueError):
     """A command that falls outside the safety envelope."""
@@ -54,9 +68,9 @@ class SafetyEnvelope:
     """
 
     min_frequency_hz: float = 1.0
-    max_frequency_hz: float = 200.0
+    max_frequency_hz: float = CEILING_MAX_FREQUENCY_HZ
     min_amplitude_ua: float = 0.5
-    max_amplitude_ua: float = 3.0
+    max_amplitude_ua: float = CEILING_MAX_AMPLITUDE_UA
     max_pulses: int = 200
     phase_width_us: float = PHASE_WIDTH_US
     max_charge_per_phase_nc: float = 0.36
@@ -81,6 +95,12 @@ class SafetyEnvelope:
         if isinstance(pulses, bool) or not isinstance(pulses, int) or not 0 <= pulses <= U32_MAX:
             raise ValueError(f"max_pulses={self.max_pulses!r}: must be a whole number 0-{U32_MAX}")
         object.__setattr__(self, "max_pulses", pulses)
+        for name, (ceiling, unit) in CEILINGS.items():
+            if getattr(self, name) > ceiling:
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r}: above the hard ceiling of {ceiling:g} {unit} (the CL1 SDK's "
+                    f"documented stimulation limit; no envelope may exceed it); set {ceiling:g} or less"
+                )
         if self.min_frequency_hz > self.max_frequency_hz:
             raise ValueError(
                 f"min_frequency_hz={self.min_frequency_hz:g} is above max_frequency_hz={self.max_frequency_hz:g}"

@@ -2,7 +2,7 @@
 
 All written into the trial's directory by the trial itself, after each training
 iteration: TensorBoard scalars grouped by prefix (episode/, ppo/, encoder/,
-decoder/, spikes/, feedback/, loop/), one JSON line per finished episode
+decoder/, spikes/, feedback/, loop/, device/), one JSON line per finished episode
 (numbering continues across resumes), and `learning_curve.png` redrawn from
 the JSONL. A progress line per iteration goes to stdout. At the start the
 trial's HPARAMS session, at the end its final figures (final/): hparams_log.py.
@@ -84,6 +84,14 @@ RESULT_TAGS: dict[str, str] = {
     "loop/causality_r_current": "env_runners/culture/causality_r_current",
     "loop/causality_r_previous": "env_runners/culture/causality_r_previous",
     "loop/unsolicited": "env_runners/culture/unsolicited",
+    # The device's own account, from its last device_status (docs/architecture.md, "Stimulation dose").
+    "device/dose_max_nc_per_min": "env_runners/culture/device_dose_max_nc_per_min",
+    "device/dose_max_nc_session": "env_runners/culture/device_dose_max_nc_session",
+    "device/dose_total_nc_session": "env_runners/culture/device_dose_total_nc_session",
+    "device/dose_refused_stim": "env_runners/culture/device_dose_refused_stim",
+    "device/dose_refused_feedback": "env_runners/culture/device_dose_refused_feedback",
+    "device/refused_stim": "env_runners/culture/device_refused_stim",
+    "device/refused_feedback": "env_runners/culture/device_refused_feedback",
 }
 # Keys of a trial's reports (Tune's result.json rows), read back by `spikeloop analyze` and the tests.
 FINISHED = "finished"

@@ -15,7 +15,7 @@ from bridge.client import BridgeClient
 from bridge.core import BridgeConfig
 from bridge.loopback_device import LoopbackDevice
 from bridge.ports import free_port
-from bridge.protocol import FeedbackCommand, FeedbackType
+from bridge.protocol import FeedbackCommand, FeedbackType, decode_event
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,9 +81,11 @@ def test_client_exchanges_sends_feedback_and_events_on_either_path(ray_with_devi
         stats = client.stats()
         assert (stats["exchanges"], stats["ok"], stats["feedback_sent"], stats["events_sent"]) == (2, 2, 2, 1)
         deadline = time.monotonic() + 5
-        while (len(device.received_feedback), len(device.received_events)) != (2, 1) and time.monotonic() < deadline:
+        # episode_end, then the bridge's own status_request (for the device's dose; bridge/core.py)
+        while (len(device.received_feedback), len(device.received_events)) != (2, 2) and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert (len(device.received_feedback), len(device.received_events)) == (2, 1)
+        assert (len(device.received_feedback), len(device.received_events)) == (2, 2)
+        assert [decode_event(e).event_type for e in device.received_events] == ["episode_end", "status_request"]
     finally:
         client.close()
         ray.kill(bridge, no_restart=True)

@@ -12,7 +12,7 @@ import pytest
 
 from bridge.loopback_device import LoopbackDevice
 from bridge.ports import free_port
-from bridge.protocol import decode_stim
+from bridge.protocol import decode_event, decode_stim
 from bridge.safety import SafetyEnvelope
 from experiments.commands import check
 
@@ -136,7 +136,9 @@ def test_minimum_only_probe_stimulates_only_at_the_envelope_minimum():
         stims = [decode_stim(d) for d in device.received_stims]
         assert len(stims) == 5
         assert all(s.frequencies_hz == (2.0,) * 8 and s.amplitudes_ua == (0.75,) * 8 for s in stims)
-        assert device.received_feedback == [] and device.received_events == []  # nothing but the probe
+        assert device.received_feedback == []  # nothing but the probe, and the request for the device's limits
+        assert [decode_event(e).event_type for e in device.received_events] == ["status_request"]
+        assert "[info] device 'loop-cl1' (cl1): did not report its limits" in result.stdout
 
 
 def test_invalid_experiment_exits_2_naming_the_key(capsys):

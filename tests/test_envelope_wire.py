@@ -39,13 +39,14 @@ def device():
 
 
 def envelopes():
-    """Envelopes over a wide range of scales; some contradict themselves (and must then be refused)."""
+    """Envelopes over a wide range of scales; some contradict themselves or pass the hard ceiling (3 uA, 3 nC,
+    200 Hz: bridge.safety.CEILINGS), and must then be refused."""
     return st.builds(
         dict,
-        min_frequency_hz=st.floats(0.01, 300),
-        span_hz=st.floats(1, 500) | st.floats(1, 500) | st.floats(1, 500) | st.floats(0, 1.5),
-        min_amplitude_ua=st.floats(0.01, 5),
-        span_ua=st.floats(0, 5) | st.floats(0.01, 5) | st.floats(0.01, 5) | st.just(0.0),
+        min_frequency_hz=st.floats(0.01, 150),
+        span_hz=st.floats(1, 60) | st.floats(1, 60) | st.floats(1, 120) | st.floats(0, 1.5),
+        min_amplitude_ua=st.floats(0.01, 2.5),
+        span_ua=st.floats(0, 1) | st.floats(0.01, 2) | st.floats(0.01, 0.5) | st.just(0.0),
         phase_width_us=st.floats(20, 500),
         charge_factor=st.floats(0.8, 4),  # below 1: the charge cap may fall under the minimum amplitude
         max_pulses=st.integers(0, 1000),

@@ -148,15 +148,17 @@ def test_state_carries_the_reply_check_when_a_culture_link_gives_one():
     drives = np.random.default_rng(0).permutation([240.0] * 20 + [4.0] * 20)
     for i, drive in enumerate(drives):
         meter.observe(drive, float(drives[i - 1]) if i else 0.0)  # each reply: the one before's response
+    dose = {"device_dose_max_nc_per_min": 2.88, "device_dose_refused_stim": 2.0}  # bridge.dose.status_metrics
     publisher = Publisher(
-        runner_index=1, reply_check=lambda: {"causality": meter.snapshot().as_dict(), "unsolicited": 3}
+        runner_index=1,
+        reply_check=lambda: {"causality": meter.snapshot().as_dict(), "unsolicited": 3, "dose": dose},
     )
     server = LiveViewServer(publisher, ViewSettings(enabled=True, port=0), 0).start()
     try:
         state = json.loads(_get(f"http://127.0.0.1:{server.port}/state.json"))
     finally:
         server.close()
-    assert state["replies"]["unsolicited"] == 3
+    assert state["replies"]["unsolicited"] == 3 and state["replies"]["dose"] == dose
     causality = state["replies"]["causality"]
     assert causality["verdict"] == "late" and causality["late_by"] == 1
     assert causality["r_previous"] == 1.0 and abs(causality["r_current"]) < 0.5 and causality["n"] == 38
@@ -229,6 +231,8 @@ def test_real_run_streams_the_game(ray_session, tmp_path):
     # The reply check of the env runner's culture link: a correct simulated device, nothing unasked.
     replies = state["replies"]
     assert replies["unsolicited"] == 0
+    # The device's dose, once it reported one (after an episode end): the simulated device refuses nothing.
+    assert all(replies["dose"].get(k, 0.0) == 0.0 for k in ("device_dose_refused_stim", "device_refused_stim"))
     # A short run with 10 + 20 ms windows: the counts may not follow the policy's stimulation clearly yet, but
     # never an earlier one.
     assert replies["causality"]["n"] > 5 and replies["causality"]["verdict"] not in ("late", "mixed"), replies

@@ -243,8 +243,18 @@ def test_dashboard_flags_a_late_and_chatty_device():
     drives = np.random.default_rng(0).permutation([240.0] * 20 + [4.0] * 20)
     for i, drive in enumerate(drives):
         meter.observe(drive, float(drives[i - 1]) if i else 0.0)
+    # The device's own account (bridge.dose.status_metrics of its device_status): 3 commands refused for its dose.
+    dose = {
+        "device_dose_max_nc_per_min": 2.88,
+        "device_dose_max_nc_session": 4.0,
+        "device_dose_refused_stim": 2.0,
+        "device_dose_refused_feedback": 1.0,
+        "device_refused_stim": 0.0,
+        "device_refused_feedback": 0.0,
+    }
     publisher = Publisher(
-        runner_index=1, reply_check=lambda: {"causality": meter.snapshot().as_dict(), "unsolicited": 3}
+        runner_index=1,
+        reply_check=lambda: {"causality": meter.snapshot().as_dict(), "unsolicited": 3, "dose": dose},
     )
     server = LiveViewServer(publisher, ViewSettings(enabled=True, port=0), 0).start()
     browser = Chromium(f"http://127.0.0.1:{server.port}/")
@@ -255,7 +265,8 @@ def test_dashboard_flags_a_late_and_chatty_device():
             shown = browser.evaluate("(document.getElementById('replies-follow') || {}).textContent || ''")
             time.sleep(0.2)
         cells = browser.evaluate(
-            "['replies-follow', 'causality-r', 'unsolicited'].map((id) => {"
+            "['replies-follow', 'causality-r', 'unsolicited', 'dose-per-min', 'dose-session', 'device-refused']"
+            ".map((id) => {"
             " const el = document.getElementById(id); return [el.textContent, el.classList.contains('bad')]; })"
         )
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -263,7 +274,9 @@ def test_dashboard_flags_a_late_and_chatty_device():
     finally:
         browser.close()
         server.close()
-    follows, r_values, unsolicited = cells
+    follows, r_values, unsolicited, per_min, session, refused = cells
     assert follows == ["an EARLIER stim (1 before)", True], cells
     assert re.fullmatch(r"[+-]0\.\d\d / \+1\.00", r_values[0]) and r_values[1] is False, cells
     assert unsolicited == ["3", True], cells
+    assert per_min == ["2.88", False] and session == ["4.00", False], cells
+    assert refused == ["3 / 0", True], cells

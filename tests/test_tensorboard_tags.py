@@ -79,6 +79,12 @@ def test_train_and_watch_write_the_reference_telemetry_once(tmp_path: Path) -> N
     for tag in ("loop/causality_r_current", "loop/causality_r_previous"):
         assert all(-1.0 <= value <= 1.0 for _, value in scalars[tag]), scalars[tag]
     assert all(value == 0.0 for _, value in scalars["loop/unsolicited"])
+    # The device's own account of the charge it delivered (its device_status, read at episode ends): the simulated
+    # device stimulates, has no dose budget and refuses nothing the trainer's (equal) envelope let out.
+    for tag in ("device/dose_max_nc_per_min", "device/dose_total_nc_session", "device/dose_refused_stim"):
+        assert tag in tags, f"{tag} missing from {sorted(tags)}"
+    assert scalars["device/dose_total_nc_session"][-1][1] > 0.0
+    assert all(value == 0.0 for _, value in scalars["device/dose_refused_stim"] + scalars["device/refused_stim"])
     assert all(value == 0.0 for _, value in scalars["decoder/bias_norm"])  # the zero-bias readout has none
     assert all(value > 0.0 for _, value in scalars["ppo/advantage_std"])  # unnormalised: not PPO's std of 1
     # Counts add up per iteration: every step's feedback is built once (the last one, on the next tick).

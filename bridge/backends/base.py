@@ -57,10 +57,15 @@ def stim_pulses(frequency_hz: float, tick_frequency_hz: float, stim_mode: str) -
     return 1 if stim_mode == "reference" else burst_pulses(frequency_hz, tick_frequency_hz)
 
 
+def burst_charge_nc(amplitude_ua: float, pulses: int) -> float:
+    """Charge a burst of `pulses` pulses at `amplitude_ua` gives one electrode in one phase polarity (nC)."""
+    # pulses x amplitude x phase width; pulses are biphasic and charge-balanced: both phases carry twice this
+    return pulses * amplitude_ua * PHASE_WIDTH_US / 1000.0
+
+
 def stim_charge_nc(amplitude_ua: float, frequency_hz: float, tick_frequency_hz: float, stim_mode: str) -> float:
     """Charge one stimulation command gives an encoding electrode in one phase polarity (nC)."""
-    # pulses x amplitude x phase width; pulses are biphasic and charge-balanced: both phases carry twice this
-    return stim_pulses(frequency_hz, tick_frequency_hz, stim_mode) * amplitude_ua * PHASE_WIDTH_US / 1000.0
+    return burst_charge_nc(amplitude_ua, stim_pulses(frequency_hz, tick_frequency_hz, stim_mode))
 
 
 class Backend(abc.ABC):

@@ -31,6 +31,7 @@ import tree
 from ray.rllib.callbacks.callbacks import RLlibCallback
 from ray.rllib.core.columns import Columns
 
+from bridge.dose import status_metrics
 from experiments.closed_loop.episode_numbers import EpisodeNumbers
 from experiments.closed_loop.experiment_config import ClosedLoopExperimentConfig
 from experiments.closed_loop.link import close_link, current_link, log_reply_check, open_link
@@ -205,6 +206,10 @@ class ClosedLoopCallbacks(RLlibCallback):
                 "ambiguous",
             ):
                 metrics_logger.log_value(f"culture/{key}", stats[key], reduce="max", window=1)
+            # The device's own account (its last device_status): charge delivered and commands it refused.
+            link.device_dose = status_metrics(stats.get("device_status"))
+            for key, value in link.device_dose.items():
+                metrics_logger.log_value(f"culture/{key}", value, reduce="max", window=1)
             # What left per step once the budget applied (commands_per_step counts what was asked for).
             counts = link.counts
             metrics_logger.log_value(

@@ -86,6 +86,8 @@ class CultureLink:
         self.causality = CausalityMeter(window=CAUSALITY_WINDOW)
         self.unsolicited = 0
         """Datagrams from the device that answered no stimulation, as of the last reply (the bridge's count)."""
+        self.device_dose: dict[str, float] = {}
+        """The device's own dose figures (bridge.dose.status_metrics) as of the last episode end; {}: none yet."""
         self._opened = time.monotonic()
         self._node_id = ray.get_runtime_context().get_node_id()
         self._owner = f"env-runner-{runner_index}@{self._node_id[:8]}:{os.getpid()}"
@@ -256,8 +258,12 @@ class CultureLink:
         return np.array([kept.get(int(t), np.nan) for t in stim_timestamps_us], dtype=np.float32)
 
     def reply_check(self) -> dict[str, Any]:
-        """Which stimulation the replies follow and how many datagrams answered none (for the live view)."""
-        return {"causality": self.causality.snapshot().as_dict(), "unsolicited": self.unsolicited}
+        """Which stimulation the replies follow, how many datagrams answered none, the device's dose (live view)."""
+        return {
+            "causality": self.causality.snapshot().as_dict(),
+            "unsolicited": self.unsolicited,
+            "dose": dict(self.device_dose),
+        }
 
     def duty(self) -> float:
         """Share of wall time spent in exchanges since the link opened."""

@@ -28,10 +28,12 @@ recording).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 import sys
 import time
 from dataclasses import dataclass, replace
+from typing import Any
 
 from bridge.causality import ALPHA, MAX_LAG, MIN_PAIRS, Causality, CausalityMeter, stim_drive
 from bridge.channels import ENCODING_ELECTRODES, N_ENCODING, STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
@@ -121,6 +123,8 @@ class DeviceProbe:
     duplicates: int = 0
     causality: Causality | None = None
     """Which stimulation the counts follow (None with --minimum-only)."""
+    device_status: dict[str, Any] | None = None
+    """The device's answer to a status_request (its envelope, dose budget and dose), or None if it sent none."""
 
     @property
     def unsolicited(self) -> int:
@@ -310,6 +314,7 @@ def probe_device(experiment: Experiment, dev: DeviceSettings, plan: ProbePlan) -
             if device is not None:
                 device.spike_port = bridge.spike_port  # the device learns where replies go once we bound it
                 device.start()
+            status = None
             for i in range(len(plan.pattern)):
                 frequencies_hz, amplitudes_ua = plan.stimulation(i)
                 reply = bridge.exchange(frequencies_hz, amplitudes_ua)
@@ -318,6 +323,9 @@ def probe_device(experiment: Experiment, dev: DeviceSettings, plan: ProbePlan) -
                 )
                 if i == 0 and not reply.ok:
                     break  # silent: more tries would only multiply the wait
+            if bridge.stats()["ok"]:
+                # The device's own limits, to compare with the experiment's (a silent device is not asked).
+                status = bridge.device_status(wait_s=experiment.loop.timeout_s)
             stats = bridge.stats()
     finally:
         if device is not None:
@@ -337,7 +345,65 @@ def probe_device(experiment: Experiment, dev: DeviceSettings, plan: ProbePlan) -
         stale=stats["stale"],
         duplicates=stats["duplicates"],
         causality=meter.snapshot() if plan.varies else None,
+        device_status=status,
     )
+
+
+def device_limit_lines(
+    label: str, envelope: SafetyEnvelope, status: dict[str, Any] | None
+) -> tuple[list[str], list[str]]:
+    """(lines, failures): every `safety` key that asks for more than the device's own envelope allows."""
+    if status is None:
+        return [
+            f"[info] {label}: did not report its limits (no device_status answer to a status_request event; "
+            "spikeloop device does); compare its envelope with the experiment's safety section by hand"
+        ], []
+    try:
+        limits = device_envelope(status)
+    except (TypeError, ValueError, KeyError) as exc:
+        return [], [f"{label}: its device_status cannot be read ({exc})"]
+    failures = []
+    for key, ours in dataclasses.asdict(envelope).items():
+        theirs = getattr(limits, key)
+        flag = "--" + key.replace("_", "-")
+        if key == "forbidden_electrodes":
+            missing = sorted(theirs - ours)
+            if missing:
+                failures.append(
+                    f"safety.forbidden_electrodes: {label} never stimulates electrode(s) {missing} (its "
+                    f"--forbid-electrode), which the experiment may send to; add them to safety.forbidden_electrodes"
+                )
+        elif key == "phase_width_us":
+            if ours != theirs:
+                failures.append(
+                    f"safety.phase_width_us={ours:g}: {label} stimulates with {theirs:g} us phases; set {theirs:g}"
+                )
+        elif key.startswith("max_") and ours > theirs:
+            failures.append(
+                f"safety.{key}={ours:g} asks for more than {label} allows (its {flag} is {theirs:g}); "
+                f"set safety.{key} to {theirs:g} or less, or have the lab raise the device's limit"
+            )
+        elif key.startswith("min_") and ours < theirs:
+            failures.append(
+                f"safety.{key}={ours:g} is below {label}'s lowest (its {flag} is {theirs:g}): the device refuses "
+                f"such commands; set safety.{key} to {theirs:g} or more"
+            )
+    budget = status.get("dose_budget") or {}
+    line = (
+        f"[{'ok' if not failures else 'FAIL':<4}] {label}: its own envelope is {limits.describe()}; dose budget per "
+        f"electrode {budget.get('nc_per_min')} nC/min, {budget.get('nc_per_session')} nC/session (None: no limit)"
+    )
+    return [line], failures
+
+
+def device_envelope(status: dict[str, Any]) -> SafetyEnvelope:
+    """The SafetyEnvelope a device_status reports (ValueError, TypeError or KeyError if it is not one)."""
+    reported = status["envelope"]
+    fields = {f.name for f in dataclasses.fields(SafetyEnvelope)}
+    unknown = set(reported) - fields
+    if unknown:
+        raise ValueError(f"unknown envelope keys {sorted(unknown)}")
+    return SafetyEnvelope(**reported)
 
 
 # --- what the replies say: reply discipline, causality, latency ------------------------
@@ -546,7 +612,8 @@ def main(argv: list[str]) -> int:
     envelope = experiment.safety
     plan = probe_plan(envelope, args.exchanges, args.minimum_only)
     print(
-        f"probing each device with {plan.describe()}; no feedback, no events; timeout "
+        f"probing each device with {plan.describe()}; no feedback; one status_request event (the device's "
+        f"limits); timeout "
         f"{experiment.loop.timeout_s * 1000:.0f} ms",
         flush=True,
     )
@@ -611,6 +678,12 @@ def main(argv: list[str]) -> int:
             print(f"[warn] {label}: the envelope clamped {probe.clamped} probe command(s)", flush=True)
         if not dev.simulated:
             print(reply_source_line(experiment, dev, probe), flush=True)
+        lines, limit_failures = device_limit_lines(label, envelope, probe.device_status)
+        for line in lines:
+            print(line, flush=True)
+        for failure in limit_failures:
+            print(f"[FAIL] {failure}", flush=True)
+        failures.extend(limit_failures)
 
     print(f"safety envelope (review): {envelope.describe()}; policy {experiment.loop.envelope_policy}", flush=True)
     for line in feedback_lines(experiment):

@@ -169,6 +169,18 @@ function showReplies(replies) {
   text("causality-r", signed(c.r_current) + " / " + signed(c.r_previous));
   text("unsolicited", replies.unsolicited);
   $("unsolicited").classList.toggle("bad", replies.unsolicited > 0);
+  showDose(replies.dose || {});
+}
+
+// The device's own account (its device_status at the last episode end); dashes until it has sent one.
+function showDose(dose) {
+  const fixed = (v) => (v === undefined ? "\u2013" : v.toFixed(2));
+  text("dose-per-min", fixed(dose.device_dose_max_nc_per_min));
+  text("dose-session", fixed(dose.device_dose_max_nc_session));
+  const byDose = (dose.device_dose_refused_stim || 0) + (dose.device_dose_refused_feedback || 0);
+  const byEnvelope = (dose.device_refused_stim || 0) + (dose.device_refused_feedback || 0);
+  text("device-refused", dose.device_dose_refused_stim === undefined ? "\u2013" : `${byDose} / ${byEnvelope}`);
+  $("device-refused").classList.toggle("bad", byDose + byEnvelope > 0);
 }
 
 function showReturns(returns) {
