@@ -45,7 +45,7 @@ from experiments.closed_loop.feedback import (
     row_commands,
 )
 from experiments.closed_loop.sampling import SamplePace
-from experiments.closed_loop.settings import MAX_SEED, CultureSettings, DeviceSettings
+from experiments.closed_loop.settings import MAX_SEED, SEED_LIMIT, CultureSettings, DeviceSettings
 from experiments.dotted import get_path
 from experiments.live_view.settings import ViewSettings
 from experiments.protocol import settings as protocol_settings
@@ -293,7 +293,7 @@ class Experiment(BaseModel):
 
     model_config = STRICT
     name: str = Field("experiment", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
-    seed: int = Field(0, ge=0, le=MAX_SEED)
+    seed: int = Field(0, ge=0, lt=SEED_LIMIT)  # the bound a run may start with: check_before_run
     devices: list[DeviceSettings] = Field(default_factory=lambda: [DeviceSettings()], min_length=1)
     loop: LoopSection = Field(default_factory=LoopSection)
     safety: SafetyEnvelope = Field(default_factory=SafetyEnvelope)
@@ -577,9 +577,6 @@ def _check_sizes(experiment: Experiment) -> None:
             + ("" if ppo.train_batch_size_per_learner else ", the default")
             + f"), which is split into minibatches; use a minibatch_size of at most {batch}, or a larger batch"
         )
-    for i, dev in enumerate(experiment.devices):
-        if dev.seed > MAX_SEED:
-            raise ValueError(f"devices.{i}.seed: must be 0-{MAX_SEED} (numpy's seeds stop at 2**32), got {dev.seed}")
     model = experiment.model
     layers = {name: getattr(model, name) for name in ("encoder_hiddens", "decoder_hiddens", "value_hiddens")}
     layers["screen_cnn_filters"] = tuple(
@@ -638,15 +635,25 @@ def output_root_problem(root_dir: str) -> str | None:
     return None
 
 
-def check_output_root(experiment: Experiment, source: str = "experiment") -> None:
-    """Refuse an `output.root_dir` runs cannot be written under.
+def check_before_run(experiment: Experiment, source: str = "experiment") -> None:
+    """What a run can only be checked for where it starts: `output.root_dir` writable, seeds with room to grow.
 
     Asked by the commands that start a run (and `spikeloop check`) before Ray, not by the schema: a trial
-    validates its experiment again on whichever node runs it, where the driver's directory need not exist.
+    validates its experiment again on whichever node runs it, where the driver's directory need not exist,
+    and with its seed already moved on by its sweep seed number.
     """
     problem = output_root_problem(experiment.output.root_dir)
     if problem:
         raise ExperimentError(f"{source}: 1 problem(s):\n  output.root_dir: {problem}")
+    seeds = [("seed", experiment.seed)] + [(f"devices.{i}.seed", d.seed) for i, d in enumerate(experiment.devices)]
+    for key, seed in seeds:
+        if seed + experiment.tune.seeds - 1 > MAX_SEED:
+            raise ExperimentError(
+                f"{source}: 1 problem(s):\n  {key}: {seed}"
+                + (f" plus tune.seeds {experiment.tune.seeds} - 1" if experiment.tune.seeds > 1 else "")
+                + f" is past {MAX_SEED}; use a seed of at most {MAX_SEED - experiment.tune.seeds + 1} (numpy takes "
+                "seeds below 2**32, and env runners add their index to a device's seed)"
+            )
 
 
 def _check_feedback(feedback: FeedbackSettings) -> None:

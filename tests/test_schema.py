@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.schema import ExperimentError, check_output_root, experiment_from_dict, load_experiment
+from experiments.schema import ExperimentError, check_before_run, experiment_from_dict, load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "experiments").glob("*.yaml"))
@@ -110,7 +110,7 @@ def test_broken_file_names_its_key(path):
         assert problem is not None and key in problem, problem
         return
     with pytest.raises(ExperimentError) as info:
-        check_output_root(load_experiment(path), str(path))  # the preflight every command that runs makes
+        check_before_run(load_experiment(path), str(path))  # the preflight every command that runs makes
     assert key in str(info.value), f"{path.name}: message does not name {key!r}:\n{info.value}"
     assert str(path) in str(info.value)  # the file is named too
 

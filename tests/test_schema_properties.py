@@ -29,7 +29,7 @@ from experiments.schema import (
     MAX_TRAIN_BATCH,
     Experiment,
     ExperimentError,
-    check_output_root,
+    check_before_run,
     default_experiment_tree,
     experiment_from_dict,
     load_experiment,
@@ -48,6 +48,14 @@ def refused(data: dict, key: str, overrides: tuple[str, ...] = ()) -> str:
     assert key in message, f"the message does not name {key!r}:\n{message}"
     assert "Traceback" not in message and "RecursionError" not in message
     return message
+
+
+def refused_before_run(data: dict, key: str, overrides: tuple[str, ...] = ()) -> str:
+    """Refused by the schema or by the check every command that runs makes before Ray; the message names `key`."""
+    with pytest.raises(ExperimentError) as info:
+        check_before_run(experiment_from_dict(data, overrides, source="generated"), "generated")
+    assert key in str(info.value), f"the message does not name {key!r}:\n{info.value}"
+    return str(info.value)
 
 
 def cl1(device_id: str, host: str = "10.0.0.5", **ports: int) -> dict:
@@ -168,7 +176,18 @@ SIZES = [
 @given(case=st.sampled_from(SIZES), excess=st.integers(0, 10**30))
 def test_sizes_past_their_bound_are_refused(case, excess):
     key, smallest = case
-    refused({}, key, (f"{key}={smallest + excess}",))
+    refused_before_run({}, key, (f"{key}={smallest + excess}",))
+
+
+@FAST
+@given(seeds=st.integers(1, 1000), room=st.integers(-1000, 1000))
+def test_a_sweep_s_seeds_stay_below_the_bound(seeds, room):
+    seed = MAX_SEED - seeds + 1 + room  # room <= 0: the last seed of the sweep is at most MAX_SEED
+    data = {"seed": seed, "tune": {"seeds": seeds}}
+    if room > 0:
+        refused_before_run(data, "seed")
+    else:
+        check_before_run(experiment_from_dict(data), "generated")
 
 
 @FAST
@@ -242,10 +261,10 @@ def test_an_output_root_that_is_a_file_is_refused(tmp_path):
     ):
         experiment = experiment_from_dict({"output": {"root_dir": str(root)}})
         with pytest.raises(ExperimentError, match="output.root_dir") as info:
-            check_output_root(experiment, "generated")
+            check_before_run(experiment, "generated")
         assert problem in str(info.value)
     for fine in (tmp_path, tmp_path / "new" / "runs"):
-        check_output_root(experiment_from_dict({"output": {"root_dir": str(fine)}}))
+        check_before_run(experiment_from_dict({"output": {"root_dir": str(fine)}}))
 
 
 # --- random overrides of every setting: refused with a message, or kept exactly ---------------------------------
