@@ -564,7 +564,7 @@ def _check_env(env: dict[str, Any]) -> None:
 
 
 def _check_sizes(experiment: Experiment) -> None:
-    """Sizes no machine can run and seeds numpy refuses: refused here, naming the bound, rather than inside Ray."""
+    """Sizes no machine can run: refused here, naming the bound, rather than inside Ray."""
     from models.ppo_config import ClosedLoopPPOConfig
 
     defaults = ClosedLoopPPOConfig()
