@@ -1,7 +1,8 @@
 """Scenario resolution: a name or a path becomes a checked .cfg, its WAD, and its enemy names.
 
 Three kinds of scenario are accepted, tried in this order:
-1. a path to any `.cfg` file (absolute, or relative to the working directory);
+1. a path to a `.cfg` file (absolute, or relative to the working directory) that is a vizdoom config: its
+   syntax, and at least one setting vizdoom applies; a path not ending in `.cfg` is refused, never read;
 2. the name of one of spikeloop's own cfgs in `envs/scenarios/` (e.g. `arena`, the default);
 3. the name of a scenario shipped with the `vizdoom` package (e.g. `deadly_corridor`).
 
@@ -249,15 +250,36 @@ def _find_file(name: str, cfg_path: Path) -> Path | None:
     return None
 
 
+def _check_user_cfg(cfg_path: Path) -> None:
+    """Refuse a user's file unless it is a vizdoom config: vizdoom's syntax, and at least one setting vizdoom applies."""
+    entries = read_cfg(cfg_path)
+    if len(ignored_cfg_entries(cfg_path)) == len(entries):
+        keys = ", ".join(dict.fromkeys(e.key for e in entries[:5]))
+        raise ValueError(
+            f"{cfg_path} is not a vizdoom config: vizdoom knows none of its settings ({keys}); "
+            f"a cfg holds settings like {CFG_EXAMPLE}"
+        )
+
+
 def resolve_scenario(scenario: str | os.PathLike) -> Scenario:
     """Turn a scenario name or cfg path into a checked `Scenario`; raise naming what is wrong."""
     text = os.fspath(scenario)
     looks_like_path = text.endswith(".cfg") or os.sep in text or "/" in text
     if looks_like_path:
         cfg_path = Path(text).expanduser()
+        if cfg_path.suffix.lower() != ".cfg":
+            # A path is taken only as an explicit .cfg: anything else (`../../etc/os-release`) is never handed
+            # to vizdoom, which would read any `key = value` text as its config.
+            wad = (
+                " (a .wad is a map: name it in a cfg's doom_scenario_path)" if cfg_path.suffix.lower() == ".wad" else ""
+            )
+            raise ValueError(
+                f"{text!r} is a path but not a .cfg file{wad}; a custom scenario is a vizdoom config ending in .cfg "
+                f"(e.g. my_maps/survival.cfg), otherwise use a scenario name: {', '.join(available_scenarios())}"
+            )
         if not cfg_path.is_file():
             raise FileNotFoundError(f"scenario cfg not found: {cfg_path} (resolved to {cfg_path.resolve()})")
-        read_cfg(cfg_path)  # a user's file: refused unless it is a vizdoom config
+        _check_user_cfg(cfg_path)
         name = cfg_path.stem
     elif (OWN_SCENARIOS_DIR / f"{text}.cfg").is_file():
         cfg_path, name = OWN_SCENARIOS_DIR / f"{text}.cfg", text

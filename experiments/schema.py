@@ -22,6 +22,7 @@ import functools
 import inspect
 import json
 import math
+import os
 import re
 import typing
 from pathlib import Path
@@ -44,7 +45,7 @@ from experiments.closed_loop.feedback import (
     row_commands,
 )
 from experiments.closed_loop.sampling import SamplePace
-from experiments.closed_loop.settings import CultureSettings, DeviceSettings
+from experiments.closed_loop.settings import MAX_SEED, SEED_LIMIT, CultureSettings, DeviceSettings
 from experiments.dotted import get_path
 from experiments.live_view.settings import ViewSettings
 from experiments.protocol import settings as protocol_settings
@@ -69,6 +70,30 @@ for _cls in (
 
 class ExperimentError(ValueError):
     """An experiment file or override that cannot be used; the message names the key."""
+
+
+# Sizes no run can use: each bound is far past any real experiment, and keeps a typo (1e20) from reaching Ray,
+# where it would exhaust memory or wait for ever instead of failing with the key's name.
+MAX_TRAIN_BATCH = 2**20
+"""Env steps per learner per iteration: at the CL1's 10 Hz a culture needs 29 hours to give this many."""
+MAX_NUM_EPOCHS = 1000
+"""Passes over one train batch (PPO uses a handful)."""
+MAX_ENV_RUNNERS = 10_000
+"""Env runners: each is a process with its own game and culture (a cluster of 10,000 cores is far past any lab's)."""
+MAX_LEARNERS = 256
+MAX_GPUS_PER_LEARNER = 16
+"""GPUs one learner may ask for: more than any one node has."""
+MAX_LAYER_WIDTH = 8192
+"""Units of one hidden layer, channels of one convolution, the screen embedding (the defaults are 64-128)."""
+MAX_LAYERS = 32
+"""Hidden layers of one network."""
+MAX_SWEEP_SEEDS = 1000
+MAX_TRIALS = 100_000
+"""Trials of one sweep (configurations x tune.seeds x tune.num_samples): Tune holds every trial in memory."""
+MAX_DEPTH = 32
+"""Nesting levels of an experiment (sections, lists, values): the deepest setting is about 7 levels down."""
+MAX_VALUES = 100_000
+"""Values (mappings, lists, scalars) in one experiment; YAML aliases count once per use."""
 
 
 class LoopSection(BaseModel):
@@ -111,9 +136,11 @@ class PPOSection(BaseModel):
     vf_loss_coeff: float | None = Field(None, ge=0)
     vf_clip_param: float | None = Field(None, gt=0)
     grad_clip: float | None = Field(None, gt=0)
-    minibatch_size: int | None = Field(None, ge=1)
-    num_epochs: int | None = Field(None, ge=1)
-    train_batch_size_per_learner: int | None = Field(None, ge=1)
+    minibatch_size: int | None = Field(None, ge=1, le=MAX_TRAIN_BATCH)
+    num_epochs: int | None = Field(None, ge=1, le=MAX_NUM_EPOCHS)
+    train_batch_size_per_learner: int | None = Field(
+        None, ge=1, le=MAX_TRAIN_BATCH, description="env steps per learner per iteration"
+    )
     encoder_entropy_coeff: float | None = None
     decoder_entropy_coeff: float | None = None
     encoder_lr_multiplier: float | None = Field(None, gt=0)
@@ -135,16 +162,6 @@ class PPOSection(BaseModel):
                 )
         return lr
 
-    @model_validator(mode="after")
-    def _minibatch_fits(self) -> PPOSection:
-        if (
-            self.minibatch_size
-            and self.train_batch_size_per_learner
-            and self.minibatch_size > self.train_batch_size_per_learner
-        ):
-            raise ValueError("minibatch_size is larger than train_batch_size_per_learner")
-        return self
-
     def training_kwargs(self) -> dict[str, Any]:
         """The keys that were set, as `config.training(...)` keyword arguments."""
         kwargs = {k: v for k, v in self.model_dump().items() if v is not None}
@@ -157,9 +174,9 @@ class ResourcesSection(BaseModel):
     """Ray resources of the run."""
 
     model_config = STRICT
-    num_env_runners: int = Field(1, ge=0, description="one device (culture) per env runner")
-    num_learners: int = Field(0, ge=0)
-    num_gpus_per_learner: float = Field(0, ge=0)
+    num_env_runners: int = Field(1, ge=0, le=MAX_ENV_RUNNERS, description="one device (culture) per env runner")
+    num_learners: int = Field(0, ge=0, le=MAX_LEARNERS)
+    num_gpus_per_learner: float = Field(0, ge=0, le=MAX_GPUS_PER_LEARNER)
 
 
 DEFAULT_STOP_ITERATIONS = 10
@@ -204,10 +221,11 @@ class TuneSection(BaseModel):
     seeds: int = Field(
         1,
         ge=1,
+        le=MAX_SWEEP_SEEDS,
         description="seeds per configuration (grid point): seed k runs with seed + k and each simulated device's "
         "seed + k in every configuration, so configurations are compared seed by seed",
     )
-    num_samples: int = Field(1, ge=1)
+    num_samples: int = Field(1, ge=1, le=MAX_TRIALS)
     max_concurrent_trials: int | None = Field(None, ge=1)
     max_failures: int = Field(2, ge=0, description="retries of a failed trial from its last checkpoint")
     metric: str = Field(
@@ -230,7 +248,11 @@ class OutputSection(BaseModel):
     """Where runs are written."""
 
     model_config = STRICT
-    root_dir: str = "runs"
+    root_dir: str = Field(
+        "runs",
+        min_length=1,
+        description="a writable directory, or one that can be made (checked by output_root_problem)",
+    )
     step_log: bool = Field(False, description="write the compact per-step stim/spike log")
 
 
@@ -271,7 +293,7 @@ class Experiment(BaseModel):
 
     model_config = STRICT
     name: str = Field("experiment", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, lt=SEED_LIMIT)  # the bound a run may start with: check_before_run
     devices: list[DeviceSettings] = Field(default_factory=lambda: [DeviceSettings()], min_length=1)
     loop: LoopSection = Field(default_factory=LoopSection)
     safety: SafetyEnvelope = Field(default_factory=SafetyEnvelope)
@@ -354,6 +376,7 @@ class Experiment(BaseModel):
             what = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
             raise ValueError(f"env.{where}: {what} (got {first.get('input')!r})") from None
         _check_env(self.env)
+        _check_sizes(self)
         self.model = dataclasses.replace(
             self.model, ablation=protocol_settings.condition_ablation(self.protocol, self.ablation)
         )
@@ -406,6 +429,7 @@ class Experiment(BaseModel):
                     f"tune.search_space.{key}: tune.seeds already gives each configuration seeds {self.seed} to "
                     f"{self.seed + self.tune.seeds - 1}; sweep the seed with one or the other"
                 )
+        _check_trials(self.tune)
         self.sample_pace().check(self.loop.sample_timeout_s)
         return self
 
@@ -537,6 +561,99 @@ def _check_env(env: dict[str, Any]) -> None:
         check_env_settings(**settings)
     except (ValueError, TypeError, FileNotFoundError) as exc:
         raise ValueError(f"env.{exc}") from None
+
+
+def _check_sizes(experiment: Experiment) -> None:
+    """Sizes no machine can run: refused here, naming the bound, rather than inside Ray."""
+    from models.ppo_config import ClosedLoopPPOConfig
+
+    defaults = ClosedLoopPPOConfig()
+    ppo = experiment.ppo
+    batch = ppo.train_batch_size_per_learner or defaults.train_batch_size_per_learner
+    minibatch = ppo.minibatch_size or defaults.minibatch_size
+    if minibatch > batch:
+        raise ValueError(
+            f"ppo.minibatch_size: {minibatch} is larger than ppo.train_batch_size_per_learner ({batch}"
+            + ("" if ppo.train_batch_size_per_learner else ", the default")
+            + f"), which is split into minibatches; use a minibatch_size of at most {batch}, or a larger batch"
+        )
+    model = experiment.model
+    layers = {name: getattr(model, name) for name in ("encoder_hiddens", "decoder_hiddens", "value_hiddens")}
+    layers["screen_cnn_filters"] = tuple(
+        f[0] if isinstance(f, (tuple, list)) and f else 0 for f in model.screen_cnn_filters
+    )
+    for name, widths in layers.items():
+        if len(widths) > MAX_LAYERS:
+            raise ValueError(f"model.{name}: {len(widths)} layers; use at most {MAX_LAYERS}")
+        for width in widths:
+            if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= MAX_LAYER_WIDTH:
+                raise ValueError(
+                    f"model.{name}: a layer of {width!r} units (channels); each must have 1-{MAX_LAYER_WIDTH}"
+                )
+    for j, spec in enumerate(model.screen_cnn_filters):
+        if len(spec) != 3 or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in spec[1:]):
+            raise ValueError(
+                f"model.screen_cnn_filters.{j}: must be [channels, kernel, stride], whole numbers >= 1, got {list(spec)}"
+            )
+    for name in ("screen_embedding_dim", "screen_cnn_channels"):
+        value = getattr(model, name)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LAYER_WIDTH:
+            raise ValueError(f"model.{name}: must be a whole number 1-{MAX_LAYER_WIDTH}, got {value!r}")
+    view = experiment.view
+    last_port = view.port + experiment.resources.num_env_runners - 1
+    if view.enabled and view.port and last_port > 65535:
+        raise ValueError(
+            f"view.port: env runner {experiment.resources.num_env_runners} would serve on port {last_port}, "
+            f"past 65535; use a view.port of at most {65536 - experiment.resources.num_env_runners}"
+        )
+
+
+def _check_trials(tune: TuneSection) -> None:
+    """A sweep's trials (grid points x seeds x samples) must be few enough for Tune to hold."""
+    points = math.prod(len(spec["grid"]) for spec in tune.search_space.values() if "grid" in spec)
+    trials = points * tune.seeds * tune.num_samples
+    if trials > MAX_TRIALS:
+        raise ValueError(
+            f"tune: {points} grid point(s) x tune.seeds {tune.seeds} x tune.num_samples {tune.num_samples} = "
+            f"{trials} trials, more than {MAX_TRIALS}; sweep fewer values, seeds or samples"
+        )
+
+
+def output_root_problem(root_dir: str) -> str | None:
+    """What keeps runs from being written under `root_dir` (None: it is a writable directory or can be made)."""
+    path = Path(root_dir).expanduser()
+    if path.exists() and not path.is_dir():
+        return f"{root_dir!r} is an existing file, not a directory; give a directory for the runs (e.g. runs)"
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing != path and not existing.is_dir():
+        return f"{root_dir!r} cannot be made: {existing} is a file; give a directory for the runs (e.g. runs)"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = "is not writable" if existing == path else f"cannot be made: {existing} is not writable"
+        return f"{root_dir!r} {what} by this user; give a directory you can write to"
+    return None
+
+
+def check_before_run(experiment: Experiment, source: str = "experiment") -> None:
+    """What a run can only be checked for where it starts: `output.root_dir` writable, seeds with room to grow.
+
+    Asked by the commands that start a run (and `spikeloop check`) before Ray, not by the schema: a trial
+    validates its experiment again on whichever node runs it, where the driver's directory need not exist,
+    and with its seed already moved on by its sweep seed number.
+    """
+    problem = output_root_problem(experiment.output.root_dir)
+    if problem:
+        raise ExperimentError(f"{source}: 1 problem(s):\n  output.root_dir: {problem}")
+    seeds = [("seed", experiment.seed)] + [(f"devices.{i}.seed", d.seed) for i, d in enumerate(experiment.devices)]
+    for key, seed in seeds:
+        if seed + experiment.tune.seeds - 1 > MAX_SEED:
+            raise ExperimentError(
+                f"{source}: 1 problem(s):\n  {key}: {seed}"
+                + (f" plus tune.seeds {experiment.tune.seeds} - 1" if experiment.tune.seeds > 1 else "")
+                + f" is past {MAX_SEED}; use a seed of at most {MAX_SEED - experiment.tune.seeds + 1} (numpy takes "
+                "seeds below 2**32, and env runners add their index to a device's seed)"
+            )
 
 
 def _check_feedback(feedback: FeedbackSettings) -> None:
@@ -736,7 +853,7 @@ def set_path(tree: dict[str, Any], dotted: str, value: Any, defaults: dict[str, 
         else:
             default = default.get(part) if isinstance(default, dict) else None
             if node.get(part) is None:
-                node[part] = copy.deepcopy(default) if isinstance(default, dict) else {}
+                node[part] = copy.deepcopy(default) if isinstance(default, (dict, list)) else {}
             node = node[part]
         if not isinstance(node, (dict, list)):
             raise ExperimentError(f"--set {dotted}: {'.'.join(parts[: i + 1])} is a value, not a section")
@@ -763,12 +880,83 @@ def parse_override(text: str) -> tuple[str, Any]:
     """`a.b=c` -> ("a.b", c) with c parsed as YAML (numbers, booleans, lists)."""
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
-        raise ExperimentError(f"--set {text!r}: write KEY=VALUE, e.g. --set stop.iterations=2")
+        raise ExperimentError(f"--set {text[:80]!r}: write KEY=VALUE, e.g. --set stop.iterations=2")
+    key = key.strip()
+    if key.count(".") >= MAX_DEPTH:
+        raise ExperimentError(
+            f"--set {key[:80]}...: a key {key.count('.') + 1} levels deep; no setting is more than {MAX_DEPTH} deep"
+        )
     try:
+        deep = yaml_nesting_problem(raw, key)
+        if deep:
+            raise ExperimentError(f"--set {deep}")
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
-        raise ExperimentError(f"--set {text!r}: the value is not valid YAML: {exc}") from None
-    return key.strip(), value
+        raise ExperimentError(f"--set {text[:200]!r}: the value is not valid YAML: {exc}") from None
+    return key, value
+
+
+def yaml_nesting_problem(text: str, prefix: str = "") -> str | None:
+    """Where YAML text nests more than MAX_DEPTH levels (its key path and the fix), or None.
+
+    Read from the parser's events, which need no recursion: the loader itself recurses once per level and
+    would stop with Python's RecursionError on a deep enough file.
+    """
+    frames: list[list[Any]] = []  # per open collection: [is_mapping, key or index, awaiting a key]
+
+    def node_done() -> None:
+        if frames:
+            top = frames[-1]
+            if top[0]:
+                top[2] = not top[2]
+            else:
+                top[1] += 1
+
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            if len(frames) >= MAX_DEPTH:
+                where = ".".join([prefix] * bool(prefix) + [str(f[1]) for f in frames])
+                return (
+                    f"{where}: nested more than {MAX_DEPTH} levels deep; no setting is nested that deep "
+                    "(see the example YAMLs in experiments/): flatten it"
+                )
+            if frames and frames[-1][0] and frames[-1][2]:
+                frames[-1][1] = "?"  # a mapping used as a key: a mistake the schema names later
+            frames.append([True, None, True] if isinstance(event, yaml.MappingStartEvent) else [False, 0, False])
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            frames.pop()
+            node_done()
+        elif isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent)):
+            if frames and frames[-1][0] and frames[-1][2]:
+                frames[-1][1] = getattr(event, "value", None) or "*"
+            node_done()
+    return None
+
+
+def tree_size_problem(data: Any) -> str | None:
+    """Where parsed data nests more than MAX_DEPTH levels, or holds more than MAX_VALUES values; None if neither.
+
+    Walked without recursion, each use of a shared (aliased) value counted: a YAML alias bomb stops here.
+    """
+    stack: list[tuple[Any, tuple[str, ...]]] = [(data, ())]
+    seen = 0
+    while stack:
+        node, path = stack.pop()
+        seen += 1
+        if seen > MAX_VALUES:
+            return (
+                f"more than {MAX_VALUES} values (YAML aliases count at every use); an experiment holds a few "
+                "hundred: remove the repetition"
+            )
+        if isinstance(node, (dict, list)):
+            if len(path) >= MAX_DEPTH:
+                return (
+                    f"{'.'.join(path)}: nested more than {MAX_DEPTH} levels deep; no setting is nested that deep "
+                    "(see the example YAMLs in experiments/): flatten it"
+                )
+            items = node.items() if isinstance(node, dict) else enumerate(node)
+            stack.extend((value, (*path, str(key))) for key, value in items)
+    return None
 
 
 def _settings_fields() -> frozenset[str]:
@@ -862,6 +1050,9 @@ def load_experiment(path: str | Path, overrides: list[str] | tuple[str, ...] = (
             f"{path}: not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start}); save the file as UTF-8"
         ) from None
     try:
+        deep = yaml_nesting_problem(text)
+        if deep:
+            raise ExperimentError(f"{path}: {deep}")
         data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise ExperimentError(f"{path}: not valid YAML: {exc}") from None
@@ -877,11 +1068,17 @@ def load_experiment(path: str | Path, overrides: list[str] | tuple[str, ...] = (
 
 def experiment_from_dict(data: dict[str, Any], overrides=(), source: str = "experiment") -> Experiment:
     """Validate a parsed experiment (with `--set` overrides applied first)."""
+    problem = tree_size_problem(data)
+    if problem:
+        raise ExperimentError(f"{source}: {problem}")
     data = copy.deepcopy(data)
     defaults = default_experiment_tree() if overrides else None
     for text in overrides:
         key, value = parse_override(text)
         set_path(data, key, value, defaults)
+    problem = tree_size_problem(data) if overrides else None
+    if problem:
+        raise ExperimentError(f"{source} with --set: {problem}")
     try:
         return Experiment.model_validate(data)
     except ValidationError as exc:

@@ -22,6 +22,17 @@ from tests.support.spikeloop_cli import REPO, run_spikeloop
 
 BROKEN = sorted((Path(__file__).parent / "broken_experiments").glob("*.yaml"))
 COMMANDS = ("check", "train")
+QUICKSTART = "experiments/quickstart.yaml"
+BAD_OVERRIDES = {
+    # --set on a valid file: (override, the key path the refusal must name)
+    "device_id_slash": ("devices.0.device_id=../../tmp/x", "devices.0.device_id"),
+    "spike_port_is_stim_port": ("devices.0.spike_port=12345", "devices.0.spike_port"),
+    "scenario_system_file": ("env.scenario=../../../../../../etc/passwd", "env.scenario"),
+    "root_dir_a_file": ("output.root_dir=/etc/passwd", "output.root_dir"),
+    "batch_1e20": ("ppo.train_batch_size_per_learner=100000000000000000000", "ppo.train_batch_size_per_learner"),
+    "nested_5000": ("env.reward_settings=" + "[" * 5000 + "]" * 5000, "env.reward_settings"),
+    "deep_key": (".".join(["env"] * 5000) + "=1", "--set env.env.env"),
+}
 
 
 def _expected(path: Path) -> str:
@@ -34,6 +45,10 @@ def batch(tmp_path_factory) -> dict[tuple[str, str], dict]:
     jobs = [
         [command, str(path), *(["--exchanges", "2"] if command == "check" else [])]
         for path in BROKEN
+        for command in COMMANDS
+    ] + [
+        [command, QUICKSTART, "--set", override, *(["--exchanges", "2"] if command == "check" else [])]
+        for override, _ in BAD_OVERRIDES.values()
         for command in COMMANDS
     ]
     jobs_file = tmp_path_factory.mktemp("cli") / "jobs.json"
@@ -50,7 +65,9 @@ def batch(tmp_path_factory) -> dict[tuple[str, str], dict]:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {(r["argv"][0], Path(r["argv"][1]).name): r for r in results}
+    return {
+        (r["argv"][0], r["argv"][3] if r["argv"][2:3] == ["--set"] else Path(r["argv"][1]).name): r for r in results
+    }
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -63,6 +80,20 @@ def test_broken_file_is_refused_with_a_message_before_ray_starts(batch, command,
     assert "Traceback" not in output, output[-3000:]
     expected = _expected(path)
     assert expected in output, f"{command} {path.name}: the message does not name {expected!r}:\n{output[-3000:]}"
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("name", sorted(BAD_OVERRIDES))
+def test_a_bad_override_is_refused_with_its_key_before_ray_starts(batch, command, name):
+    override, key = BAD_OVERRIDES[name]
+    result = batch[(command, override)]
+    output = result["stdout"] + result["stderr"]
+    assert result["code"] not in (0, 99) and "RAY STARTED" not in output, output[-3000:]
+    assert "Traceback" not in output and "RecursionError" not in output, output[-3000:]
+    lines = [line for line in output.splitlines() if key in line]
+    assert lines and all(len(line) < 1000 for line in lines), (
+        f"--set {override[:60]}: no line names {key!r}:\n{output[-3000:]}"
+    )
 
 
 def test_the_corpus_is_counted():

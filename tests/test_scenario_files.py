@@ -95,8 +95,12 @@ def test_a_file_that_is_not_a_vizdoom_config_is_refused_at_env_scenario(tmp_path
 
 
 def test_other_scenarios_that_are_no_config_are_refused_clearly(tmp_path):
-    with pytest.raises(ExperimentError, match=r"env\.scenario.*not a text file.*a \.wad is a map"):
+    with pytest.raises(ExperimentError, match=r"env\.scenario.*not a \.cfg file \(a \.wad is a map"):
         experiment_from_dict({"env": {"scenario": str(VIZDOOM_SCENARIOS_DIR / "basic.wad")}})
+    wad_named_cfg = tmp_path / "map.cfg"
+    wad_named_cfg.write_bytes((VIZDOOM_SCENARIOS_DIR / "basic.wad").read_bytes())
+    with pytest.raises(ExperimentError, match=r"env\.scenario.*not a text file.*a \.wad is a map"):
+        experiment_from_dict({"env": {"scenario": str(wad_named_cfg)}})
     with pytest.raises(ExperimentError, match=r"env\.scenario.*scenario cfg not found"):
         experiment_from_dict({"env": {"scenario": str(tmp_path / "absent.cfg")}})
     with pytest.raises(ExperimentError, match=r"env\.scenario.*unknown scenario 'survival'.*path to a \.cfg"):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.schema import ExperimentError, experiment_from_dict, load_experiment
+from experiments.schema import ExperimentError, check_before_run, experiment_from_dict, load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "experiments").glob("*.yaml"))
@@ -110,7 +110,7 @@ def test_broken_file_names_its_key(path):
         assert problem is not None and key in problem, problem
         return
     with pytest.raises(ExperimentError) as info:
-        load_experiment(path)
+        check_before_run(load_experiment(path), str(path))  # the preflight every command that runs makes
     assert key in str(info.value), f"{path.name}: message does not name {key!r}:\n{info.value}"
     assert str(path) in str(info.value)  # the file is named too
 
@@ -149,6 +149,20 @@ def test_broken_files_cover_every_kind_of_mistake():
         "not_utf8",
         "does_not_fit",
     } <= stems
+    # Issue 26: each of these passed `spikeloop check`.
+    assert {
+        "scenario_path_not_cfg",
+        "scenario_cfg_vizdoom_does_not_know",
+        "device_id_path_separator",
+        "device_ports_same",
+        "devices_share_host_ports",
+        "output_root_is_file",
+        "train_batch_huge",
+        "minibatch_over_default_batch",
+        "env_runners_absurd",
+        "nested_5000",
+        "alias_bomb",
+    } <= stems
 
 
 @pytest.mark.parametrize(
@@ -168,6 +182,14 @@ def test_broken_files_cover_every_kind_of_mistake():
         ("feedback.max_datagrams_per_step=0", "feedback.max_datagrams_per_step"),  # nothing could be sent
         ("feedback.max_datagrams_per_step=1", "feedback.max_datagrams_per_step"),  # negative feedback is 2 datagrams
         ("devices.0.reply_port=auto-ish", "devices.0.reply_port"),
+        ("devices.0.device_id=../cl1-a", "devices.0.device_id"),  # a path separator
+        ("devices.0.spike_port=12345", "devices.0.spike_port"),  # the device's stim_port too
+        ("env.scenario=../../../../etc/os-release", "env.scenario"),  # a path that is no .cfg
+        ("ppo.train_batch_size_per_learner=100000000000000000000", "ppo.train_batch_size_per_learner"),
+        ("ppo.minibatch_size=4096", "ppo.minibatch_size"),  # more than the file's batch
+        ("resources.num_env_runners=1000000000", "resources.num_env_runners"),
+        ("env.reward_settings=" + "[" * 5000 + "]" * 5000, "env.reward_settings"),  # nesting
+        ("devices.0.seed=" + "[" * 50 + "]" * 50, "devices.0.seed"),
     ],
 )
 def test_bad_override_names_its_key(override, key):

@@ -8,11 +8,12 @@ and each env runner's `CultureLink` reads them.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from bridge.actor import DEVICE_RESOURCE_SHARE, device_resource
-from bridge.address import DeviceAddress
+from bridge.address import PORTS, DeviceAddress
 from bridge.channels import ARTIFACT_WAIT_MS, COLLECT_WINDOW_MS, TICK_FREQUENCY_HZ
 from bridge.core import BridgeConfig
 from bridge.safety import Policy, SafetyEnvelope
@@ -20,6 +21,14 @@ from bridge.simulated_culture import SimulatedCultureConfig
 from experiments.closed_loop.feedback import FeedbackSettings
 
 SIMULATED_BACKENDS = ("sim", "random", "zero", "transparent")
+DEVICE_ID_CHARACTERS = "A-Za-z0-9_.-"
+DEVICE_ID = re.compile(f"[{DEVICE_ID_CHARACTERS}]+")
+"""A device id names a Ray actor, a node resource (`cl1:<id>`) and files: no separators, spaces or quotes."""
+SEED_LIMIT = 2**32
+"""Seeds numpy's legacy seeding (which RLlib uses), torch and vizdoom all take are below this."""
+MAX_SEED = 2**31 - 1
+"""The largest seed an experiment may set: the seeds derived from it (plus a sweep's seed number, plus an env
+runner's index) stay below SEED_LIMIT."""
 DEVICE_SLOT_RESOURCE = "cl1_slot"
 """Every node that owns CL1 devices advertises one of these per device; each env runner takes one."""
 
@@ -61,18 +70,24 @@ class DeviceSettings:
     pulse per encoding electrode. A cl1 device's program takes it as `spikeloop device --stim-mode`."""
 
     def __post_init__(self) -> None:
-        if (
-            not isinstance(self.device_id, str)
-            or not self.device_id.strip()
-            or any(c.isspace() for c in self.device_id)
-        ):
+        if not isinstance(self.device_id, str) or not DEVICE_ID.fullmatch(self.device_id):
             raise ValueError(
-                f"device_id={self.device_id!r}: must be a non-empty name without spaces (it names the "
-                "bridge actor and the node resource)"
+                f"device_id={self.device_id!r}: must be a non-empty name of letters, digits, '_', '.' and '-' "
+                f"only ({DEVICE_ID_CHARACTERS}; it names the bridge actor, the node resource and files), e.g. cl1-a"
             )
         if not isinstance(self.address, DeviceAddress):
             raise ValueError(f"address={self.address!r}: give a bridge.address.DeviceAddress")
         self.address.require_device_ports()
+        ports = {name: getattr(self.address, name) for name in PORTS if getattr(self.address, name) != 0}
+        for i, (name, port) in enumerate(ports.items()):
+            same = [other for other in list(ports)[:i] if ports[other] == port]
+            if same:
+                raise ValueError(
+                    f"{name}={port}: the same port as this device's {same[0]}; each of a device's ports "
+                    f"({', '.join(PORTS)}) must be its own"
+                )
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < SEED_LIMIT:
+            raise ValueError(f"seed={self.seed!r}: must be a whole number 0-{MAX_SEED}")
         reply = self.reply_port
         if reply not in ("auto", "stim_port", "any") and (
             isinstance(reply, bool) or not isinstance(reply, int) or not 1 <= reply <= 65535
@@ -80,8 +95,6 @@ class DeviceSettings:
             raise ValueError(f"reply_port={reply!r}: use auto, stim_port, any or a UDP port 1-65535")
         if self.node_resource is not None and not self.node_resource.strip():
             raise ValueError("node_resource is empty: leave it out for the default cl1:<device_id>")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed={self.seed!r}: must be a whole number >= 0")
         if not (math.isfinite(self.tick_frequency_hz) and self.tick_frequency_hz > 0):
             raise ValueError(f"tick_frequency_hz={self.tick_frequency_hz!r}: must be a finite number > 0")
         for name in ("artifact_wait_ms", "collect_window_ms", "random_spike_rate_hz", "feedback_settle_ms"):
@@ -222,3 +235,24 @@ class CultureSettings:
         ids = [d.device_id for d in self.devices]
         if len(set(ids)) != len(ids):
             raise ValueError(f"devices: device ids must be unique, got {ids}")
+        # Two devices on one host cannot share a port: one program's bind would fail, or take the other's datagrams.
+        taken: dict[tuple[str, int], str] = {}
+        for i, dev in enumerate(self.devices):
+            host = _same_host(dev.address.host)
+            for name in PORTS:
+                port = getattr(dev.address, name)
+                if port == 0:
+                    continue
+                other = taken.get((host, port))
+                if other is not None and not other.startswith(f"devices.{i}."):
+                    raise ValueError(
+                        f"devices.{i}.{name}: port {port} on host {dev.address.host} is already {other}; two "
+                        "devices on one host need ports of their own (e.g. 12345-12348 and 12355-12358)"
+                    )
+                taken[(host, port)] = f"devices.{i}.{name}"
+
+
+def _same_host(host: str) -> str:
+    """A host as compared for port clashes: case and `localhost` (127.0.0.1) do not matter."""
+    host = host.strip().lower()
+    return "127.0.0.1" if host == "localhost" else host

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from experiments.schema import Experiment, ExperimentError, load_experiment
+from experiments.schema import Experiment, ExperimentError, check_before_run, load_experiment
 
 
 def add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +26,9 @@ def add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
 def load_or_exit(args: argparse.Namespace) -> Experiment:
     """The validated experiment, or a clear message and exit status 2."""
     try:
-        return load_experiment(args.experiment, args.overrides)
+        experiment = load_experiment(args.experiment, args.overrides)
+        check_before_run(experiment, args.experiment)
+        return experiment
     except ExperimentError as exc:
         print(f"spikeloop: invalid experiment\n{exc}", file=sys.stderr)
         raise SystemExit(2) from None
