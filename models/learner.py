@@ -31,6 +31,7 @@ from ray.rllib.algorithms.ppo.ppo import (
     LEARNER_RESULTS_VF_LOSS_UNCLIPPED_KEY,
 )
 from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
+from ray.rllib.connectors.common.numpy_to_tensor import NumpyToTensor
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.learner.learner import DEFAULT_OPTIMIZER, POLICY_LOSS_KEY, VF_LOSS_KEY
 from ray.rllib.evaluation.postprocessing import Postprocessing
@@ -41,6 +42,7 @@ from ray.rllib.utils.typing import ModuleID, TensorType
 from bridge.channels import SPIKE_GROUP_NAMES
 from models.closed_loop_module import ClosedLoopRLModule
 from models.columns import STIM, STIM_DIST_INPUTS, STIM_LOGP
+from models.drop_columns import DropUnusedColumns
 from models.env_steps_received import CountEnvStepsReceived
 from models.running_stats_connector import UpdateRunningStats
 from models.value import NormalizedValueNet
@@ -102,11 +104,15 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
     def build(self) -> None:
         """PPO's build; then the env-step count first in the learner pipeline, the spike-mean connector last.
 
-        The count goes before PPO's own first piece, which adds an artificial step to every episode chunk.
+        The count goes before PPO's own first piece, which adds an artificial step to every episode chunk; the
+        analysis-only columns are dropped before the batch becomes tensors (models/drop_columns.py: a uint64
+        column breaks a CUDA learner).
         """
         super().build()
         if self._learner_connector is not None:
             self._learner_connector.prepend(CountEnvStepsReceived())
+            if any(isinstance(piece, NumpyToTensor) for piece in self._learner_connector.connectors):
+                self._learner_connector.insert_before(NumpyToTensor, DropUnusedColumns())
             self._learner_connector.append(UpdateRunningStats())
 
     @override(PPOTorchLearner)

@@ -15,7 +15,7 @@ from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
 from bridge.channels import SPIKE_GROUP_NAMES
 from models.closed_loop_module import ClosedLoopRLModule
-from models.columns import SPIKES
+from models.columns import SPIKES, STIM_TIMESTAMP
 from models.learner import DECODER_OPTIMIZER, ENCODER_OPTIMIZER, ClosedLoopPPOLearner, _scaled_lr
 from models.ppo_config import ClosedLoopPPOConfig
 from tests.support.toy_loop import ToyClosedLoopEnv, closed_loop_step, synthetic_episodes
@@ -234,3 +234,21 @@ def test_learning_rate_schedule_reaches_every_optimizer_scaled() -> None:
         )
         assert peek(results, MID, "default_optimizer_learning_rate") == pytest.approx(rate), steps
         assert peek(results, MID, "encoder_learning_rate") == pytest.approx(rate * multiplier), steps
+
+
+def test_wire_timestamps_never_reach_the_learner_batch() -> None:
+    """Env runners record each stimulation's uint64 wire timestamp; the learner drops it before the batch becomes
+    tensors: torch on CUDA cannot index a uint64 tensor, and a GPU learner failed in its first minibatch shuffle."""
+    learner = build(lr=1e-3)
+    module: ClosedLoopRLModule = learner.module[MID].unwrapped()
+    env = ToyClosedLoopEnv()
+    episodes = synthetic_episodes(module, env, n_steps=64, seed=5, wire_timestamps=True)
+    assert all(e.get_extra_model_outputs(STIM_TIMESTAMP).dtype == np.uint64 for e in episodes)
+    batch = learner._learner_connector(
+        rl_module=learner.module, batch={}, episodes=episodes, shared_data={}, metrics=learner.metrics
+    )
+    assert STIM_TIMESTAMP not in batch[MID]
+    unsigned = {torch.uint16, torch.uint32, torch.uint64}
+    assert not [k for k, v in batch[MID].items() if isinstance(v, torch.Tensor) and v.dtype in unsigned]
+    results = update(learner, synthetic_episodes(module, env, n_steps=64, seed=6, wire_timestamps=True))
+    assert math.isfinite(peek(results, MID, "total_loss"))

@@ -112,9 +112,12 @@ class ToyCultureConnector(ConnectorV2):
 
 
 def synthetic_episodes(
-    module: ClosedLoopRLModule, env: gym.Env, n_steps: int, seed: int = 0
+    module: ClosedLoopRLModule, env: gym.Env, n_steps: int, seed: int = 0, wire_timestamps: bool = False
 ) -> list[SingleAgentEpisode]:
-    """Roll the module + toy culture in env for n_steps, into finalized episodes like an env runner's."""
+    """Roll the module + toy culture in env for n_steps, into finalized episodes like an env runner's.
+
+    `wire_timestamps`: also record each step's uint64 stimulation timestamp, as a real env runner's episodes do.
+    """
     generator = torch.Generator().manual_seed(seed)
     episodes: list[SingleAgentEpisode] = []
     obs, _ = env.reset(seed=seed)
@@ -124,6 +127,8 @@ def synthetic_episodes(
         columns = closed_loop_step(module, {Columns.OBS: torch.as_tensor(obs)[None]}, generator)
         action = int(columns.pop(Columns.ACTIONS)[0])
         extra = {k: v[0].numpy() for k, v in columns.items()}
+        if wire_timestamps:
+            extra[STIM_TIMESTAMP] = np.uint64(1_000_000 + 100_000 * step)
         obs, reward, terminated, truncated, _ = env.step(action)
         episode.add_env_step(obs, action, reward, terminated=terminated, truncated=truncated, extra_model_outputs=extra)
         if terminated or truncated or step == n_steps - 1:
