@@ -112,7 +112,9 @@ def test_silent_device_fails_within_its_timeout_naming_device_and_port():
     failure = result.stderr
     assert "silent-cl1" in failure and f"127.0.0.1:{nobody}" in failure, failure
     gave_up_s = float(re.search(r"gave up after ([\d.]+) s", failure).group(1))
-    assert gave_up_s < 2 * 0.2  # one timeout, not one per planned exchange (20 x 0.2 s)
+    # One timeout, not one per planned exchange: 20 x 0.2 s would be 4 s. Half of that leaves a loaded machine
+    # its margin (0.42 s was seen under load) and still tells the two apart.
+    assert gave_up_s < 20 * 0.2 / 2, failure
 
 
 def test_minimum_only_probe_stimulates_only_at_the_envelope_minimum():
