@@ -203,6 +203,8 @@ class ClosedLoopCallbacks(RLlibCallback):
                 "events_sent",
                 "written_off",
                 "ambiguous",
+                "unattributed",
+                "clock_resets",
             ):
                 metrics_logger.log_value(f"culture/{key}", stats[key], reduce="max", window=1)
             # What left per step once the budget applied (commands_per_step counts what was asked for).
