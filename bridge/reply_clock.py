@@ -151,7 +151,11 @@ class ReplyClock:
         if span <= 0:
             return None
         dt = t - t_mid
-        drift = float(np.clip(np.dot(dt, x - x.mean()) / max(np.dot(dt, dt), 1e-12), -MAX_DRIFT, MAX_DRIFT))
+        sum_dt2 = max(float(np.dot(dt, dt)), 1e-12)
+        slope = float(np.dot(dt, x - x.mean())) / sum_dt2
+        # Over a short span the reply jitter swamps any real drift: a slope within twice its standard error is noise.
+        slope_se = float(np.std(x - x.mean() - slope * dt)) / np.sqrt(sum_dt2)
+        drift = float(np.clip(slope, -MAX_DRIFT, MAX_DRIFT)) if abs(slope) > 2 * slope_se else 0.0
         level = x - drift * dt
         offset = float(np.median(level))
         residuals = level - offset
