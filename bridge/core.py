@@ -27,6 +27,11 @@ stimulation silently breaks the closed loop. Two kinds of device exist:
   unknowable: neither is taken, `ambiguous`). A reply is therefore never `ok`
   while it may answer an earlier stimulation, unless the device breaks the
   horizon for two stimulations in a row; extra replies are counted.
+  Once a few answers show that the device's clock runs at our rate, its stamps
+  decide instead (`bridge.reply_clock`): a reply answers the awaited
+  stimulation only if its stamp, read against the send times, fits that one
+  and no earlier one still unanswered; whatever cannot be attributed with
+  certainty is written off (`unattributed`), never used.
 
 `correlation="auto"` decides which kind the device is: echo as soon as a reply
 carries the awaited timestamp; plain only after `AUTO_PLAIN_VOTES` exchanges
@@ -79,6 +84,7 @@ from bridge.protocol import (
     encode_stim,
     now_us,
 )
+from bridge.reply_clock import ReplyClock
 from bridge.safety import Policy, SafetyEnvelope
 
 RECV_BYTES = 4096
@@ -96,6 +102,14 @@ AUTO_REPIN_TIMEOUTS = 3
 """Auto reply port: timeouts in a row, with replies from one other port of the device host, before that port is pinned."""
 STATUS_REQUESTS_UNANSWERED = 3
 """Episode-end status requests a device may leave unanswered (it does not speak them) before the bridge stops asking."""
+CLOCK_RESET_EXCHANGES = 4
+"""Plain devices: exchanges in a row that heard replies fitting no stimulation before the learnt clock is dropped."""
+STALL_MEMORY_HORIZONS = 2.0
+"""Learnt clock: for this many horizons after an unanswered stimulation, a late-stamped reply may be its (a device
+that stalled past the horizon), so it is not taken, and an on-time one is taken only once no second reply follows
+it."""
+RECENT_ANSWERS = 64
+"""Plain devices: answers kept byte for byte, to recognise their copies."""
 R = TypeVar("R")
 
 log = logging.getLogger(__name__)
@@ -242,6 +256,7 @@ COUNTERS = (
     "ok",
     "timeouts",
     "ambiguous",
+    "unattributed",
     "late",
     "written_off",
     "duplicates",
@@ -255,9 +270,13 @@ COUNTERS = (
     "clamped_values",
     "status_requests",
     "device_status",
+    "clock_resets",
 )
 """`received`: well-formed spike datagrams from the device's address, answers or not.
 `ambiguous`: exchanges on probation that got two or more replies (none taken; not counted in `timeouts`).
+`unattributed`: replies from a plain device whose stamp fits no stimulation, or more than one that may still be
+answered (learnt clock, `bridge.reply_clock`): written off, never taken.
+`clock_resets`: times the learnt clock of a plain device was dropped because its replies stopped fitting it.
 `written_off`: stimulations whose reply never came within their horizon (plain devices).
 `stale` and `duplicates` together are the device's unsolicited datagrams (`BridgeCore.unsolicited`).
 `status_requests`: `status_request` events sent (not in `events_sent`, which counts the trainer's events).
@@ -313,6 +332,11 @@ class BridgeCore:
         self._timed_out = _Bounded(REMEMBERED_STIMS)  # our stimulation stamps that timed out
         self._owed: collections.deque[_Owed] = collections.deque()  # plain or undecided: replies still owed
         self._probation = False  # plain: a reply was written off, so the next exchange waits its whole window
+        self._clock = ReplyClock(config.timeout_s, config.horizon_s)  # plain: the device's clock, learnt
+        self._unanswered: dict[int, float] = {}  # plain: stimulation stamp -> send time, of those never answered
+        self._recent_answers: collections.deque[bytes] = collections.deque(maxlen=RECENT_ANSWERS)
+        self._unfit_streak = 0  # learnt clock: exchanges in a row with replies that fit no stimulation, none taken
+        self._unfit_this_exchange = False
         self._latencies_s: collections.deque[float] = collections.deque(maxlen=LATENCY_WINDOW)
         self._recent_latencies_s: collections.deque[float] = collections.deque(maxlen=RECENT_LATENCIES)
         self._counts = dict.fromkeys(COUNTERS, 0)
@@ -370,9 +394,14 @@ class BridgeCore:
         if self._owed:
             self._await_owed()  # when this stimulation leaves, no earlier one can still be answered
         probation, self._probation = self._probation, False
+        by_clock = self._by_clock()
+        probation = probation and not by_clock  # stamps tell a written-off stimulation's reply from this one's
         self._counts["exchanges"] += 1
         self._other_port = None
         self._copy_this_exchange = False
+        self._unfit_this_exchange = False
+        # Read before the send: the stimulation cannot have left sooner, so a stamp is never read as too early.
+        t_leave = time.perf_counter()
         self._send(payload, self._stim_addr)
         t_sent = time.perf_counter()
         # On probation the whole horizon is watched: a second reply in it means one answers the written-off one.
@@ -382,12 +411,29 @@ class BridgeCore:
         candidate: _Datagram | None = None  # auto, undecided: held until the timeout in case the echo follows
         held: list[_Datagram] = []  # probation: every plain reply of the window
         answer: _Datagram | None = None
+        answer_by_clock: _Datagram | None = None  # learnt clock: the one reply that fits, while a second is awaited
         while answer is None:
             got = self._await_datagram(deadline, spin_window)
             if got is None:
                 break
             datagram = self._accept(*got)
             if datagram is None:
+                continue
+            if by_clock:
+                if answer_by_clock is not None and datagram.data == answer_by_clock.data:
+                    self._counts["duplicates"] += 1  # a copy of the reply held: one reply, not a second one
+                    continue
+                if not self._attribute(datagram, (stim.timestamp_us, t_leave), earliest):
+                    continue
+                if answer_by_clock is not None:  # two replies fit: a stalled device's earlier one is among them
+                    self._counts["unattributed"] += 2
+                    self._unfit_this_exchange = True
+                    answer_by_clock = None
+                    break
+                answer_by_clock = datagram
+                if not self._recent_unanswered(t_leave):
+                    break
+                deadline = min(deadline, datagram.arrived + self._clock.settle_s)
                 continue
             kind = self._classify_awaited(datagram, stim.timestamp_us, earliest)
             if kind == "echo":
@@ -424,12 +470,18 @@ class BridgeCore:
                 return self._no_answer(stim, clamped, count_timeout=False)
         if answer is None and candidate is not None:
             answer = candidate
+        if answer_by_clock is not None:
+            answer = answer_by_clock
         if answer is not None:
             self._busy_s += time.perf_counter() - t_start
-            return self._take(answer, stim, t_sent, clamped)
+            return self._take(answer, stim, t_sent, clamped, t_leave)
         self._timed_out.add(stim.timestamp_us)
         if not self._echo:
             self._owed.append(_Owed(stim.timestamp_us, t_sent + self.config.horizon_s))
+            self._unanswered[stim.timestamp_us] = t_leave
+            if len(self._unanswered) > REMEMBERED_STIMS:
+                del self._unanswered[next(iter(self._unanswered))]
+        self._note_clock(by_clock)
         self._note_repin()
         self._note_copies()
         self._busy_s += time.perf_counter() - t_start
@@ -520,6 +572,7 @@ class BridgeCore:
             "last_reply_wall": self._last_reply_wall,
             "last_heard_wall": self._last_heard_wall,
             "latency_ms": {k: float(v) for k, v in latency.items()} | {"n": int(lat_ms.size)},
+            "reply_clock": self._clock.describe(),
             "duty": self._busy_s / wall_s if wall_s > 0 else 0.0,
             "device_status": self._device_status,
         }
@@ -565,8 +618,10 @@ class BridgeCore:
             return f"{host}:{self._reply_port}" + (" (pinned from the first answer)" if self._pin_auto else "")
         return f"{host}:any port" + (" (auto: pinned at the first answer)" if self._pin_auto else "")
 
-    def _take(self, answer: _Datagram, stim: StimCommand, t_sent: float, clamped: int) -> SpikeReply:
-        """Book `answer` as the reply to `stim` and return it."""
+    def _take(
+        self, answer: _Datagram, stim: StimCommand, t_sent: float, clamped: int, t_leave: float | None = None
+    ) -> SpikeReply:
+        """Book `answer` as the reply to `stim` (sent at `t_sent`, read just before the send at `t_leave`)."""
         reply = answer.reply
         latency = answer.arrived - t_sent
         self._latencies_s.append(latency)
@@ -578,6 +633,9 @@ class BridgeCore:
             if self._echo is None:
                 self._vote_plain()
             self._last_answer_data = answer.data
+            self._recent_answers.append(answer.data)
+            self._clock.observe(t_sent if t_leave is None else t_leave, reply.timestamp_us)
+            self._unfit_streak = 0
             if reply.timestamp_us == self._last_plain_stamp:
                 self._stamps_repeat = True  # a coarse or constant clock: identical datagrams may be answers
             self._last_plain_stamp = reply.timestamp_us
@@ -641,6 +699,66 @@ class BridgeCore:
         if self._plain_votes >= AUTO_PLAIN_VOTES:
             self._echo = False
 
+    def _by_clock(self) -> bool:
+        """Plain device whose clock is learnt: stamps, read against send times, decide which stimulation a reply fits."""
+        return self._echo is False and self._clock.ready
+
+    def _attribute(self, datagram: _Datagram, awaited: tuple[int, float] | None, earliest: float) -> bool:
+        """Learnt clock: True if `datagram` answers the awaited (stamp, send time); else counted and written off.
+
+        It answers the awaited stimulation only if its stamp fits that one's window and no other stimulation that
+        may still be answered; fitting exactly one earlier one, it is that one's late reply. Anything else (no
+        window, or several) is `unattributed`: a guess could name the wrong stimulation.
+        """
+        if not self._stamps_repeat and datagram.data in self._recent_answers:
+            self._counts["duplicates"] += 1  # byte for byte an answer already taken
+            self._copy_this_exchange = True
+            return False
+        stamp, arrived = datagram.reply.timestamp_us, datagram.arrived
+        earlier = [us for us, t in self._unanswered.items() if self._clock.fits(stamp, t)]
+        fits_awaited = awaited is not None and arrived >= earliest and self._clock.fits(stamp, awaited[1])
+        if fits_awaited and awaited is not None and not self._clock.on_time(stamp, awaited[1]):
+            # Stamped later than the device answers: a stalled device's reply to a recent unanswered one may be it.
+            fits_awaited = not self._recent_unanswered(awaited[1])
+            if not fits_awaited and not earlier:
+                self._counts["unattributed"] += 1
+                self._unfit_this_exchange = True
+                return False
+        if fits_awaited and not earlier:
+            return True
+        if len(earlier) == 1 and not fits_awaited:
+            (stim_us,) = earlier
+            del self._unanswered[stim_us]
+            self._timed_out.discard(stim_us)
+            self._owed = collections.deque(o for o in self._owed if o.stim_us != stim_us)
+            self._recent_answers.append(datagram.data)  # its copies are duplicates
+            self._counts["late"] += 1
+            return False
+        self._counts["unattributed"] += 1
+        self._unfit_this_exchange = True
+        return False
+
+    def _recent_unanswered(self, t_sent: float) -> bool:
+        """Was a stimulation left unanswered recently enough (before `t_sent`) that a stalled device may answer it?"""
+        if not self._unanswered:
+            return False
+        newest = next(reversed(self._unanswered.values()))
+        return newest >= t_sent - STALL_MEMORY_HORIZONS * self.config.horizon_s
+
+    def _note_clock(self, by_clock: bool) -> None:
+        """Learnt clock, at a timeout: replies that fit nothing, exchange after exchange, mean the clock moved."""
+        self._unfit_streak = self._unfit_streak + 1 if by_clock and self._unfit_this_exchange else 0
+        if self._unfit_streak >= CLOCK_RESET_EXCHANGES:
+            log.warning(
+                "device %r: replies fit no stimulation for %d exchanges in a row; relearning its clock "
+                "(did the device clock step?)",
+                self.config.device_id,
+                self._unfit_streak,
+            )
+            self._clock.forget()
+            self._counts["clock_resets"] += 1
+            self._unfit_streak = 0
+
     def _earliest_reply_s(self) -> float:
         """How soon after a send a plain device's reply can answer it (0 until its speed is known)."""
         if self._echo or len(self._recent_latencies_s) < RECENT_LATENCIES:
@@ -697,7 +815,9 @@ class BridgeCore:
     def _await_owed(self) -> None:
         """Plain devices: wait for every reply still owed, each until its horizon; write off the rest."""
         while self._owed:
-            remaining = self._owed[0].horizon - time.perf_counter()
+            # With a learnt clock, a little past the horizon, so that the next stimulation's window starts after it.
+            margin = self._clock.margin_s if self._by_clock() else 0.0
+            remaining = self._owed[0].horizon + margin - time.perf_counter()
             got = self._recv(remaining) if remaining > 0 else None
             if got is None:
                 self._owed.popleft()
@@ -752,18 +872,22 @@ class BridgeCore:
             for i, owed in enumerate(self._owed):  # undecided: it was also owed as a plain reply
                 if owed.stim_us == ts:
                     del self._owed[i]
+                    self._unanswered.pop(ts, None)
                     break
             return True
         return False
 
     def _classify_unawaited(self, datagram: _Datagram) -> None:
         """Count a reply that arrived while no stimulation was awaited: it answers none of them now."""
+        if self._by_clock():
+            self._attribute(datagram, None, 0.0)
+            return
         if self._echo is not False and self._echo_bookkeeping(datagram.reply.timestamp_us):
             return
         if self._echo is True:
             self._counts["stale"] += 1  # echo device, unknown timestamp: nothing it can answer
         elif self._owed:
-            self._owed.popleft()  # in order: the oldest stimulation still owed a reply
+            self._unanswered.pop(self._owed.popleft().stim_us, None)  # in order: the oldest one still owed a reply
             self._counts["late"] += 1
         elif datagram.data == self._last_answer_data and not self._stamps_repeat:
             self._counts["duplicates"] += 1
@@ -783,7 +907,7 @@ class BridgeCore:
                 self._counts["stale"] += 1
                 return None
         if self._owed:  # replies come in order: the oldest owed one is answered first
-            self._owed.popleft()
+            self._unanswered.pop(self._owed.popleft().stim_us, None)
             self._counts["late"] += 1
             return None
         if datagram.arrived < earliest:

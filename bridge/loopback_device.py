@@ -13,19 +13,29 @@ clock of its own (`clock`: any function, so coarse, constant or backward clocks
 too), answer on hardware ticks (`tick_s`: a reply leaves one tick after the
 tick boundary that follows the stimulation's arrival, faults' delays added),
 and reply from a socket of its own (`reply_from_own_socket`).
+
+It knows the truth: `answered` (and, with `record`, a JSON-lines file) holds,
+for every stimulation it took in, the stimulation's stamp, the stamp of its
+reply and the fault injected, so a test can check which stimulation each reply
+the bridge took really answered. The datagrams stay protocol v1, byte for byte.
+Run as its own process (`python -m bridge.loopback_device --help`) it injects
+faults at given rates (`FaultPlan`) and keeps a clock of its own, offset and
+drifting.
 """
 
 from __future__ import annotations
 
 import argparse
 import heapq
+import json
 import math
+import random
 import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import IO, Literal
 
 from bridge.protocol import STIM_SIZE, SpikeCounts, StimCommand, decode_stim, encode_spikes, encode_stim, now_us
 
@@ -65,6 +75,10 @@ class LoopbackDevice:
     received_feedback: list[bytes] = field(default_factory=list)
     received_events: list[bytes] = field(default_factory=list)
     injected: dict[str, int] = field(default_factory=lambda: dict.fromkeys((*FAULTS, "stale"), 0))
+    answered: list[tuple[int, int, str | None]] = field(default_factory=list)
+    """The truth: (stimulation stamp, reply stamp, fault) for every stimulation taken in, in order."""
+    record: str | None = None
+    """A JSON-lines file that gets each `answered` entry as it happens (for a device in its own process)."""
 
     def __post_init__(self) -> None:
         self._socks = {}
@@ -87,6 +101,7 @@ class LoopbackDevice:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._n = 0
+        self._record: IO[str] | None = open(self.record, "a", encoding="utf-8") if self.record else None  # noqa: SIM115
 
     @property
     def reply_port(self) -> int:
@@ -113,6 +128,9 @@ class LoopbackDevice:
             t.join(timeout=1)
         for sock in {*self._socks.values(), self._foreign, self._reply}:
             sock.close()
+        if self._record is not None:
+            self._record.close()
+            self._record = None
 
     def __enter__(self) -> LoopbackDevice:
         return self.start()
@@ -148,30 +166,43 @@ class LoopbackDevice:
         dest = (self.trainer_host, self.spike_port)
         if fault is not None:
             self.injected[fault] += 1
+        self.answered.append((stim.timestamp_us, ts, fault))
+        if self._record is not None:
+            line = {"stim_us": stim.timestamp_us, "reply_us": ts, "fault": fault, "delay_s": delay}
+            self._record.write(json.dumps(line) + "\n")
+            self._record.flush()
         if fault == "drop":
             return
+        send_at = None  # now
         if self.tick_s > 0:  # read on the next tick boundary, answered on the tick after it
-            read_at = math.ceil(arrived / self.tick_s) * self.tick_s
-            self._schedule(read_at + self.tick_s + (delay if fault == "delay" else 0.0), good)
-            return
+            send_at = math.ceil(arrived / self.tick_s) * self.tick_s + self.tick_s
         if fault == "delay":
-            threading.Timer(delay, self._reply.sendto, args=(good, dest)).start()
+            if send_at is None:
+                threading.Timer(delay, self._reply.sendto, args=(good, dest)).start()
+            else:
+                self._emit(self._reply, good, send_at + delay)
             return
         if fault == "corrupt":
-            self._reply.sendto(good[:-3], dest)  # truncated: must be counted malformed
+            self._emit(self._reply, good[:-3], send_at)  # truncated: must be counted malformed
         if fault == "stale":
-            self._reply.sendto(encode_spikes(SpikeCounts(max(0, ts - STALE_BY_US), (55.0,) * 8)), dest)
+            self._emit(self._reply, encode_spikes(SpikeCounts(max(0, ts - STALE_BY_US), (55.0,) * 8)), send_at)
         if fault == "foreign":
             # Right timestamp, wrong counts: accepting it would be caught by the caller.
-            forged = encode_spikes(SpikeCounts(ts, (99.0,) * 8))
-            self._foreign.sendto(forged, dest)
-        self._reply.sendto(good, dest)
+            self._emit(self._foreign, encode_spikes(SpikeCounts(ts, (99.0,) * 8)), send_at)
+        self._emit(self._reply, good, send_at)
         if fault == "duplicate":
-            self._reply.sendto(good, dest)
+            self._emit(self._reply, good, send_at)
 
-    def _schedule(self, at: float, datagram: bytes) -> None:
+    def _emit(self, sock: socket.socket, datagram: bytes, at: float | None) -> None:
+        """Send now (`at` None), or at monotonic time `at`."""
+        if at is None:
+            sock.sendto(datagram, (self.trainer_host, self.spike_port))
+        else:
+            self._schedule(at, datagram, sock)
+
+    def _schedule(self, at: float, datagram: bytes, sock: socket.socket | None = None) -> None:
         with self._queue_ready:
-            heapq.heappush(self._queue, (at, self._order, datagram, self._reply))
+            heapq.heappush(self._queue, (at, self._order, datagram, sock or self._reply))
             self._order += 1
             self._queue_ready.notify()
 
@@ -204,14 +235,113 @@ def raw_round_trip(device: tuple[str, int], reply_sock: socket.socket, frequenci
     return time.perf_counter() - t0
 
 
+PLAN_FAULTS = ("drop", "late", "very_late", "duplicate", "corrupt", "foreign")
+"""What a `FaultPlan` injects: "late" and "very_late" are "delay" faults with delays from their own ranges."""
+
+
+@dataclass
+class FaultPlan:
+    """Faults drawn at random, at most one per stimulation, at the given rates (for a device in its own process)."""
+
+    rates: dict[str, float]
+    late_s: tuple[float, float] = (0.55, 0.95)
+    """Delays of "late" replies: by default past the bridge's default timeout (0.5 s), within its horizon (1 s)."""
+    very_late_s: tuple[float, float] = (1.05, 3.0)
+    """Delays of "very_late" replies: by default past the bridge's default horizon."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        unknown = set(self.rates) - set(PLAN_FAULTS)
+        if unknown:
+            raise ValueError(f"unknown fault {sorted(unknown)}: use {', '.join(PLAN_FAULTS)}")
+        if any(not 0 <= p <= 1 for p in self.rates.values()) or sum(self.rates.values()) > 1:
+            raise ValueError(f"fault rates {self.rates}: each in 0-1, together at most 1")
+        for name in ("late_s", "very_late_s"):
+            lo, hi = getattr(self, name)
+            if not 0 <= lo <= hi:
+                raise ValueError(f"{name}={lo},{hi}: give LO,HI seconds with 0 <= LO <= HI")
+        self._rng = random.Random(self.seed)
+        self._drawn: tuple[int, Fault | None, float] = (-1, None, 0.0)
+
+    def _draw(self, i: int) -> tuple[Fault | None, float]:
+        if self._drawn[0] != i:  # the device asks for stimulation i's fault, then its delay
+            u, kind = self._rng.random(), None
+            for name in PLAN_FAULTS:
+                u -= self.rates.get(name, 0.0)
+                if u < 0:
+                    kind = name
+                    break
+            delay = 0.0
+            if kind in ("late", "very_late"):
+                delay = self._rng.uniform(*(self.late_s if kind == "late" else self.very_late_s))
+            fault: Fault | None = "delay" if kind in ("late", "very_late") else kind  # type: ignore[assignment]
+            self._drawn = (i, fault, delay)
+        return self._drawn[1], self._drawn[2]
+
+    def fault_for(self, i: int) -> Fault | None:
+        """Stimulation i's fault (None: answered as it should be)."""
+        return self._draw(i)[0]
+
+    def delay_for(self, i: int) -> float:
+        """Stimulation i's delay, if its fault is one."""
+        return self._draw(i)[1]
+
+
+def drifting_clock(offset_s: float, drift_ppm: float) -> Callable[[], int]:
+    """A device clock `offset_s` away from ours, running `drift_ppm` fast (microseconds since the epoch)."""
+    start_us = now_us()
+    offset_us = round(offset_s * 1e6)
+    return lambda: max(0, start_us + offset_us + round((now_us() - start_us) * (1 + drift_ppm * 1e-6)))
+
+
+def _pair(text: str) -> tuple[float, float]:
+    try:
+        lo, hi = (float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give LO,HI seconds, e.g. 0.1,0.2") from None
+    return lo, hi
+
+
+def _rate(text: str) -> tuple[str, float]:
+    name, _, value = text.partition("=")
+    try:
+        return name, float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give KIND=RATE, e.g. drop=0.03") from None
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run a fault-free loopback device until interrupted (for benchmarks)."""
+    """Run a loopback device until interrupted (benchmarks; tests that need a device process of its own)."""
     parser = argparse.ArgumentParser(prog="python -m bridge.loopback_device", description=__doc__)
     parser.add_argument("--spike-port", type=int, required=True, help="trainer port that receives replies")
     parser.add_argument("--stim-port", type=int, default=0, help="port to listen on for stimulation (0: free)")
     parser.add_argument("--own-clock", action="store_true", help="stamp replies with the device clock, not the echo")
+    parser.add_argument("--tick-s", type=float, default=0.0, help="> 0: answer on ticks of this period")
+    parser.add_argument("--clock-offset-s", type=float, default=0.0, help="own clock: seconds ahead of ours")
+    parser.add_argument("--clock-drift-ppm", type=float, default=0.0, help="own clock: how much faster it runs")
+    parser.add_argument(
+        "--fault", type=_rate, action="append", default=[], help=f"KIND=RATE, KIND one of {', '.join(PLAN_FAULTS)}"
+    )
+    parser.add_argument("--late-s", type=_pair, default=(0.55, 0.95), help="delays of late replies: LO,HI seconds")
+    parser.add_argument("--very-late-s", type=_pair, default=(1.05, 3.0), help="delays of very late replies")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the faults")
+    parser.add_argument("--record", default=None, help="JSON-lines file: the truth, one line per stimulation")
     args = parser.parse_args(argv)
-    device = LoopbackDevice(spike_port=args.spike_port, stim_port=args.stim_port, echo_timestamps=not args.own_clock)
+    try:
+        plan = FaultPlan(dict(args.fault), args.late_s, args.very_late_s, args.seed) if args.fault else None
+    except ValueError as exc:
+        parser.error(str(exc))
+    own_clock = args.own_clock or args.clock_offset_s != 0 or args.clock_drift_ppm != 0
+    device = LoopbackDevice(
+        spike_port=args.spike_port,
+        stim_port=args.stim_port,
+        echo_timestamps=not own_clock,
+        clock=drifting_clock(args.clock_offset_s, args.clock_drift_ppm) if own_clock else None,
+        fault_for=plan.fault_for if plan else lambda i: None,
+        delay_for=plan.delay_for if plan else None,
+        record=args.record,
+        tick_s=args.tick_s,
+    )
     device.start()
     print(
         f"stim_port={device.stim_port} feedback_port={device.feedback_port} event_port={device.event_port}", flush=True

@@ -77,6 +77,8 @@ RESULT_TAGS: dict[str, str] = {
     "loop/stale": "env_runners/culture/stale",
     "loop/written_off": "env_runners/culture/written_off",
     "loop/ambiguous": "env_runners/culture/ambiguous",
+    "loop/unattributed": "env_runners/culture/unattributed",
+    "loop/clock_resets": "env_runners/culture/clock_resets",
     "loop/exchange_ok_fraction": "env_runners/culture/exchange_ok_fraction",
     "loop/device_duty": "env_runners/culture/device_duty",
     "ppo/env_steps_received": "learners/__all_modules__/num_env_steps_received",

@@ -72,7 +72,10 @@ def test_every_ok_reply_answers_its_own_stimulation(echo):
     assert stats["correlation"] == ("echo" if echo else "arrival")
     assert stats["exchanges"] == n
     assert slow == 0 if echo else slow < injected["delay"]
-    assert stats["timeouts"] + slow == injected["drop"] + injected["delay"]
+    # A plain device's own reply is written off (`unattributed`) rather than taken when it cannot be told from a
+    # stalled reply to the stimulation a fault left unanswered: each such costs a timeout.
+    lost = injected["drop"] + injected["delay"]
+    assert lost <= stats["timeouts"] + slow <= lost + stats["unattributed"]
     assert stats["timeouts"] == statuses.count("timeout") and stats["ambiguous"] == 0
     assert stats["ok"] == n - stats["timeouts"]
     assert stats["late"] + slow == injected["delay"]

@@ -84,8 +84,11 @@ def test_a_correct_device_passes_and_gets_exactly_the_printed_stimulations(tmp_p
         (["--answer-previous"], r"answers each stimulation with the counts evoked by the stimulation before it"),
         (["--chatty"], r"sent \d+ datagram\(s\) that answer no stimulation \(\d+ datagram\(s\) for 40 stimulation"),
         (
+            # Its own clock lets the bridge set some unasked datagrams aside (their stamps fit no stimulation): the
+            # check then names those, or, where they were taken, the lateness they cause.
             ["--tick-quantised", "--own-clock", "--chatty"],
-            r"answers each stimulation with the counts evoked by the stimulation (2 )?before it",
+            r"answers each stimulation with the counts evoked by the stimulation (2 )?before it"
+            r"|sent \d+ datagram\(s\) that answer no stimulation",
         ),
     ],
     ids=["late", "chatty", "tick-device-late"],

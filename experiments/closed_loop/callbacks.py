@@ -204,6 +204,8 @@ class ClosedLoopCallbacks(RLlibCallback):
                 "events_sent",
                 "written_off",
                 "ambiguous",
+                "unattributed",
+                "clock_resets",
             ):
                 metrics_logger.log_value(f"culture/{key}", stats[key], reduce="max", window=1)
             # The device's own account (its last device_status): charge delivered and commands it refused.
