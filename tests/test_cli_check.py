@@ -31,8 +31,12 @@ def spikeloop_check(*args: str, timeout_s: float = 120) -> subprocess.CompletedP
     )
 
 
-def cl1_device(device_id: str, stim_port: int, spike_port: int = 0, feedback_port: int = 9, event_port: int = 9) -> str:
-    """A --set that replaces the devices with one cl1 device on loopback."""
+def cl1_device(
+    device_id: str, stim_port: int, spike_port: int = 0, feedback_port: int | None = None, event_port: int | None = None
+) -> str:
+    """A --set that replaces the devices with one cl1 device on loopback (unbound free ports where none is given)."""
+    feedback_port = free_port() if feedback_port is None else feedback_port
+    event_port = free_port() if event_port is None else event_port
     return (
         f"devices=[{{device_id: {device_id}, backend: cl1, host: 127.0.0.1, stim_port: {stim_port}, "
         f"spike_port: {spike_port}, feedback_port: {feedback_port}, event_port: {event_port}}}]"
