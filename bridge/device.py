@@ -311,6 +311,8 @@ class Device:
             self._event_sock: self._on_event,
         }
         self._closed = False
+        self.final_dose: dict[str, Any] | None = None
+        """The dose when the device closed (`DoseMeter.summary`), for the exit summary."""
         self._feedback_clear_s = -math.inf  # feedback_settle_ms: no stimulation is applied before this
 
     def _bind(self, port: int) -> socket.socket:
@@ -406,6 +408,12 @@ class Device:
         if self._closed:
             return
         self._closed = True
+        try:
+            # Read on the backend's clock, which closes with it (cl: the sample clock): the dose at exit.
+            self.final_dose = self.dose.summary(self.backend.now_s())
+        except Exception as exc:  # a backend that never opened has no clock; the session figures need none
+            log.warning("dose at exit without the last minute (%s: %s)", type(exc).__name__, exc)
+            self.final_dose = self.dose.summary(None)
         try:
             self.backend.close()
         finally:
@@ -1153,7 +1161,7 @@ def main(argv: list[str]) -> int:
     summary: dict[str, Any] = {
         "exit_reason": device.exit_reason or "loop ended",
         **device.counters,
-        "dose": device.dose.summary(device.backend.now_s()),
+        "dose": device.final_dose,
         "recording_files": [str(p) for p in device.recording_files()],
     }
     print(json.dumps({"spikeloop_device": summary}), file=sys.stderr)

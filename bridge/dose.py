@@ -117,12 +117,15 @@ class DoseMeter:
         self._recent_nc += charges
         self.session_nc += charges
 
-    def summary(self, now_s: float) -> dict[str, Any]:
-        """The dose as plain JSON: the most-dosed electrode per minute and per session, and the session's total."""
-        per_min = self.per_min_nc(now_s)
+    def summary(self, now_s: float | None) -> dict[str, Any]:
+        """The dose as plain JSON: the most-dosed electrode per minute and per session, and the session's total.
+
+        `now_s` None (no clock to read): the last minute's figures are None, the session's are whole.
+        """
+        per_min = self.per_min_nc(now_s) if now_s is not None else None
         return {
-            "max_nc_per_min": float(per_min.max()),
-            "max_nc_per_min_electrode": int(per_min.argmax()),
+            "max_nc_per_min": float(per_min.max()) if per_min is not None else None,
+            "max_nc_per_min_electrode": int(per_min.argmax()) if per_min is not None else None,
             "max_nc_session": float(self.session_nc.max()),
             "max_nc_session_electrode": int(self.session_nc.argmax()),
             "total_nc_session": float(self.session_nc.sum()),
