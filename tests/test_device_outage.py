@@ -22,7 +22,14 @@ import yaml
 
 from bridge.channels import N_ENCODING
 from bridge.protocol import EventMessage, StimCommand, decode_spikes, encode_event, encode_stim
-from tests.support.hardware_rig import REPO, DevicePorts, DeviceProgram, spikeloop_argv, user_env
+from tests.support.hardware_rig import (
+    REPO,
+    DevicePorts,
+    DeviceProgram,
+    spikeloop_argv,
+    user_env,
+    wait_for_log_text,
+)
 from tests.support.readme_commands import readme_argv
 from tests.support.tensorboard_events import event_scalars
 
@@ -47,14 +54,6 @@ RESUMED = re.compile(r"resumed from (\S+) at iteration (\d+)")
 PROGRESS = re.compile(r"\[iter (\d+)\]")
 
 
-def _wait_for(log: Path, text: str, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    while text not in log.read_text():
-        assert proc.poll() is None, log.read_text()[-6000:]
-        assert time.monotonic() < deadline, log.read_text()[-6000:]
-        time.sleep(0.2)
-
-
 def _episodes(trial_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (trial_dir / "episodes.jsonl").read_text().splitlines() if line.strip()]
 
@@ -73,7 +72,9 @@ def test_stop_on_device_loss_then_resume_finishes_the_budget(tmp_path: Path) -> 
             first = subprocess.Popen(
                 spikeloop_argv(argv), cwd=REPO, env=user_env(), stdout=out, stderr=subprocess.STDOUT, text=True
             )
-        _wait_for(first_log, "[iter 2]", first)  # two whole iterations answered; now the device vanishes
+        wait_for_log_text(
+            first_log, "[iter 2]", first, RUN_TIMEOUT_S
+        )  # two whole iterations answered; now the device vanishes
         device.kill()
         first.wait(timeout=RUN_TIMEOUT_S)
     finally:

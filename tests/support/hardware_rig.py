@@ -32,6 +32,15 @@ def user_env(**extra: str) -> dict[str, str]:
     return env | {"RAY_USAGE_STATS_ENABLED": "0", "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}"} | extra
 
 
+def wait_for_log_text(log: Path, text: str, proc: subprocess.Popen, timeout_s: float) -> None:
+    """Wait until `text` appears in a running process's log file; fail with the log's end if it exits or stalls."""
+    deadline = time.monotonic() + timeout_s
+    while text not in log.read_text():
+        assert proc.poll() is None, log.read_text()[-6000:]
+        assert time.monotonic() < deadline, log.read_text()[-6000:]
+        time.sleep(0.2)
+
+
 @dataclass
 class DevicePorts:
     """The four ports of one device, chosen by the test."""
