@@ -193,8 +193,7 @@ def load_run(run_dir: Path, include_unfinished: bool = False) -> SweepData:
             f"{run_dir}: no trials found (a trial directory holds experiment.yaml and episodes.jsonl or "
             "TensorBoard files); give the run directory that `spikeloop train` or `tune` printed"
         )
-    reasons = {} if include_unfinished else {t.name: why_unfinished(t) for t in trials}
-    left_out = {name: why for name, why in reasons.items() if why is not None}
+    left_out = {} if include_unfinished else {t.name: why for t in trials if (why := why_unfinished(t)) is not None}
     if left_out and len(left_out) == len(trials):
         first = next(iter(left_out.items()))
         raise ValueError(
@@ -555,8 +554,9 @@ def analyze(
             paired = len(common) >= 2 or (bool(common) and set(values) == set(base_values))
             unmatched = sorted((set(values) | set(base_values)) - common) if paired else []
             if paired:
-                values = {s: values[s] for s in common}
-                row = compare_values(values, {s: base_values[s] for s in common}, alternative, paired=True)
+                row = compare_values(
+                    {s: values[s] for s in common}, {s: base_values[s] for s in common}, alternative, paired=True
+                )
             else:
                 row = compare_values(values, base_values, alternative, paired=False)
             row["seeds_set_aside"] = unmatched
