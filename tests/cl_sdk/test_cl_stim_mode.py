@@ -10,6 +10,7 @@ sends each encoding electrode a single pulse.
 from __future__ import annotations
 
 import collections
+import math
 import socket
 import time
 from pathlib import Path
@@ -33,8 +34,12 @@ FEEDBACK_HZ = 20
 STIM_HZ = 40.0
 
 
-def _stims_per_channel(stim_mode: str, tmp_path: Path) -> collections.Counter[int]:
-    """Stims cl-sdk recorded per channel for: feedback burst, 0.1 s, one stimulation, 2 s (the burst's end)."""
+def _stims_per_channel(stim_mode: str, tmp_path: Path) -> tuple[collections.Counter[int], float]:
+    """Stims cl-sdk recorded per channel for: feedback burst, 0.1 s, one stimulation, 2 s (the burst's end).
+
+    Also the device-clock seconds from just before the feedback was sent to the stimulation's reply: on a busy
+    machine that gap is longer than the 0.1 s slept, and the feedback burst runs for it.
+    """
     rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     rx.bind(("127.0.0.1", 0))
     rx.settimeout(10.0)
@@ -61,12 +66,14 @@ def _stims_per_channel(stim_mode: str, tmp_path: Path) -> collections.Counter[in
         feedback = FeedbackCommand(
             1, FeedbackType.REWARD, POSITIVE_FEEDBACK_ELECTRODES, FEEDBACK_HZ, 2.0, FEEDBACK_PULSES
         )
+        feedback_sent_s = device.backend.available_until_s()
         tx.sendto(encode_feedback(feedback), ("127.0.0.1", device.feedback_port))
         time.sleep(0.1)
         tx.sendto(
             encode_stim(StimCommand(2, (STIM_HZ,) * N_ENCODING, (2.0,) * N_ENCODING)), ("127.0.0.1", device.stim_port)
         )
         assert recv_reply(rx, thread, 10.0).timestamp_us == 2
+        feedback_ran_s = device.backend.available_until_s() - feedback_sent_s
         # Until the device's clock (cl-sdk's, which lags the wall clock on a busy machine) is past the end an
         # uninterrupted feedback burst would have.
         burst_end_s = device.backend.available_until_s() + FEEDBACK_PULSES / FEEDBACK_HZ + 0.3
@@ -86,13 +93,13 @@ def _stims_per_channel(stim_mode: str, tmp_path: Path) -> collections.Counter[in
 
     view = cl.RecordingView(str(path))
     try:
-        return collections.Counter(int(stim["channel"]) for stim in view.stims[:])
+        return collections.Counter(int(stim["channel"]) for stim in view.stims[:]), feedback_ran_s
     finally:
         view.close()
 
 
 def test_burst_mode_gives_each_encoding_electrode_a_tick_long_burst(tmp_path: Path) -> None:
-    stims = _stims_per_channel("burst", tmp_path)
+    stims, _ = _stims_per_channel("burst", tmp_path)
     assert {e: stims[e] for e in ENCODING_ELECTRODES} == {e: 4 for e in ENCODING_ELECTRODES}  # 40 Hz x 100 ms
     assert {e: stims[e] for e in POSITIVE_FEEDBACK_ELECTRODES} == {
         e: FEEDBACK_PULSES for e in POSITIVE_FEEDBACK_ELECTRODES
@@ -101,9 +108,11 @@ def test_burst_mode_gives_each_encoding_electrode_a_tick_long_burst(tmp_path: Pa
 
 
 def test_reference_mode_interrupts_every_electrode_then_gives_one_pulse(tmp_path: Path) -> None:
-    stims = _stims_per_channel("reference", tmp_path)
+    stims, feedback_ran_s = _stims_per_channel("reference", tmp_path)
     assert {e: stims[e] for e in ENCODING_ELECTRODES} == {e: 1 for e in ENCODING_ELECTRODES}
-    # The feedback burst ran ~0.1 s (two or three pulses at 20 Hz) until the stimulation's interrupt cut it.
+    # The feedback burst ran until the stimulation's interrupt cut it: ~0.1 s on a quiet machine (two or three
+    # pulses at 20 Hz), longer when the machine is busy; never the whole burst.
+    most_pulses = min(FEEDBACK_PULSES - 1, math.ceil(feedback_ran_s * FEEDBACK_HZ) + 1)
     for electrode in POSITIVE_FEEDBACK_ELECTRODES:
-        assert 1 <= stims[electrode] <= 4, stims
+        assert 1 <= stims[electrode] <= most_pulses, (stims, feedback_ran_s)
     assert set(stims) == set(ENCODING_ELECTRODES) | set(POSITIVE_FEEDBACK_ELECTRODES)
