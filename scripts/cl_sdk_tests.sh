@@ -32,4 +32,5 @@ if [ ! -x .venv312/bin/python ]; then
     "$PY312" -m venv .venv312
 fi
 .venv312/bin/python -m pip install --quiet --disable-pip-version-check cl-sdk numpy numba pytest
-PYTHONPATH=. .venv312/bin/python -m pytest -p no:cacheprovider -q -s tests/cl_sdk "$@"
+# The project's addopts name pytest-xdist, which this minimal venv does not carry.
+PYTHONPATH=. .venv312/bin/python -m pytest -p no:cacheprovider -o addopts="-ra --strict-markers" -q -s tests/cl_sdk "$@"
