@@ -14,6 +14,7 @@ import os
 from typing import Any
 
 from experiments.schema import Experiment
+from models.ray_internals import ray_cpu_count
 
 LOCAL = "this machine (a local Ray started by spikeloop)"
 
@@ -30,9 +31,7 @@ def local_resources(experiment: Experiment | None = None) -> dict[str, float]:
     With an experiment, also the device resources spikeloop's local Ray advertises for its cl1 devices.
     """
     try:
-        from ray._private.utils import get_num_cpus  # Ray's own count: honours cgroup limits
-
-        cpus = float(get_num_cpus())
+        cpus = float(ray_cpu_count())
     except Exception:  # a Ray without that helper: the scheduler's view is then the affinity mask
         cpus = float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
     try:

@@ -22,9 +22,9 @@ from ray.rllib.algorithms.ppo import PPOConfig
 from ray.rllib.connectors.connector_pipeline_v2 import ConnectorPipelineV2
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
-from ray.rllib.utils.from_config import _NotProvided
 
 from models import rllib_notices
+from models.ray_internals import NotProvidedType
 
 # Every process that builds or unpickles this config (driver, trial, env runners, learners) imports this
 # module first: the one place that reaches them all.
@@ -76,35 +76,35 @@ class ClosedLoopPPOConfig(PPOConfig):
     def training(
         self,
         *,
-        encoder_entropy_coeff: float | _NotProvided = NotProvided,
-        decoder_entropy_coeff: float | _NotProvided = NotProvided,
-        encoder_lr_multiplier: float | _NotProvided = NotProvided,
-        decoder_lr_multiplier: float | _NotProvided = NotProvided,
-        decoder_weight_l2_coeff: float | _NotProvided = NotProvided,
-        ratio_clipping: str | _NotProvided = NotProvided,
+        encoder_entropy_coeff: float | NotProvidedType = NotProvided,
+        decoder_entropy_coeff: float | NotProvidedType = NotProvided,
+        encoder_lr_multiplier: float | NotProvidedType = NotProvided,
+        decoder_lr_multiplier: float | NotProvidedType = NotProvided,
+        decoder_weight_l2_coeff: float | NotProvidedType = NotProvided,
+        ratio_clipping: str | NotProvidedType = NotProvided,
         **kwargs,
     ) -> Self:
         """PPOConfig.training plus the closed-loop settings."""
         super().training(**kwargs)
-        if not isinstance(encoder_entropy_coeff, _NotProvided):
+        if not isinstance(encoder_entropy_coeff, NotProvidedType):
             self.encoder_entropy_coeff = encoder_entropy_coeff
-        if not isinstance(decoder_entropy_coeff, _NotProvided):
+        if not isinstance(decoder_entropy_coeff, NotProvidedType):
             self.decoder_entropy_coeff = decoder_entropy_coeff
-        if not isinstance(encoder_lr_multiplier, _NotProvided):
+        if not isinstance(encoder_lr_multiplier, NotProvidedType):
             self.encoder_lr_multiplier = encoder_lr_multiplier
-        if not isinstance(decoder_lr_multiplier, _NotProvided):
+        if not isinstance(decoder_lr_multiplier, NotProvidedType):
             self.decoder_lr_multiplier = decoder_lr_multiplier
-        if not isinstance(decoder_weight_l2_coeff, _NotProvided):
+        if not isinstance(decoder_weight_l2_coeff, NotProvidedType):
             self.decoder_weight_l2_coeff = decoder_weight_l2_coeff
-        if not isinstance(ratio_clipping, _NotProvided):
+        if not isinstance(ratio_clipping, NotProvidedType):
             self.ratio_clipping = ratio_clipping
         return self
 
     def closed_loop(
-        self, *, culture_connector: Callable[[Any, Any], ConnectorV2] | None | _NotProvided = NotProvided
+        self, *, culture_connector: Callable[[Any, Any], ConnectorV2] | None | NotProvidedType = NotProvided
     ) -> Self:
         """Set the culture connector factory."""
-        if not isinstance(culture_connector, _NotProvided):
+        if not isinstance(culture_connector, NotProvidedType):
             self.culture_connector = culture_connector
         return self
 

@@ -45,6 +45,7 @@ from bridge.protocol import FeedbackCommand
 from experiments.closed_loop.feedback import FeedbackPolicy, within_budget
 from experiments.closed_loop.sent_feedback import SentFeedback
 from experiments.closed_loop.settings import CultureSettings, DeviceSettings
+from models.ray_internals import kv_items, kv_put
 
 log = logging.getLogger(__name__)
 
@@ -346,26 +347,19 @@ def _loss_key_scope() -> str:
 def _report_loss(scope: str, device_id: str, message: str) -> None:
     """Leave a device-loss report where the driver finds it (see the module docstring)."""
     try:
-        from ray.experimental import internal_kv
-
         record = {"device_id": device_id, "message": message, "wall": time.time()}
-        internal_kv._internal_kv_put(f"{LOSS_KEY_PREFIX}{scope}/{device_id}", json.dumps(record), overwrite=True)
+        kv_put(f"{LOSS_KEY_PREFIX}{scope}/{device_id}", json.dumps(record))
     except Exception as exc:  # the raise that follows still names the device in this runner's log
         log.warning("could not leave the device-loss report for the driver: %s", exc)
 
 
 def device_loss_report(since_wall: float) -> str | None:
     """The newest device-loss message of this process's trial (its placement group) since `since_wall`, if any."""
-    from ray.experimental import internal_kv
-
-    prefix = f"{LOSS_KEY_PREFIX}{_loss_key_scope()}/"
     records = []
-    for key in internal_kv._internal_kv_list(prefix) or []:
-        raw = internal_kv._internal_kv_get(key)
-        if raw:
-            record = json.loads(raw)
-            if record.get("wall", 0) >= since_wall:
-                records.append(record)
+    for raw in kv_items(f"{LOSS_KEY_PREFIX}{_loss_key_scope()}/").values():
+        record = json.loads(raw)
+        if record.get("wall", 0) >= since_wall:
+            records.append(record)
     return max(records, key=lambda r: r["wall"])["message"] if records else None
 
 
