@@ -16,6 +16,10 @@ A closed loop can only learn through what reaches the decoder. This measures it 
   default both: `burst`, spikeloop's default, a burst lasting one tick; `reference`, the
   reference device's interrupt of every electrode, then one pulse per encoding electrode),
   on the same culture, patterns, labels and noise, so the two ways are paired.
+- `information`: the culture information meter (bridge/information.py) on `--info-ticks` ticks of stimulation
+  uniform over the encoder's range: shuffle-corrected bits per tick that one tick's group counts carry about
+  the stimulation's class (its strongest encoding electrode, ceiling log2 8 = 3 bits), for the sim culture in
+  each stimulation mode and for the controls: `transparent` (the perfect channel), `zero` and `random`.
 
 Writes docs/benchmarks/culture.json. A measurement of the simulated culture, not a target.
 """
@@ -28,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from bridge.backends.base import STIM_MODES, group_matrix
+from bridge.backends import make_backend
+from bridge.backends.base import STIM_MODES, Backend, group_matrix
 from bridge.backends.sim import SimBackend
 from bridge.bench_record import provenance, write_result
 from bridge.channels import (
@@ -41,6 +46,7 @@ from bridge.channels import (
     STIM_FREQUENCY_RANGE_HZ,
     TICK_FREQUENCY_HZ,
 )
+from bridge.information import InformationEstimate, decoded_information, strongest_electrode
 from bridge.simulated_culture import SimulatedCulture
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/culture.json")
@@ -101,6 +107,35 @@ def separability(
     return float(np.mean(accuracies))
 
 
+def information_about_stimulation(backend: Backend, ticks: int, rng: np.random.Generator) -> InformationEstimate:
+    """The meter's bits per tick about the stimulation's class, over `ticks` stimulations uniform in range."""
+    artifact_s, collect_s = ARTIFACT_WAIT_MS / 1e3, COLLECT_WINDOW_MS / 1e3
+    counts, classes = [], []
+    for _ in range(ticks):
+        frequencies_hz, amplitudes_ua = _to_stim(rng.uniform(0.0, 1.0, 2 * N_ENCODING))
+        t = backend.now_s()
+        backend.stimulate(t, frequencies_hz.tolist(), amplitudes_ua.tolist())
+        backend.advance_to(t + artifact_s + collect_s)
+        counts.append(backend.spike_counts(t + artifact_s, t + artifact_s + collect_s))
+        classes.append(strongest_electrode(frequencies_hz, amplitudes_ua))
+    return decoded_information(np.array(counts), np.array(classes))
+
+
+def information_by_source(seed: int, modes: list[str], ticks: int) -> dict[str, dict[str, float]]:
+    """The meter on the sim culture (one entry per stimulation mode) and on the three controls, paired by seed."""
+    sources: dict[str, Backend] = {
+        f"sim_{mode}": SimBackend(TICK_FREQUENCY_HZ, seed, realtime=False, stim_mode=mode) for mode in modes
+    }
+    for control in ("transparent", "zero", "random"):
+        sources[control] = make_backend(control, tick_frequency_hz=TICK_FREQUENCY_HZ, seed=seed, realtime=False)
+    result = {}
+    for name, backend in sources.items():
+        backend.open(None)
+        estimate = information_about_stimulation(backend, ticks, np.random.default_rng(seed))
+        result[name] = {k: round(v, 4) for k, v in estimate.as_dict().items()}
+    return result
+
+
 def pattern_pairs(kind: str, n: int, rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray]]:
     """`n` pairs of 16-value patterns (frequencies then amplitudes, in [0, 1]) of one kind."""
     pairs = []
@@ -124,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=3, help="cultures (seeds 0..N-1) measured (default 3)")
     parser.add_argument("--pairs", type=int, default=5, help="pattern pairs of each kind per culture (default 5)")
     parser.add_argument("--ticks", type=int, default=400, help="ticks per pattern pair (default 400)")
+    parser.add_argument(
+        "--info-ticks", type=int, default=1000, help="ticks of the information meter per source (default 1000)"
+    )
     parser.add_argument("--pulses", type=int, default=40, help="single pulses averaged for the response (default 40)")
     parser.add_argument(
         "--stim-modes",
@@ -139,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--{name} must be >= 1")
     if args.ticks < 30:
         parser.error("--ticks must be >= 30 (a third is held out)")
+    if args.info_ticks < 100:
+        parser.error("--info-ticks must be >= 100 (the meter's five folds each need ticks of every class)")
 
     kinds = ("one_electrode", "random_full", "random_mid")
     modes = [m for m in STIM_MODES if m in set(args.stim_modes)]
@@ -155,9 +195,12 @@ def main(argv: list[str] | None = None) -> int:
                 for kind in kinds
             }
             print(f"culture seed {seed}, stim_mode {mode}: separability {by_mode[mode]}", flush=True)
+        information = information_by_source(seed, modes, args.info_ticks)
+        print(f"culture seed {seed}: information bits/tick { ({k: v['bits'] for k, v in information.items()}) }")
         per_seed[str(seed)] = {
             "separability": by_mode,
             "response_after_one_pulse": response_after_one_pulse(seed, args.pulses),
+            "information": information,
         }
     result = {
         "settings": {
@@ -172,6 +215,12 @@ def main(argv: list[str] | None = None) -> int:
             "stim_frequency_range_hz": list(STIM_FREQUENCY_RANGE_HZ),
             "stim_amplitude_range_ua": list(STIM_AMPLITUDE_RANGE_UA),
             "stim_modes": modes,
+            "info_ticks": args.info_ticks,
+            "info_variable": "the stimulation's strongest encoding electrode (8 classes, ceiling 3 bits)",
+        },
+        "information_bits_mean": {
+            source: round(float(np.mean([s["information"][source]["bits"] for s in per_seed.values()])), 3)
+            for source in next(iter(per_seed.values()))["information"]
         },
         "separability_mean": {
             mode: {
@@ -184,5 +233,6 @@ def main(argv: list[str] | None = None) -> int:
     } | provenance("culture", argv)
     write_result(args.output, result)
     print(f"separability (mean over {args.seeds} cultures): {result['separability_mean']}")
+    print(f"information, bits per tick (mean over {args.seeds} cultures): {result['information_bits_mean']}")
     print(f"written to {args.output}")
     return 0
