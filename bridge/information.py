@@ -134,7 +134,9 @@ def decoded_information(
     )
 
 
-def strongest_electrode(frequencies_hz: Sequence[float], amplitudes_ua: Sequence[float]) -> int:
+def strongest_electrode(
+    frequencies_hz: Sequence[float] | np.ndarray, amplitudes_ua: Sequence[float] | np.ndarray
+) -> int:
     """The stimulation's class for the meter: the encoding electrode it drives hardest (N_ENCODING classes).
 
     Frequency and amplitude are taken as positions in their ranges, so neither dominates by its units.
