@@ -80,18 +80,22 @@ def _fit_lda(x: np.ndarray, y: np.ndarray, n_classes: int) -> tuple[np.ndarray, 
     return weights, np.where(present, biases, -np.inf)
 
 
+def fit_and_predict(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, n_classes: int) -> np.ndarray:
+    """The meter's decoder fitted on (train_x, train_y), predicting the classes of test_x."""
+    keep = train_x.std(0) > 1e-9  # a group that never varies tells nothing (the zero control has only those)
+    if not keep.any():
+        return np.full(len(test_x), np.bincount(train_y, minlength=n_classes).argmax())
+    weights, biases = _fit_lda(train_x[:, keep], train_y, n_classes)
+    return (test_x[:, keep] @ weights + biases).argmax(1)
+
+
 def cross_validated_predictions(spikes: np.ndarray, labels: np.ndarray, n_classes: int, folds: int) -> np.ndarray:
     """Each tick's predicted class by a decoder trained on the other folds (contiguous folds: ticks correlate)."""
     predicted = np.zeros(len(labels), dtype=np.int64)
     edges = np.linspace(0, len(labels), folds + 1).astype(int)
     for lo, hi in zip(edges[:-1], edges[1:]):
         train = np.r_[0:lo, hi : len(labels)]
-        keep = spikes[train].std(0) > 1e-9  # a group that never varies tells nothing (the zero control has only those)
-        if not keep.any():
-            predicted[lo:hi] = np.bincount(labels[train], minlength=n_classes).argmax()
-            continue
-        weights, biases = _fit_lda(spikes[train][:, keep], labels[train], n_classes)
-        predicted[lo:hi] = (spikes[lo:hi][:, keep] @ weights + biases).argmax(1)
+        predicted[lo:hi] = fit_and_predict(spikes[train], labels[train], spikes[lo:hi], n_classes)
     return predicted
 
 

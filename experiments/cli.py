@@ -20,6 +20,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("experiments.commands.check", "preflight an experiment: config, scenario, device latency, envelope"),
     "watch": ("experiments.commands.watch", "play episodes with a checkpoint's policy (no training), feedback on/off"),
     "checkpoint": ("experiments.commands.checkpoint", "ask a running experiment to save a checkpoint now"),
+    "replay": (
+        "experiments.commands.replay",
+        "replay a run's step record: what the spikes carried, and how much of the policy they decided",
+    ),
     "analyze": (
         "experiments.commands.analyze",
         "compare a run's configurations over seeds (exact tests, Holm); --power: seeds a comparison needs",
