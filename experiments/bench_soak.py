@@ -634,13 +634,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--train-batch must be at least 16")
     if not Path("/proc/self/fd").exists():
         parser.error("the soak reads process figures from /proc: run it on Linux")
+    work_dir = args.work_dir or Path("runs") / time.strftime("soak-%Y%m%d-%H%M%S")
+    work_dir = work_dir.resolve()
+    if (work_dir / "runs").exists() and any((work_dir / "runs").iterdir()):
+        parser.error(
+            f"--work-dir {work_dir} holds an earlier soak's runs (--resume would pick them up): give a new one"
+        )
     if args.on_device_loss not in known_policies():  # last: it imports the schema
         parser.error(
             f"--on-device-loss {args.on_device_loss}: this version's loop.on_device_loss does not know it; "
             f"choose from {', '.join(known_policies())}"
         )
-    work_dir = args.work_dir or Path("runs") / time.strftime("soak-%Y%m%d-%H%M%S")
-    work_dir = work_dir.resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
     soak = Soak(
         duration_s=args.duration_s,

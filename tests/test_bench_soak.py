@@ -143,6 +143,15 @@ def test_bad_arguments_are_refused_before_anything_starts(tmp_path: Path, args: 
     assert not out.exists() and not (tmp_path / "w").exists()
 
 
+def test_a_work_dir_with_an_earlier_soak_is_refused(tmp_path: Path):
+    (tmp_path / "w" / "runs" / "cl1-20260101-000000").mkdir(parents=True)
+    done = run_spikeloop(
+        ["bench", "soak", "--work-dir", str(tmp_path / "w"), "--output", str(tmp_path / "o.json")], 120
+    )
+    assert done.returncode == 2 and "holds an earlier soak's runs" in done.stderr, done.stderr
+    assert not (tmp_path / "o.json").exists()
+
+
 @pytest.mark.long  # two `spikeloop train` drivers, each with its own Ray start, around a device restart: minutes
 @pytest.mark.timeout(1500)
 def test_a_short_soak_with_a_device_restart_loses_and_mixes_up_nothing(tmp_path: Path):
@@ -179,7 +188,10 @@ def test_a_short_soak_with_a_device_restart_loses_and_mixes_up_nothing(tmp_path:
     assert trial["alignment"]["used"] > 0 and trial["alignment"]["unknown_to_device"] == 0
     assert trial["numbering"]["episodes"] >= 2 and trial["numbering"]["missing"] == []
     assert sum(v for k, v in trial["device_faults"].items() if k != "none") > 0
-    drivers = {s["driver"] for s in result["samples"] if s["trainer"] is not None}
-    assert drivers == {1, 2}
-    assert all(s["trainer"]["processes"] >= 2 for s in result["samples"] if s["trainer"] is not None)
+    # Both drivers were measured with their Ray processes (the tree is the driver alone while Ray starts).
+    largest: dict[int, int] = {}
+    for s in result["samples"]:
+        if s["trainer"] is not None:
+            largest[s["driver"]] = max(largest.get(s["driver"], 0), s["trainer"]["processes"])
+    assert set(largest) == {1, 2} and min(largest.values()) >= 3, largest
     assert summary["env_steps"] > 0 and summary["timeouts"] >= 0
