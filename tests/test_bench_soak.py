@@ -161,7 +161,8 @@ def test_a_short_soak_with_a_device_restart_loses_and_mixes_up_nothing(tmp_path:
     done = subprocess.run(
         [sys.executable, "-m", "experiments.cli", *argv],
         cwd=REPO,
-        env=cli_env(),
+        # A shared machine under load can take Ray's node past its 60 s registration wait (Ray names this knob).
+        env=cli_env() | {"RAY_raylet_start_wait_time_s": "300"},
         capture_output=True,
         text=True,
         timeout=1400,
