@@ -315,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bridge.loopback_device", description=__doc__)
     parser.add_argument("--spike-port", type=int, required=True, help="trainer port that receives replies")
     parser.add_argument("--stim-port", type=int, default=0, help="port to listen on for stimulation (0: free)")
+    # Fixed ports let a device restarted after a crash come back where the trainer expects it.
+    parser.add_argument("--feedback-port", type=int, default=0, help="port to listen on for feedback (0: free)")
+    parser.add_argument("--event-port", type=int, default=0, help="port to listen on for events (0: free)")
     parser.add_argument("--own-clock", action="store_true", help="stamp replies with the device clock, not the echo")
     parser.add_argument("--tick-s", type=float, default=0.0, help="> 0: answer on ticks of this period")
     parser.add_argument("--clock-offset-s", type=float, default=0.0, help="own clock: seconds ahead of ours")
@@ -335,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     device = LoopbackDevice(
         spike_port=args.spike_port,
         stim_port=args.stim_port,
+        feedback_port=args.feedback_port,
+        event_port=args.event_port,
         echo_timestamps=not own_clock,
         clock=drifting_clock(args.clock_offset_s, args.clock_drift_ppm) if own_clock else None,
         fault_for=plan.fault_for if plan else lambda i: None,

@@ -52,6 +52,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "experiments.bench_protocol",
         "the culture protocol's four conditions over paired seeds: early vs late play, rest before vs after",
     ),
+    "soak": (
+        "experiments.bench_soak",
+        "an hour of paced training with device faults and a device restart: memory, descriptors, lost episodes",
+    ),
 }
 
 
