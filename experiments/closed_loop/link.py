@@ -25,9 +25,9 @@ instead: the link probes the device with stimulations of all zeros (which a
 device answers without stimulating, docs/protocol.md) at most once every
 `PROBE_INTERVAL_S`, and once one is answered it sends the step's own
 stimulation again, so the step acts on the answer to it, never on zeros. Each
-outage is counted (`device_outages`, `device_outage_s`: TensorBoard's
-`device/outages` and `device/outage_s`) and kept for the episode it fell in
-(`pop_episode_outages`). If no probe is answered within `max_wait_s`, the link
+outage is counted with the time waited (`counts`: `device_outages`,
+`device_outage_ms`, `device_probes`; TensorBoard's `device/outages` and
+`device/outage_s`) and kept for the episode it fell in (`pop_episode_outages`). If no probe is answered within `max_wait_s`, the link
 stops as with stop.
 """
 
