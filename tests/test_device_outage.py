@@ -196,7 +196,7 @@ def test_wait_on_device_loss_rides_out_a_restart_and_finishes_the_budget(tmp_pat
     # One run, one unbroken episode numbering; the episode the outage fell in says so, and only it.
     episodes = _episodes(trial)
     assert [e["episode_index"] for e in episodes] == list(range(1, len(episodes) + 1))
-    assert max(e["iteration"] for e in episodes) == WAIT_ITERATIONS
+    assert [e["iteration"] for e in episodes] == sorted(e["iteration"] for e in episodes)
     spanned = [e for e in episodes if e["device_outages"]]
     assert [e["device_outages"] for e in spanned] == [1], spanned
     assert spanned[0]["device_outage_s"] > 0 and spanned[0]["iteration"] > 2, spanned
@@ -208,6 +208,7 @@ def test_wait_on_device_loss_rides_out_a_restart_and_finishes_the_budget(tmp_pat
     assert [(e["episode"], e["device_outages"]) for e in heard] == [(spanned[0]["episode_index"], 1)], ends
     # TensorBoard: one outage, with the time waited for it.
     scalars = event_scalars(trial)
+    assert len(scalars["episode/env_steps_lifetime"]) == WAIT_ITERATIONS, scalars["episode/env_steps_lifetime"]
     assert scalars["device/outages"][-1][1] == 1, scalars["device/outages"]
     assert scalars["device/outage_s"][-1][1] > 0, scalars["device/outage_s"]
     steps = [e["env_steps_lifetime"] for e in episodes]
