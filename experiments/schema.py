@@ -29,7 +29,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from bridge.address import DeviceAddress
 from bridge.channels import ENCODING_ELECTRODES, N_ELECTRODES
@@ -45,7 +54,14 @@ from experiments.closed_loop.feedback import (
     row_commands,
 )
 from experiments.closed_loop.sampling import SamplePace
-from experiments.closed_loop.settings import MAX_SEED, SEED_LIMIT, CultureSettings, DeviceSettings
+from experiments.closed_loop.settings import (
+    DEFAULT_MAX_WAIT_S,
+    MAX_SEED,
+    MAX_WAIT_S_LIMIT,
+    SEED_LIMIT,
+    CultureSettings,
+    DeviceSettings,
+)
 from experiments.dotted import get_path
 from experiments.live_view.settings import ViewSettings
 from experiments.protocol import settings as protocol_settings
@@ -103,7 +119,18 @@ class LoopSection(BaseModel):
     timeout_s: float = Field(0.5, gt=0, le=10, description="wait for a spike reply this long")
     timeout_policy: Literal["zeros", "raise"] = "zeros"
     max_consecutive_timeouts: int = Field(20, ge=1)
-    on_device_loss: Literal["continue", "stop"] = "stop"
+    on_device_loss: Literal["continue", "stop", "wait"] = Field(
+        "stop",
+        description="after max_consecutive_timeouts in a row: continue on zero spikes, stop the trial (resumable), "
+        "or wait (the env step blocks, probing the device, up to max_wait_s; then stop)",
+    )
+    max_wait_s: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_WAIT_S_LIMIT,
+        description=f"on_device_loss: wait only: how long to wait for a lost device to answer again before the "
+        f"trial stops as with stop (default {DEFAULT_MAX_WAIT_S:g})",
+    )
     envelope_policy: Literal["clamp", "raise"] = "clamp"
     fast_path: bool = True
     reply_spin_ms: float = Field(
@@ -121,6 +148,23 @@ class LoopSection(BaseModel):
         if value != "auto" and not value > 0:
             raise ValueError("must be auto or a number of seconds > 0")
         return value
+
+    @field_validator("max_wait_s")
+    @classmethod
+    def _only_with_wait(cls, value: float | None, info: ValidationInfo) -> float | None:
+        loss = info.data.get("on_device_loss")
+        if value is not None and loss is not None and loss != "wait":
+            raise ValueError(
+                f"bounds only loop.on_device_loss: wait, and on_device_loss is {loss}; set on_device_loss: wait, "
+                "or remove max_wait_s"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _default_wait(self) -> LoopSection:
+        if self.on_device_loss == "wait" and self.max_wait_s is None:
+            self.max_wait_s = DEFAULT_MAX_WAIT_S  # written out in the resolved experiment
+        return self
 
 
 class PPOSection(BaseModel):
@@ -459,6 +503,7 @@ class Experiment(BaseModel):
             timeout_policy=self.loop.timeout_policy,
             max_consecutive_timeouts=self.loop.max_consecutive_timeouts,
             on_device_loss=self.loop.on_device_loss,
+            max_wait_s=self.loop.max_wait_s or DEFAULT_MAX_WAIT_S,
             feedback=protocol_settings.condition_feedback(self.protocol, self.feedback),
             fast_path=self.loop.fast_path,
             reply_spin_ms=self.loop.reply_spin_ms,
@@ -492,6 +537,7 @@ class Experiment(BaseModel):
                 if paced and self.policy != "direct"
                 else None
             ),
+            device_wait_s=(culture.max_wait_s if culture.on_device_loss == "wait" and self.policy != "direct" else 0.0),
         )
 
     def algorithm_config(self):

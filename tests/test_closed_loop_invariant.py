@@ -8,7 +8,9 @@ replies past the bridge timeout at known points and sends duplicates, forged rep
 a foreign address and truncated datagrams. A real RLlib env runner, placed through the
 device's node resource, plays real VizDoom through the real bridge actor; the test checks
 every sampled step. Also here: `on_device_loss="stop"` ends sampling with an error that
-names the device instead of hanging.
+names the device instead of hanging, and `on_device_loss="wait"` pauses the step, probes
+the device with stimulations of all zeros, and goes on when it answers again, with the
+step that found it lost acting on the answer to its own stimulation, sent again.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from tests.support.closed_loop_helpers import SMALL_MODEL, cl1_device, sample_an
 
 DEVICE = "dish-inv"
 DEAD = "dish-dead"
+WAITED = "dish-wait"
 TIMEOUT_S = 0.1
 DELAY_S = 0.35  # a delayed reply comes well after the bridge gave up on it
 MAX_CONSECUTIVE = 3
@@ -58,18 +61,21 @@ def ray_devices():
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=True,
-        resources={f"cl1:{DEVICE}": 1, f"cl1:{DEAD}": 1, DEVICE_SLOT_RESOURCE: 1},
+        resources={f"cl1:{DEVICE}": 1, f"cl1:{DEAD}": 1, f"cl1:{WAITED}": 1, DEVICE_SLOT_RESOURCE: 1},
     )
     yield ray
     ray.shutdown()
 
 
-def _config(device_settings, *, on_device_loss: str, timeout_s: float = TIMEOUT_S, seed: int = 7):
+def _config(
+    device_settings, *, on_device_loss: str, timeout_s: float = TIMEOUT_S, seed: int = 7, max_wait_s: float = 600.0
+):
     culture = CultureSettings(
         devices=(device_settings,),
         timeout_s=timeout_s,
         max_consecutive_timeouts=MAX_CONSECUTIVE,
         on_device_loss=on_device_loss,
+        max_wait_s=max_wait_s,
     )
     return closed_loop_config(
         culture=culture,
@@ -222,3 +228,68 @@ def test_device_loss_stop_ends_training_instead_of_hanging(ray_devices, capfd):
         algo.stop()
         assert time.monotonic() - t0 < 20, "stopping the algorithm does not wait on a stuck env runner"
         device.stop()
+
+
+# The device goes silent for stimulations 40-44: 40-42 are a step each (the third in a row makes it lost), 43 and 44
+# are probes nobody answers, 45 is the probe answered and 46 is step 42's stimulation again.
+SILENT = range(40, 45)
+LOST_AT, ANSWERED_PROBE, RESENT = 42, 45, 46
+WAIT_STEPS = 120
+
+
+@pytest.mark.long  # about a minute on a loaded 2-core machine (an algorithm, 120 steps, two waits)
+def test_device_loss_wait_pauses_probes_and_resumes_on_the_steps_own_answer(ray_devices):
+    """`wait`: no step acts on the outage's zeros past the loss; silent past max_wait_s, it stops as `stop` does."""
+    ray = ray_devices
+    dead = {"from": None}  # the reply index from which the device stays silent (phase two)
+
+    def fault_for(i: int):
+        return "drop" if i in SILENT or (dead["from"] is not None and i >= dead["from"]) else None
+
+    device = start_loopback(fault_for=fault_for)
+    algo = _config(cl1_device(WAITED, device), on_device_loss="wait", max_wait_s=2.5, seed=9).build_algo()
+    try:
+        steps = _run_on_runner(algo, lambda r: sample_and_replay(r, WAIT_STEPS, True))
+        link_counts = _run_on_runner(algo, _link_counts)
+        n_wire = len(device.received_stims)
+        dead["from"] = n_wire
+        (runner,) = algo.env_runner_group._worker_manager.actors().values()
+        with pytest.raises(DeviceLost, match=rf"device '{WAITED}' did not answer .* within loop.max_wait_s \(2.5 s\)"):
+            ray.get(runner.sample.remote(num_timesteps=50, explore=True), timeout=120)
+        after_loss = len(device.received_stims) - n_wire
+        # The failing link was closed: the device is free for whoever runs next.
+        assert ray.get(find_bridge(WAITED).claim.remote("someone-else")) is None
+        ray.get(find_bridge(WAITED).release.remote("someone-else"))
+    finally:
+        algo.stop()
+        time.sleep(0.2)
+        device.stop()
+
+    wire = [decode_stim(d) for d in device.received_stims[:n_wire]]
+    n = len(steps[STIM])
+    assert n >= WAIT_STEPS
+    # One stimulation per step, plus three probes and the lost step's stimulation sent again.
+    assert len(wire) == n + 4, (len(wire), n)
+    for probe in wire[LOST_AT + 1 : ANSWERED_PROBE + 1]:
+        assert not any(probe.frequencies_hz) and not any(probe.amplitudes_ua), "a probe stimulates nothing"
+    assert wire[RESENT].frequencies_hz == wire[LOST_AT].frequencies_hz
+    assert wire[RESENT].amplitudes_ua == wire[LOST_AT].amplitudes_ua
+    assert wire[RESENT].timestamp_us != wire[LOST_AT].timestamp_us, "sent again as a stimulation of its own"
+
+    index_of = {s.timestamp_us: i for i, s in enumerate(wire)}
+    idx = np.array([index_of[int(ts)] for ts in steps[STIM_TIMESTAMP]])
+    assert sorted(idx.tolist()) == sorted(set(range(len(wire))) - {LOST_AT, *range(LOST_AT + 1, ANSWERED_PROBE + 1)})
+    ok = steps[EXCHANGE_OK]
+    assert set(idx[ok == 0].tolist()) == {40, 41}, "only the timeouts before the loss was found reach a step"
+    # Every answered step, the one that found the device lost included, decodes its own stimulation's answer.
+    good = ok == 1
+    np.testing.assert_array_equal(steps[RAW_SPIKES][good], steps[STIM][good, :8])
+    k = int(np.flatnonzero(idx == RESENT)[0])
+    assert ok[k] == 1 and steps[RAW_SPIKES][k].any()
+    np.testing.assert_allclose(steps["replay_joint_logp"], steps[Columns.ACTION_LOGP], rtol=1e-5, atol=1e-4)
+
+    assert link_counts["device_lost"] == 1 and link_counts["device_outages"] == 1, link_counts
+    assert link_counts["device_probes"] == 3 and link_counts["device_outage_ms"] > 0, link_counts
+    # Phase two: lost after three silent steps, then only probes until max_wait_s ran out: no step past the loss.
+    probes = [decode_stim(d) for d in device.received_stims[n_wire + MAX_CONSECUTIVE :]]
+    assert probes and not any(any(p.frequencies_hz) or any(p.amplitudes_ua) for p in probes), after_loss

@@ -4,8 +4,10 @@ The device program is `spikeloop device` in its own process on ports the test ch
 subprocess with its own local Ray. The device is SIGKILLed mid-run, the run stops on the loss
 (`loop.on_device_loss: stop`), the device is started again on the same ports, and `spikeloop train --resume`
 finishes the run's budget from the checkpoint the trial saved at the loss: episode numbers and TensorBoard steps
-carry on, no episode is lost or numbered twice. And the device program outlives a `training_complete` that says
-the trainer stopped on an error, unless told otherwise.
+carry on, no episode is lost or numbered twice. With `loop.on_device_loss: wait` the same run pauses instead,
+probes the device until it is back and finishes its budget in one go; the outage is in TensorBoard, in the episode
+it fell in and in that episode's `episode_end` to the device. And the device program outlives a `training_complete`
+that says the trainer stopped on an error, unless told otherwise.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from tests.support.tensorboard_events import event_scalars
 ITERATIONS = 4
 TRAIN = "spikeloop train experiments/cl1.yaml"
 RESUME = "spikeloop train --resume experiments/cl1.yaml"
+WAIT = "spikeloop train --set loop.on_device_loss=wait"
 RUN_TIMEOUT_S = 420
 DEVICE = ["spikeloop", "device", "--backend", "sim", "--as-fast-as-possible"]
 SHORT = [
@@ -133,6 +136,83 @@ def test_stop_on_device_loss_then_resume_finishes_the_budget(tmp_path: Path) -> 
     assert len(points) == ITERATIONS, points
     tb_steps = [step for step, _ in points]
     assert tb_steps == sorted(set(tb_steps)), points
+
+
+WAIT_ITERATIONS = 5  # one more than the stop case: the episode the outage fell in ends well inside the budget
+WAITING = "as loop.on_device_loss is 'wait'"
+
+
+@pytest.mark.long  # one run of `spikeloop train` and two device programs: minutes on 2 cores
+@pytest.mark.timeout(1200)
+def test_wait_on_device_loss_rides_out_a_restart_and_finishes_the_budget(tmp_path: Path) -> None:
+    ports = DevicePorts()
+    root = tmp_path / "runs"
+    settings = [
+        *ports.experiment_sets(),
+        *SHORT,
+        *("--set", f"stop.iterations={WAIT_ITERATIONS}"),
+        *("--set", f"loop.max_wait_s={RUN_TIMEOUT_S}"),  # the README's 900 s would outlast the test's own limits
+        *("--set", f"output.root_dir={root}"),
+    ]
+    log = tmp_path / "train.log"
+    device = DeviceProgram(DEVICE + ports.device_flags(), tmp_path / "device-1.log")
+    recording = tmp_path / "recording"
+    run: subprocess.Popen | None = None
+    try:
+        with log.open("w") as out:
+            run = subprocess.Popen(
+                spikeloop_argv(readme_argv(WAIT) + settings),
+                cwd=REPO,
+                env=user_env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        wait_for_log_text(log, "[iter 2]", run, RUN_TIMEOUT_S)
+        device.kill()
+        wait_for_log_text(log, WAITING, run, RUN_TIMEOUT_S)  # the env step found it lost and waits, probing
+        # The lab starts the device again on the same ports; the waiting trial finds it by itself.
+        device = DeviceProgram(
+            DEVICE + ports.device_flags() + ["--recording-path", str(recording)], tmp_path / "device-2.log"
+        )
+        run.wait(timeout=RUN_TIMEOUT_S)
+        told = device.summary()  # the run completed: the device heard so and exited by itself
+    finally:
+        device.stop()
+        if run is not None and run.poll() is None:
+            run.kill()
+    text = log.read_text()
+    assert run.returncode == 0, text[-6000:]
+    assert "answered again after" in text, text[-6000:]
+    assert told["exit_reason"] == "training_complete" and told["event_training_complete"] == 1, told
+    assert told["stim"] > 0 and told.get("training_complete_after_error", 0) == 0, told
+    assert sorted(int(n) for n in PROGRESS.findall(text)) == list(range(1, WAIT_ITERATIONS + 1)), text[-6000:]
+    (run_dir,) = root.glob("cl1-*")
+    summary = yaml.safe_load((run_dir / "summary.yaml").read_text())
+    assert "device_lost" not in summary and summary["errored"] == 0, summary
+    (trial,) = [p for p in run_dir.iterdir() if p.is_dir() and p.name.startswith("train_trial")]
+    assert json.loads((trial / "trial_ended.json").read_text())["reason"] == "stopped"
+
+    # One run, one unbroken episode numbering; the episode the outage fell in says so, and only it.
+    episodes = _episodes(trial)
+    assert [e["episode_index"] for e in episodes] == list(range(1, len(episodes) + 1))
+    assert [e["iteration"] for e in episodes] == sorted(e["iteration"] for e in episodes)
+    spanned = [e for e in episodes if e["device_outages"]]
+    assert [e["device_outages"] for e in spanned] == [1], spanned
+    assert spanned[0]["device_outage_s"] > 0 and spanned[0]["iteration"] > 2, spanned
+    assert all(e["device_outage_s"] == 0 for e in episodes if e is not spanned[0])
+    # The restarted device heard it in that episode's episode_end (it keeps the events with its recording).
+    (events_file,) = recording.glob("*.events.jsonl")
+    ends = [json.loads(line) for line in events_file.read_text().splitlines()]
+    heard = [e["data"] for e in ends if e["event_type"] == "episode_end" and "device_outages" in e["data"]]
+    assert [(e["episode"], e["device_outages"]) for e in heard] == [(spanned[0]["episode_index"], 1)], ends
+    # TensorBoard: one outage, with the time waited for it.
+    scalars = event_scalars(trial)
+    assert len(scalars["episode/env_steps_lifetime"]) == WAIT_ITERATIONS, scalars["episode/env_steps_lifetime"]
+    assert scalars["device/outages"][-1][1] == 1, scalars["device/outages"]
+    assert scalars["device/outage_s"][-1][1] > 0, scalars["device/outage_s"]
+    steps = [e["env_steps_lifetime"] for e in episodes]
+    assert steps == sorted(steps)
 
 
 def _send_event(port: int, seq: int, data: dict) -> None:

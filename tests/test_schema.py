@@ -226,3 +226,33 @@ def test_ppo_lr_takes_a_rate_or_a_schedule_from_zero():
     for bad in ([[5, 0.01]], [[0, 0.01], [0, 0.001]], [[0, 2.0]], 0.0, []):
         with pytest.raises(ValueError, match="ppo.lr"):
             experiment_from_dict({"ppo": {"lr": bad}}, [], source="test")
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["loop.max_wait_s=60"], "loop.max_wait_s: bounds only loop.on_device_loss: wait, and on_device_loss is stop"),
+        (["loop.on_device_loss=continue", "loop.max_wait_s=60"], "loop.max_wait_s: bounds only"),
+        (["loop.on_device_loss=wait", "loop.max_wait_s=0"], "loop.max_wait_s: Input should be greater than 0"),
+        (["loop.on_device_loss=wait", "loop.max_wait_s=-5"], "loop.max_wait_s: Input should be greater than 0"),
+        (["loop.on_device_loss=wait", "loop.max_wait_s=1000000"], "loop.max_wait_s: Input should be less than"),
+        (["loop.on_device_loss=wait", "loop.max_wait_s=.inf"], "loop.max_wait_s"),
+        (["loop.on_device_loss=wait", "loop.max_wait_s=soon"], "loop.max_wait_s"),
+        (["loop.on_device_loss=pause"], "loop.on_device_loss: Input should be 'continue', 'stop' or 'wait'"),
+    ],
+)
+def test_a_bad_device_loss_wait_is_refused_naming_its_key(overrides, message):
+    with pytest.raises(ExperimentError) as info:
+        load_experiment(QUICKSTART, overrides)
+    assert message in str(info.value), str(info.value)
+
+
+def test_device_loss_wait_gets_its_bound_and_stops_rllib_restarting_runners():
+    e = load_experiment(QUICKSTART, ["loop.on_device_loss=wait"])
+    assert e.loop.max_wait_s == 600.0  # the default, written out in the resolved experiment
+    again = experiment_from_dict(e.plain(), [], source="resolved")
+    assert again.to_yaml() == e.to_yaml()
+    assert e.culture_settings().max_wait_s == 600.0 and e.culture_settings().on_device_loss == "wait"
+    config = load_experiment(QUICKSTART, ["loop.on_device_loss=wait", "loop.max_wait_s=30"]).algorithm_config()
+    assert config.restart_failed_env_runners is False  # past max_wait_s the trial stops, as with stop
+    assert load_experiment(QUICKSTART).loop.max_wait_s is None  # stop: nothing to bound

@@ -46,3 +46,16 @@ def test_a_sample_timeout_shorter_than_the_device_pace_is_refused() -> None:
         load_experiment(SHIPPED[0].parent / "cl1.yaml", ["loop.sample_timeout_s=60"])
     experiment = load_experiment(SHIPPED[0].parent / "cl1.yaml", ["loop.sample_timeout_s=600"])
     assert experiment.algorithm_config().sample_timeout_s == 600
+
+
+def test_with_device_loss_wait_rllib_waits_out_max_wait_s_too() -> None:
+    """A sample paused for a lost device is the loop paused, not hung: RLlib must not give up on it meanwhile."""
+    from experiments.schema import ExperimentError
+
+    cl1 = SHIPPED[0].parent / "cl1.yaml"
+    stop = load_experiment(cl1).algorithm_config().sample_timeout_s
+    wait = load_experiment(cl1, ["loop.on_device_loss=wait", "loop.max_wait_s=300"]).algorithm_config()
+    assert wait.sample_timeout_s == stop + 300
+    with pytest.raises(ExperimentError, match=r"loop.sample_timeout_s: 600 s does not cover loop.max_wait_s \(900 s\)"):
+        load_experiment(cl1, ["loop.on_device_loss=wait", "loop.max_wait_s=900", "loop.sample_timeout_s=600"])
+    assert load_experiment(cl1, ["loop.on_device_loss=wait", "loop.sample_timeout_s=800"]).loop.max_wait_s == 600

@@ -173,16 +173,23 @@ class ClosedLoopCallbacks(RLlibCallback):
         episode_return = float(np.sum(episode.rewards()))
         commands, scales = link.feedback_policy.for_episode(episode_return, value_s0)
         link.send_feedback(last_step.commands, commands)
-        link.send_events([("episode_end", payload)])
+        # An episode the loop paused in for a lost device (loop.on_device_loss: wait) says so, to the device too.
+        outages = link.pop_episode_outages()
+        outage = {"device_outages": len(outages), "device_outage_s": round(sum(o["waited_s"] for o in outages), 3)}
+        link.send_events([("episode_end", payload | outage if outages else payload)])
         view = current_view()
         if view is not None:
             view.end_episode(episode_return)
-        record = payload | {
-            "episode_feedback_commands": len(commands),
-            "episode_surprise_td_error": scales.td_error,
-            "timeouts_in_episode": int(len(episode) - np.sum(episode.model_outputs(EXCHANGE_OK))),
-            "wall_time": time.time(),
-        }
+        record = (
+            payload
+            | outage
+            | {
+                "episode_feedback_commands": len(commands),
+                "episode_surprise_td_error": scales.td_error,
+                "timeouts_in_episode": int(len(episode) - np.sum(episode.model_outputs(EXCHANGE_OK))),
+                "wall_time": time.time(),
+            }
+        )
         if link.settings.step_log:
             record["steps"] = episode_steps(episode, link)  # RunLog writes it to steps/, not the JSONL
         _EPISODE_RECORDS.append({"device_id": link.device.device_id, "env_runner": link.runner_index} | record)
@@ -237,6 +244,11 @@ class ClosedLoopCallbacks(RLlibCallback):
         log_feedback_telemetry(metrics_logger, link.feedback_policy.telemetry.drain())
         log_sent_feedback(metrics_logger, link.sent_feedback.drain())  # absolute Hz and uA, after the envelope
         log_reply_check(metrics_logger, link)
+        # Outages waited out (loop.on_device_loss: wait), since the link opened: TensorBoard's device/outages, ...
+        metrics_logger.log_value("culture/device_outages", link.counts["device_outages"], reduce="max", window=1)
+        metrics_logger.log_value(
+            "culture/device_outage_s", link.counts["device_outage_ms"] / 1000, reduce="max", window=1
+        )
 
 
 def log_feedback_telemetry(metrics_logger, telemetry: dict[str, dict[str, float]]) -> None:

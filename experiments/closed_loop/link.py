@@ -19,6 +19,16 @@ experiment says stop, the link raises `DeviceLost` with what was observed and
 what to check, and leaves the same report in Ray's key-value store: RLlib ends
 an env runner whose sampling raised by exiting its process, so the driver only
 sees the actor die and reads the report from there (`device_loss_report`).
+
+When the experiment says wait, the step that found the device lost blocks
+instead: the link probes the device with stimulations of all zeros (which a
+device answers without stimulating, docs/protocol.md) at most once every
+`PROBE_INTERVAL_S`, and once one is answered it sends the step's own
+stimulation again, so the step acts on the answer to it, never on zeros. Each
+outage is counted with the time waited (`counts`: `device_outages`,
+`device_outage_ms`, `device_probes`; TensorBoard's `device/outages` and
+`device/outage_s`) and kept for the episode it fell in (`pop_episode_outages`). If no probe is answered within `max_wait_s`, the link
+stops as with stop.
 """
 
 from __future__ import annotations
@@ -54,6 +64,8 @@ BRIDGE_START_WAIT_S = 60.0
 CAUSALITY_WINDOW = 500
 """Stimulations the training-time correlations follow (exponentially weighted): about 50 s at 10 Hz, several
 iterations' worth, so that they settle yet still show a device that turns late."""
+PROBE_INTERVAL_S = 1.0
+"""`on_device_loss: wait`: probes of a lost device start at most this often (each waits out a reply's horizon)."""
 LOSS_KEY_PREFIX = "spikeloop/device-lost/"
 """Ray key-value keys of device-loss reports: prefix + placement group (the trial's) + device id."""
 
@@ -76,6 +88,8 @@ class CultureLink:
         self.sent_feedback = SentFeedback(settings.envelope, settings.envelope_policy)
         self.counts: Counter[str] = Counter()
         self.consecutive_timeouts = 0
+        self._episode_outages: list[dict[str, float]] = []  # outages since the last episode end (wait)
+        self._stim = np.zeros(0, dtype=np.float32)  # the stimulation awaiting its reply (sent again after an outage)
         self._feedback_this_step = 0  # commands sent since the last stimulation (the per-step budget)
         self._latency_ms_by_stim: dict[int, float] = {}  # filled only with settings.step_log
         self._device_actor = None
@@ -157,14 +171,42 @@ class CultureLink:
 
     def send_stim(self, stim: np.ndarray) -> None:
         """Send one stimulation ([16]: Hz then uA) and return at once; `receive_spikes` returns the answer."""
-        self._t_sent = time.perf_counter()
         self._feedback_this_step = 0  # a new step: the feedback budget starts again
+        self._send(stim)
+
+    def _send(self, stim: np.ndarray) -> None:
+        self._t_sent = time.perf_counter()
+        self._stim = stim
         half = len(stim) // 2
         self.bridge.send_exchange(stim[:half], stim[half:])
         self._stim_drive = stim_drive(stim[:half], stim[half:])  # while the culture answers
 
     def receive_spikes(self) -> SpikeReply:
-        """The culture's answer to the stimulation `send_stim` sent; counts timeouts and device loss."""
+        """The culture's answer to the stimulation `send_stim` sent; counts timeouts and device loss.
+
+        A lost device stops the trial (`DeviceLost`), is ridden through on zeros, or is waited for (see the module
+        docstring), as `on_device_loss` says.
+        """
+        reply = self._receive()
+        while self.consecutive_timeouts >= self.settings.max_consecutive_timeouts:
+            self.counts["device_lost"] += 1
+            message = self.loss_message()
+            if self.settings.on_device_loss == "stop":
+                message += " Stopping, as loop.on_device_loss is 'stop'."
+                _report_loss(self._loss_key, self.device.device_id, message)
+                raise DeviceLost(message)
+            if self.settings.on_device_loss == "continue":
+                log.error("%s Continuing, as loop.on_device_loss is 'continue'.", message)
+                self.consecutive_timeouts = 0
+                break
+            self._wait_for_device(message)
+            # Answering again: this step's own stimulation goes again and the step acts on its answer.
+            self._send(self._stim)
+            reply = self._receive()
+        return reply
+
+    def _receive(self) -> SpikeReply:
+        """Take the reply of the stimulation in flight and count it."""
         reply = self.bridge.receive_reply()
         self._busy_s += time.perf_counter() - self._t_sent
         self.counts["exchanges"] += 1
@@ -183,16 +225,62 @@ class CultureLink:
                 reply.stim_timestamp_us,
                 self.consecutive_timeouts,
             )
-            if self.consecutive_timeouts >= self.settings.max_consecutive_timeouts:
-                self.counts["device_lost"] += 1
-                message = self.loss_message()
-                if self.settings.on_device_loss == "stop":
-                    message += " Stopping, as loop.on_device_loss is 'stop'."
-                    _report_loss(self._loss_key, self.device.device_id, message)
-                    raise DeviceLost(message)
-                log.error("%s Continuing, as loop.on_device_loss is 'continue'.", message)
-                self.consecutive_timeouts = 0
         return reply
+
+    def _wait_for_device(self, message: str) -> None:
+        """Block, probing the lost device with stimulations of all zeros, until one is answered (`wait`).
+
+        Raises DeviceLost, as with stop, when none is answered within `max_wait_s`.
+        """
+        max_wait_s = self.settings.max_wait_s
+        device_id = self.device.device_id
+        log.error(
+            "%s Waiting up to %g s for it to answer again, as loop.on_device_loss is 'wait' (probing with a "
+            "stimulation of all zeros, which stimulates nothing, about every %g s).",
+            message,
+            max_wait_s,
+            max(PROBE_INTERVAL_S, self.settings.timeout_s),
+        )
+        lost_wall, started = time.time(), time.monotonic()
+        zeros = np.zeros(len(self._stim) // 2, dtype=np.float32)
+        probes = 0
+        while True:
+            probe_started = time.monotonic()
+            self.bridge.send_exchange(zeros, zeros)
+            answered = self.bridge.receive_reply().ok
+            probes += 1
+            self.counts["device_probes"] += 1
+            waited_s = time.monotonic() - started
+            if answered:
+                break
+            if waited_s >= max_wait_s:
+                self._count_outage(lost_wall, waited_s, probes)
+                message += (
+                    f" It did not answer any of {probes} probes within loop.max_wait_s ({max_wait_s:g} s). Stopping, "
+                    "as loop.on_device_loss 'wait' does after max_wait_s."
+                )
+                _report_loss(self._loss_key, device_id, message)
+                raise DeviceLost(message)
+            time.sleep(max(0.0, min(PROBE_INTERVAL_S - (time.monotonic() - probe_started), max_wait_s - waited_s)))
+        self.consecutive_timeouts = 0
+        self._count_outage(lost_wall, waited_s, probes)
+        log.warning(
+            "device %s answered again after %.1f s (%d probe(s)); the loop resumes with the stimulation of the step "
+            "that found it lost",
+            device_id,
+            waited_s,
+            probes,
+        )
+
+    def _count_outage(self, lost_wall: float, waited_s: float, probes: int) -> None:
+        self.counts["device_outages"] += 1
+        self.counts["device_outage_ms"] += round(waited_s * 1000)  # a Counter of whole numbers
+        self._episode_outages.append({"lost_wall": lost_wall, "waited_s": waited_s, "probes": probes})
+
+    def pop_episode_outages(self) -> list[dict[str, float]]:
+        """The outages waited out since the last call (when each began, how long it lasted, the probes sent)."""
+        outages, self._episode_outages = self._episode_outages, []
+        return outages
 
     def loss_message(self) -> str:
         """What a lost device looks like from here: where it is, what was seen, what to check."""

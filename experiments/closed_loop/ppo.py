@@ -83,9 +83,10 @@ def closed_loop_config(
     else:
         # The connector's own generator (the `random` ablation's noise) follows the run's seed too.
         config.closed_loop(culture_connector=functools.partial(make_culture_connector, seed=seed))
-    if not direct and culture.on_device_loss == "stop":
+    if not direct and culture.on_device_loss in ("stop", "wait"):
         # RLlib's default (restart failed env runners) swallows an env runner's error, waits 60 s and
-        # restarts it: a lost device would never stop the experiment. Let the error end the run.
+        # restarts it: a lost device would never stop the experiment. Let the error end the run (with
+        # `wait`, once the device stayed silent for max_wait_s).
         config.fault_tolerance(restart_failed_env_runners=False)
     if sample_timeout_s is not None:
         config.env_runners(sample_timeout_s=sample_timeout_s)

@@ -13,9 +13,12 @@ env runner that hangs outright. `auto` therefore sets it to the longest a
 sample can take while the loop still moves: every exchange waiting out its
 whole reply horizon (twice `loop.timeout_s`), every step ending an episode
 (one `env.reset_delay_s` each) and `STEP_ALLOWANCE_S` for the game and the
-model, per step. A lab that wants RLlib to give up sooner sets a number, which
-must leave room to fill the batch at the device's nominal pace
-(`nominal_sample_s`).
+model, per step, plus one whole `loop.max_wait_s` when `loop.on_device_loss`
+is `wait` (a step that waits for a lost device is the loop paused, not hung).
+A lab that wants RLlib to give up sooner sets a number, which must leave room
+to fill the batch at the device's nominal pace (`nominal_sample_s`), and with
+`wait` also room for that wait: otherwise RLlib would give up on the sample
+while its env runner waits, and the episodes of the outage would be lost.
 """
 
 from __future__ import annotations
@@ -43,11 +46,14 @@ class SamplePace:
     device_step_s: float | None
     """Culture time per stimulation at the device's nominal pace (artifact wait + collection window), or None for
     a simulated culture that runs as fast as it can."""
+    device_wait_s: float = 0.0
+    """How long one step may wait for a lost device to answer again (`loop.max_wait_s` with `on_device_loss: wait`;
+    0 otherwise)."""
 
     def longest_sample_s(self) -> float:
         """The longest a sample can take while the loop still progresses (`loop.sample_timeout_s: auto`)."""
         per_step = self.rounds * self.reply_horizon_s + self.reset_delay_s + STEP_ALLOWANCE_S
-        return self.rollout_steps * per_step
+        return self.rollout_steps * per_step + self.device_wait_s
 
     def nominal_sample_s(self) -> float:
         """How long the sample takes at the device's nominal pace (0 for a culture that is not paced)."""
@@ -62,6 +68,14 @@ class SamplePace:
         if setting == "auto":
             return
         needed = self.nominal_sample_s()
+        if self.device_wait_s and float(setting) <= needed + self.device_wait_s:
+            raise ValueError(
+                f"loop.sample_timeout_s: {float(setting):g} s does not cover loop.max_wait_s "
+                f"({self.device_wait_s:g} s) on top of the sample's {needed:.0f} s at the device's pace: while a step "
+                f"waits for a lost device (loop.on_device_loss: wait) RLlib would give up on the sample and its "
+                f"episodes would be lost; use auto (here {self.timeout_s('auto'):g} s) or more than "
+                f"{needed + self.device_wait_s:.0f} s"
+            )
         if float(setting) <= needed:
             raise ValueError(
                 f"loop.sample_timeout_s: {float(setting):g} s is not enough to fill a sample of {self.rollout_steps} "

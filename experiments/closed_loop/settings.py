@@ -31,6 +31,12 @@ MAX_SEED = 2**31 - 1
 runner's index) stay below SEED_LIMIT."""
 DEVICE_SLOT_RESOURCE = "cl1_slot"
 """Every node that owns CL1 devices advertises one of these per device; each env runner takes one."""
+ON_DEVICE_LOSS = ("continue", "stop", "wait")
+"""What a trial does when its device stops answering (`loop.on_device_loss`; docs/architecture.md)."""
+DEFAULT_MAX_WAIT_S = 600.0
+"""`loop.on_device_loss: wait`: how long a trial waits for a lost device to answer again before it stops."""
+MAX_WAIT_S_LIMIT = 86_400.0
+"""The longest wait an experiment may set (a day): past it, stop and `--resume` when the device is back."""
 
 
 @dataclass(frozen=True)
@@ -171,7 +177,9 @@ class CultureSettings:
     timeout_s: float = 0.5
     timeout_policy: Literal["zeros", "raise"] = "zeros"
     max_consecutive_timeouts: int = 20
-    on_device_loss: Literal["continue", "stop"] = "stop"
+    on_device_loss: Literal["continue", "stop", "wait"] = "stop"
+    max_wait_s: float = DEFAULT_MAX_WAIT_S
+    """With `on_device_loss: wait`: how long the env step waits, probing, for the device to answer again."""
     feedback: FeedbackSettings = field(default_factory=FeedbackSettings)
     fast_path: bool = True
     reply_spin_ms: float = 1.0
@@ -225,6 +233,12 @@ class CultureSettings:
         )
 
     def __post_init__(self) -> None:
+        if self.on_device_loss not in ON_DEVICE_LOSS:
+            raise ValueError(f"on_device_loss={self.on_device_loss!r}: use one of {', '.join(ON_DEVICE_LOSS)}")
+        if not (math.isfinite(self.max_wait_s) and 0 < self.max_wait_s <= MAX_WAIT_S_LIMIT):
+            raise ValueError(
+                f"max_wait_s={self.max_wait_s!r}: must be a number of seconds > 0 and <= {MAX_WAIT_S_LIMIT:g}"
+            )
         if not self.devices:
             raise ValueError("devices is empty: list at least one device")
         if any(d.simulated for d in self.devices) and len(self.devices) > 1:
