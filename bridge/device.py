@@ -11,7 +11,10 @@ spins, instead of waiting for whole hardware ticks.
 Every datagram waiting on any port is handled each time the device wakes
 (feedback first, then stimulation, then events, matching the order in which a
 trainer sends them), up to `MAX_DATAGRAMS_PER_WAKE` per port so that a flood
-on one port cannot hold back the replies. `training_complete` ends the run
+on one port cannot hold back the replies. A device that runs as fast as possible (`--as-fast-as-possible`)
+also takes in the feedback waiting before it applies each stimulation, so that the culture gets everything the
+trainer sent before that stimulation first, whatever order the wake-up saw them in (the run then repeats bit
+for bit: docs/architecture.md, "Unpaced simulated runs repeat bit for bit"). `training_complete` ends the run
 with exit status 0 (unless its reason says the trainer stopped on an error:
 then the device stays up for `--resume`, or exits with
 `--exit-on-error-complete`); SIGINT and SIGTERM end it too, always closing the
@@ -561,6 +564,10 @@ class Device:
 
     def _on_stim(self, data: bytes) -> None:
         received = time.monotonic()  # the windows start when the command is taken in, before decoding it
+        if not self.backend.paced and not self.config.tick_quantised:
+            # Unpaced, the culture's clock moves only here: whatever feedback the trainer sent before this
+            # stimulation is applied first, even if it reached its socket after this wake-up began.
+            self._drain(self._feedback_sock)
         at_s = max(self.backend.now_s(), self._feedback_clear_s)  # held while feedback settles (if asked)
         cmd = decode_stim(data)
         self.counters["stim"] += 1
@@ -603,6 +610,17 @@ class Device:
         cmd = decode_feedback(data)
         self.counters["feedback"] += 1
         at_s = self.backend.now_s()
+        if not self.backend.paced and 0 < cmd.timestamp_us < self._last_stim_us:
+            # Stamped (by spikeloop's bridge) before a stimulation already applied: an unpaced culture got it one
+            # stimulation late, so the run no longer repeats (docs/architecture.md, "Unpaced simulated runs repeat
+            # bit for bit").
+            self.counters["feedback_after_later_stim"] += 1
+            self._warn.warning(
+                "feedback_after_later_stim",
+                "feedback stamped %d us arrived after the stimulation stamped %d us; applied late",
+                cmd.timestamp_us,
+                self._last_stim_us,
+            )
         entry = {
             "t_s": at_s,
             "timestamp_us": cmd.timestamp_us,

@@ -528,7 +528,12 @@ class Experiment(BaseModel):
             rounds=rounds,
             reply_horizon_s=0.0
             if self.policy == "direct"
-            else max(culture.bridge_config(d).horizon_s for d in self.devices),
+            # An unpaced culture's bridge waits out a starved CPU (UNPACED_REPLY_TIMEOUT_S); RLlib's guard against
+            # a hung env runner keeps the horizon loop.timeout_s gives.
+            else max(
+                dataclasses.replace(culture.bridge_config(d), timeout_s=self.loop.timeout_s).horizon_s
+                for d in culture.devices
+            ),
             reset_delay_s=float(
                 self.env.get("reset_delay_s", env_section_model().model_fields["reset_delay_s"].default)
             ),

@@ -187,9 +187,10 @@ class ClosedLoopCallbacks(RLlibCallback):
                 "episode_feedback_commands": len(commands),
                 "episode_surprise_td_error": scales.td_error,
                 "timeouts_in_episode": int(len(episode) - np.sum(episode.model_outputs(EXCHANGE_OK))),
-                "wall_time": time.time(),
             }
         )
+        if not link.device.unpaced:  # an unpaced culture's run repeats bit for bit: no clock in its records
+            record["wall_time"] = time.time()
         if link.settings.step_log:
             record["steps"] = episode_steps(episode, link)  # RunLog writes it to steps/, not the JSONL
         _EPISODE_RECORDS.append({"device_id": link.device.device_id, "env_runner": link.runner_index} | record)

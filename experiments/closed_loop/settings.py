@@ -29,6 +29,11 @@ SEED_LIMIT = 2**32
 MAX_SEED = 2**31 - 1
 """The largest seed an experiment may set: the seeds derived from it (plus a sweep's seed number, plus an env
 runner's index) stay below SEED_LIMIT."""
+UNPACED_REPLY_TIMEOUT_S = 30.0
+"""The reply timeout of an unpaced simulated device (`realtime: false`), whatever `loop.timeout_s` says. Its reply
+costs computation only, so a late one means a starved CPU, not a slow culture: acting on zeros then would make the
+run depend on the machine's load (docs/architecture.md, "Unpaced simulated runs repeat bit for bit"). Still
+finite, so that a device that died is reported."""
 DEVICE_SLOT_RESOURCE = "cl1_slot"
 """Every node that owns CL1 devices advertises one of these per device; each env runner takes one."""
 ON_DEVICE_LOSS = ("continue", "stop", "wait")
@@ -130,6 +135,12 @@ class DeviceSettings:
         return self.backend in SIMULATED_BACKENDS
 
     @property
+    def unpaced(self) -> bool:
+        """True for a simulated device that runs as fast as possible: its culture moves only when stimulated, so a
+        run through it repeats bit for bit (docs/architecture.md, "Unpaced simulated runs repeat bit for bit")."""
+        return self.simulated and not self.realtime
+
+    @property
     def resource(self) -> str:
         """The custom resource that marks the node owning this device."""
         return self.node_resource or device_resource(self.device_id)
@@ -225,7 +236,8 @@ class CultureSettings:
             address=dev.address,
             # A simulated device is spikeloop's own: it replies from its stimulation port.
             device_reply_port=("stim_port" if dev.simulated else None if dev.reply_port == "any" else dev.reply_port),
-            timeout_s=self.timeout_s,
+            # An unpaced culture's reply is late only on a starved CPU: wait for it (UNPACED_REPLY_TIMEOUT_S).
+            timeout_s=max(self.timeout_s, UNPACED_REPLY_TIMEOUT_S) if dev.unpaced else self.timeout_s,
             timeout_policy=self.timeout_policy,
             envelope=self.envelope,
             envelope_policy=self.envelope_policy,

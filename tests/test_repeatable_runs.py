@@ -1,0 +1,118 @@
+"""An unpaced simulated run repeats bit for bit: `spikeloop train` twice, the same episodes.jsonl byte for byte.
+
+The quickstart experiment as a user runs it (a `sim` culture as fast as possible, one remote env runner, the
+learner updating between iterations), cut to two iterations of 256 env steps. The second run has the live view
+on, which must change nothing the culture or the learner sees. Two such runs used to part within a few
+episodes: the device applied feedback after the stimulation sent behind it, and a reply that missed
+`loop.timeout_s` on a loaded machine made a step act on zeros (docs/architecture.md, "Unpaced simulated runs
+repeat bit for bit"). The check can fail for a reason: every episode's line carries its length, reward, kills,
+feedback and surprise, which follow every stimulation, spike count and update before it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+from pathlib import Path
+
+import pytest
+
+from bridge.address import DeviceAddress
+from bridge.channels import POSITIVE_FEEDBACK_ELECTRODES
+from bridge.device import Device, DeviceConfig
+from bridge.ports import free_port
+from bridge.protocol import FeedbackCommand, FeedbackType, StimCommand, encode_feedback, encode_stim, now_us
+from experiments.closed_loop.settings import UNPACED_REPLY_TIMEOUT_S, CultureSettings, DeviceSettings
+from experiments.schema import load_experiment
+from tests.support.spikeloop_cli import REPO, run_spikeloop
+
+QUICKSTART = "experiments/quickstart.yaml"
+SHORT = [
+    *("--set", "stop.env_steps=null"),
+    *("--set", "stop.iterations=2"),
+    *("--set", "ppo.train_batch_size_per_learner=256"),
+    *("--set", "ppo.minibatch_size=64"),
+    *("--set", "checkpoint.every_iterations=100"),
+    *("--set", "checkpoint.at_end=false"),
+]
+"""Two iterations of 256 env steps: the second samples with the weights the first update left."""
+
+
+RAY_START_TIMEOUT = "The current node timed out during startup"
+"""Ray's error when its raylet does not register within its fixed 30 s, which a crowded machine can exceed."""
+
+
+def train(root: Path, *extra: str) -> Path:
+    """One `spikeloop train` of the short quickstart; the trial's episodes.jsonl."""
+    args = ["train", QUICKSTART, *SHORT, "--set", f"output.root_dir={root}", *extra]
+    proc = run_spikeloop(args, timeout=840)
+    if proc.returncode != 0 and RAY_START_TIMEOUT in proc.stderr:
+        proc = run_spikeloop(args, timeout=840)  # Ray's own start-up gave up on a crowded machine: not under test
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    found = re.findall(r"run directory: (\S+)", proc.stdout)
+    assert found, proc.stdout[-2000:]
+    (episodes,) = Path(found[-1]).glob("*/episodes.jsonl")
+    return episodes
+
+
+# Two `spikeloop train` runs: over a minute on 2 idle cores, 10 minutes on a loaded one: the long tier.
+@pytest.mark.long
+@pytest.mark.timeout(1800)
+def test_two_runs_of_one_seed_write_the_same_episodes(tmp_path: Path) -> None:
+    first = train(tmp_path / "first")
+    view_port = free_port(kind="tcp")
+    second = train(tmp_path / "second", "--set", "view.enabled=true", "--set", f"view.port={view_port}")
+    lines = [json.loads(line) for line in first.read_text().splitlines()]
+    assert len(lines) >= 5 and {line["iteration"] for line in lines} == {1, 2}  # both iterations, some episodes
+    assert len({line["episode_length"] for line in lines}) > 1  # different games, not one repeated
+    assert sum(line["episode_feedback_commands"] for line in lines) > 0  # feedback reached the culture
+    assert all(line["timeouts_in_episode"] == 0 for line in lines)
+    assert "wall_time" not in lines[0]  # the one clock reading a record carried
+    assert second.read_bytes() == first.read_bytes()
+
+
+@pytest.mark.parametrize("realtime", [False, True])
+def test_an_unpaced_device_applies_the_feedback_sent_before_a_stimulation_first(tmp_path: Path, realtime: bool) -> None:
+    """The race, reproduced: feedback, then a stimulation, both waiting, and a wake-up that saw only the stimulation.
+
+    Real sockets and a real `sim` device; the wake-up is the device's own drain of its stimulation port, called
+    as its serving loop does when select reported that port alone.
+    """
+    trainer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    trainer.bind(("127.0.0.1", 0))
+    address = DeviceAddress(stim_port=0, event_port=0, feedback_port=0, spike_port=trainer.getsockname()[1])
+    device = Device(DeviceConfig(address=address, realtime=realtime, seed=3))
+    device.backend.open(tmp_path)
+    try:
+        feedback = FeedbackCommand(now_us(), FeedbackType.REWARD, POSITIVE_FEEDBACK_ELECTRODES, 20.0, 1.0, 5)
+        trainer.sendto(encode_feedback(feedback), ("127.0.0.1", device.feedback_port))
+        stim = StimCommand(now_us() + 1, (20.0,) * 8, (2.0,) * 8)
+        trainer.sendto(encode_stim(stim), ("127.0.0.1", device.stim_port))
+        device._drain(device._stim_sock)  # the wake-up that saw the stimulation port readable, not the feedback's
+        assert device.counters["stim"] == 1
+        # Unpaced: the feedback sent first reached the culture first. Paced: it waits for the next wake-up, when
+        # it takes effect on the wall clock, as on a CL1.
+        assert device.counters["feedback"] == (0 if realtime else 1)
+        device._drain(device._feedback_sock)
+        assert device.counters["feedback"] == 1
+        assert device.counters["feedback_after_later_stim"] == 0
+    finally:
+        device.close()
+        trainer.close()
+    (recording,) = [f for f in device.recording_files() if not f.name.endswith(".events.jsonl")]
+    kinds = [json.loads(line)["kind"] for line in recording.read_text().splitlines()]
+    assert kinds[:2] == (["stim", "feedback"] if realtime else ["feedback", "stim"])
+
+
+def test_an_unpaced_simulated_device_waits_out_a_starved_cpu() -> None:
+    """The reply timeout of an unpaced simulated device, and of the others; RLlib's sample timeout stays put."""
+    culture = CultureSettings(timeout_s=0.5)
+    unpaced, paced = DeviceSettings(backend="sim"), DeviceSettings(backend="sim", realtime=True)
+    hardware = DeviceSettings(device_id="dish", backend="cl1")
+    assert unpaced.unpaced and not paced.unpaced and not hardware.unpaced
+    assert culture.bridge_config(unpaced).timeout_s == UNPACED_REPLY_TIMEOUT_S
+    assert culture.bridge_config(paced).timeout_s == 0.5 and culture.bridge_config(hardware).timeout_s == 0.5
+    quickstart = load_experiment(REPO / QUICKSTART, [])
+    # Every step waiting out loop.timeout_s's horizon (2 x 0.5 s) plus the allowance: 512 x 1.25 s.
+    assert quickstart.sample_pace().timeout_s("auto") == 640
