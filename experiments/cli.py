@@ -20,6 +20,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("experiments.commands.check", "preflight an experiment: config, scenario, device latency, envelope"),
     "watch": ("experiments.commands.watch", "play episodes with a checkpoint's policy (no training), feedback on/off"),
     "checkpoint": ("experiments.commands.checkpoint", "ask a running experiment to save a checkpoint now"),
+    "export": (
+        "experiments.commands.export",
+        "write a run's session records as NWB files (spikeloop export nwb RUN_DIR)",
+    ),
     "analyze": (
         "experiments.commands.analyze",
         "compare a run's configurations over seeds (exact tests, Holm); --power: seeds a comparison needs",
