@@ -133,7 +133,7 @@ WRITER = textwrap.dedent(
 def test_kill_9_of_a_writer_loses_at_most_the_last_flush_interval(tmp_path: Path) -> None:
     """A writing process is SIGKILLed: its file opens, and holds every row up to within the flush interval."""
     path = tmp_path / "record" / "r.h5"
-    for attempt in range(3):  # three kills at different moments of the flush cycle
+    for attempt in range(2):  # two kills at different moments of the flush cycle
         proc = subprocess.Popen(
             [sys.executable, "-c", WRITER, str(path), str(FLUSH_S)],
             cwd=REPO,

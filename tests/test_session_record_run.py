@@ -28,6 +28,8 @@ FLUSH_S = 1.0
 SLACK_S = 3.0
 """What a loaded 2-core machine may add to the flush interval: the timer thread waits for its turn to run."""
 STEPS_BEFORE_KILL = 40
+RAY_START = {"RAY_raylet_start_wait_time_s": "300"}
+"""Ray's node start gives up after 60 s by default, which a loaded 2-core test machine can exceed."""
 SHORT = [
     *("--set", "ppo.train_batch_size_per_learner=64"),
     *("--set", "ppo.minibatch_size=32"),
@@ -64,7 +66,7 @@ def test_kill_9_of_train_loses_at_most_the_last_flush_interval(tmp_path: Path) -
     )
     with log.open("w") as out:
         driver = subprocess.Popen(
-            argv, cwd=REPO, env=user_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            argv, cwd=REPO, env=user_env(**RAY_START), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     try:
         deadline = time.monotonic() + 420
@@ -124,7 +126,7 @@ def test_export_nwb_of_a_short_run_passes_nwbinspector(tmp_path: Path) -> None:
         spikeloop_argv(["spikeloop", "train", "experiments/quickstart.yaml", *SHORT])
         + ["--set", "stop.iterations=1", "--set", f"output.root_dir={root}"],
         cwd=REPO,
-        env=user_env(),
+        env=user_env(**RAY_START),
         capture_output=True,
         text=True,
         timeout=480,
