@@ -77,11 +77,12 @@ class CultureSubject:
 
 def record_to_nwb(record_file: Path, nwb_file: Path, subject: CultureSubject = CultureSubject()) -> Path:
     """Write one session record as an NWB file; returns its path. RecordError for a file that is not a record."""
+    attrs, tables = read_record(record_file)  # first: a file that is no record is refused before pynwb loads
+
     from hdmf.common import DynamicTable
     from pynwb import NWBHDF5IO, NWBFile, TimeSeries
     from pynwb.file import Subject
 
-    attrs, tables = read_record(record_file)
     t0 = float(attrs["created_wall_time_s"])
     device_id = str(attrs.get("device_id", "culture"))
     backend = str(attrs.get("device_backend", "unknown"))

@@ -5,8 +5,9 @@ Each env runner that drives a culture writes `record/runner<k>-<start time>-<pid
 (action, reward) and episode end, in columns of resizable chunked datasets, one group per table.
 
 Crash safety: rows are kept in memory and written in one burst every `flush_s` (a timer thread) and at close.
-A burst writes the rows, flushes the file, then raises each table's `committed_rows` attribute and flushes
-again, so a reader that takes `committed_rows` rows gets only rows that were fully on disk. A `kill -9` loses
+A burst writes the rows, flushes the file, then rewrites the one `committed_rows` attribute (every table's
+count, committed together) and flushes again, so a reader that takes the committed rows gets only rows that
+were fully on disk. A `kill -9` loses
 at most the rows of the last `flush_s`; the file itself was made whole (its tables empty) under another name
 and renamed into place, so it opens from its first moment. The writer takes no file lock, so the record can be
 read while the run goes on (`read_record`); a read that meets a flush half-way may fail and can be repeated.
@@ -33,7 +34,9 @@ RECORD_DIR = "record"
 FORMAT = "spikeloop-session-record"
 FORMAT_VERSION = 1
 COMMITTED = "committed_rows"
-"""Attribute of each table: the rows fully on disk. Rows past it (a crash during a flush) are to be ignored."""
+"""File attribute: the rows fully on disk of each table, in the order of the `tables` attribute (int64 array).
+One attribute for all tables, rewritten in place, so that they are committed together. Rows past it (a crash
+during a flush) are to be ignored."""
 DEFAULT_FLUSH_S = 2.0
 
 _STR = "str"  # variable-length UTF-8 text
@@ -148,9 +151,10 @@ class SessionRecord:
             f.attrs["spike_groups_json"] = json.dumps({k: list(v) for k, v in SPIKE_GROUPS.items()})
             for key, value in attrs.items():
                 f.attrs[key] = _attr(value)
+            f.attrs["tables"] = list(TABLES)
+            f.attrs[COMMITTED] = np.zeros(len(TABLES), dtype=np.int64)
             for table, columns in TABLES.items():
                 group = f.create_group(table)
-                group.attrs[COMMITTED] = 0
                 for name, (code, shape, unit, doc) in columns.items():
                     ds = group.create_dataset(
                         name,
@@ -211,8 +215,7 @@ class SessionRecord:
                     ds[start:end] = data
                 self._written[table] = end
             self._file.flush()  # the rows first ...
-            for table in pending:
-                self._file[table].attrs[COMMITTED] = self._written[table]
+            self._file.attrs[COMMITTED] = np.array([self._written[t] for t in TABLES], dtype=np.int64)
             self._file.flush()  # ... then the counts that make them visible
 
     def _flush_loop(self) -> None:
@@ -262,15 +265,16 @@ def read_record(path: Path) -> tuple[dict[str, Any], dict[str, dict[str, np.ndar
         attrs = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in f.attrs.items()}
         tables: dict[str, dict[str, np.ndarray]] = {}
         try:
+            committed = dict(zip(TABLES, (int(n) for n in f.attrs[COMMITTED]), strict=True))
             for table, columns in TABLES.items():
                 group = f[table]
-                n = int(group.attrs[COMMITTED])
+                n = committed[table]
                 tables[table] = {}
                 for name, (code, _, _, _) in columns.items():
                     data = group[name][:n]
                     if code == _STR:
                         data = np.asarray([s.decode() if isinstance(s, bytes) else s for s in data], dtype=object)
                     tables[table][name] = data
-        except (KeyError, OSError) as exc:
+        except (KeyError, OSError, ValueError) as exc:
             raise RecordError(f"{path}: a session record with a missing or damaged table ({exc})") from None
     return attrs, tables

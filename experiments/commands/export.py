@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -55,10 +56,8 @@ def export(run_dir: Path, subject: CultureSubject | None = None) -> tuple[list[P
         )
     from experiments.export_nwb import record_to_nwb
 
-    try:
-        import pynwb  # noqa: F401  (the optional `nwb` extra)
-    except ImportError as exc:
-        raise RuntimeError(f"NWB export needs pynwb ({exc}); install it with: pip install -e '.[nwb]'") from None
+    if importlib.util.find_spec("pynwb") is None:  # found, not imported: it takes seconds to load
+        raise RuntimeError("NWB export needs pynwb; install it with: pip install -e '.[nwb]'")
     written, failed = [], []
     for record in records:  # a damaged record does not keep the others from being converted
         try:
