@@ -24,6 +24,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "experiments.commands.replay",
         "replay a run's step record: what the spikes carried, and how much of the policy they decided",
     ),
+    "export": (
+        "experiments.commands.export",
+        "write a run's session records as NWB files (spikeloop export nwb RUN_DIR)",
+    ),
     "analyze": (
         "experiments.commands.analyze",
         "compare a run's configurations over seeds (exact tests, Holm); --power: seeds a comparison needs",

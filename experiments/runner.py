@@ -205,6 +205,7 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
     from experiments.closed_loop.ppo import finish, restore
     from experiments.live_view.announce import announce
     from experiments.run_log import EPISODES_FILE, RunLog, empty_iteration_cause, last_episode_index, metric_key
+    from experiments.session_record import RecordSettings
 
     experiment = _trial_experiment(tune_config)
     score, _, worst = score_of(experiment)
@@ -213,7 +214,12 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
     # Episodes are numbered across the trial's env runners and resumes (episode_end events, episodes.jsonl).
     counter, counter_name = start_counter(last_episode_index(trial_dir / EPISODES_FILE))
     config = experiment.algorithm_config()
-    config.experiment(episode_counter_name=counter_name)
+    record = (
+        RecordSettings(str(trial_dir), experiment.output.record_flush_s, experiment.to_yaml())
+        if experiment.output.record
+        else None
+    )  # each env runner's session record (experiments.session_record), into the trial directory
+    config.experiment(episode_counter_name=counter_name, session_record=record)
     try:
         algo = config.build_algo()
     except BaseException:

@@ -65,6 +65,7 @@ from experiments.closed_loop.settings import (
 from experiments.dotted import get_path
 from experiments.live_view.settings import ViewSettings
 from experiments.protocol import settings as protocol_settings
+from experiments.session_record import DEFAULT_FLUSH_S
 from models.module_config import ClosedLoopModelConfig
 
 # No NaN or infinity anywhere: no setting means either, and YAML's `.inf` is one typo away.
@@ -298,6 +299,15 @@ class OutputSection(BaseModel):
         description="a writable directory, or one that can be made (checked by output_root_problem)",
     )
     step_log: bool = Field(False, description="write the compact per-step stim/spike log")
+    record: bool = Field(
+        True, description="write each env runner's session record (record/*.h5 in the trial directory: HDF5)"
+    )
+    record_flush_s: float = Field(
+        DEFAULT_FLUSH_S,
+        gt=0,
+        le=60,
+        description="seconds between flushes of the session record: what a crash of the trainer can lose at most",
+    )
 
 
 class ViewSection(BaseModel):

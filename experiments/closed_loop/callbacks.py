@@ -13,6 +13,8 @@ Loop metrics (latency, timeouts, feedback counts, surprise, duty) are logged
 under the `culture/` prefix; `on_sample_end` adds what the feedback policy
 built since the last sample, per feedback name (count, mean scales). With the live view on (`view.enabled`), they also
 start this env runner's view and publish each tick to it (`experiments.live_view`).
+With `output.record`, each env runner's culture link and these callbacks write its session record
+(experiments.session_record: every stimulation, reply, feedback command, event, step and episode end).
 Every finished episode's summary, read from the whole episode (whole_episode.py),
 is kept in this process until the driver collects it (`pop_episode_records`),
 with where this process's env steps went (`step_accounting`). With the `direct` policy (no culture) there
@@ -35,6 +37,7 @@ from bridge.dose import status_metrics
 from experiments.closed_loop.episode_numbers import EpisodeNumbers
 from experiments.closed_loop.experiment_config import ClosedLoopExperimentConfig
 from experiments.closed_loop.link import close_link, current_link, log_reply_check, open_link
+from experiments.closed_loop.recorder import LinkRecorder
 from experiments.closed_loop.sent_feedback import log_sent_feedback
 from experiments.closed_loop.settings import CultureSettings
 from experiments.closed_loop.step_feedback import log_step_feedback, step_feedback
@@ -67,6 +70,16 @@ def step_accounting() -> dict[str, int]:
 
 def _has_culture(env_runner) -> bool:
     return env_runner.config.culture_settings is not None
+
+
+def _recorder(env_runner) -> LinkRecorder | None:
+    """This env runner's session record, if it drives a culture and records (`output.record`)."""
+    if env_runner is None or not _has_culture(env_runner) or env_runner.config.session_record is None:
+        return None
+    try:
+        return current_link().recorder
+    except RuntimeError:
+        return None  # the local env runner of a run with remote ones drives no culture
 
 
 def _value_of(module, observation: Any) -> float:
@@ -128,6 +141,11 @@ class ClosedLoopCallbacks(RLlibCallback):
         if settings is None:
             return  # the direct policy: no culture
         link = open_link(settings, env_runner.worker_index, env_runner.config.gamma)
+        record = env_runner.config.session_record
+        if record is not None and link.recorder is None:  # output.record: this runner's session record
+            link.recorder = LinkRecorder(
+                record, env_runner.worker_index, link.device, settings.envelope, settings.envelope_policy, settings
+            )
         view = view_settings(env_runner.config)
         if view is not None:
             start_view(
@@ -140,9 +158,12 @@ class ClosedLoopCallbacks(RLlibCallback):
             )
 
     def on_episode_step(self, *, episode, env_runner=None, metrics_logger=None, **kwargs) -> None:
-        """Count the step; publish it to the live view, if one runs."""
+        """Count the step; record it (`output.record`); publish it to the live view, if one runs."""
         _STEPS["taken"] += 1
         _STEPS["in_episode"] = episode.t  # steps since the episode began, across the chunks RLlib cut it into
+        recorder = _recorder(env_runner)
+        if recorder is not None:
+            recorder.step(episode.t, int(np.asarray(episode.get_actions(-1))), float(episode.get_rewards(-1)))
         view = current_view()
         if view is not None:
             view.publish_step(episode, kwargs.get("env_index", 0))
@@ -165,6 +186,14 @@ class ClosedLoopCallbacks(RLlibCallback):
             _log_episode_metrics(metrics_logger, payload)
             return
         link = current_link()
+        if link.recorder is not None:
+            link.recorder.episode_end(
+                payload["episode"],
+                payload["episode_length"],
+                payload["episode_reward"],
+                payload["kill_count"],
+                bool(last_chunk.is_terminated),
+            )
         # The last step's feedback (no next tick will send it) and the episode feedback, in one budget.
         value_next = 0.0 if last_chunk.is_terminated else _value_of(env_runner.module, last_chunk.get_observations(-1))
         last_step = step_feedback(link.feedback_policy, last_chunk, value_next)

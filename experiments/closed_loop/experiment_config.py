@@ -13,6 +13,7 @@ from ray.rllib.algorithms.algorithm_config import NotProvided
 
 from experiments.closed_loop.settings import CultureSettings
 from experiments.live_view.settings import ViewSettings
+from experiments.session_record import RecordSettings
 from models.ppo_config import ClosedLoopPPOConfig
 
 
@@ -27,6 +28,8 @@ class ClosedLoopExperimentConfig(ClosedLoopPPOConfig):
         """The live view's settings when it is on (None: off)."""
         self.episode_counter_name: str | None = None
         """The trial's episode-counter actor (None: each env runner numbers its own episodes)."""
+        self.session_record: RecordSettings | None = None
+        """Where env runners write their session records (`output.record`; None: off)."""
 
     def experiment(
         self,
@@ -34,14 +37,17 @@ class ClosedLoopExperimentConfig(ClosedLoopPPOConfig):
         culture_settings: CultureSettings | None = NotProvided,
         live_view: ViewSettings | None = NotProvided,
         episode_counter_name: str | None = NotProvided,
+        session_record: RecordSettings | None = NotProvided,
     ) -> Self:
-        """Set the experiment's cultures, live view (None or disabled: off) and episode counter."""
+        """Set the experiment's cultures, live view (None or disabled: off), episode counter and session record."""
         if culture_settings is not NotProvided:
             self.culture_settings = culture_settings
         if live_view is not NotProvided:
             self.live_view = live_view if live_view is not None and live_view.enabled else None
         if episode_counter_name is not NotProvided:
             self.episode_counter_name = episode_counter_name
+        if session_record is not NotProvided:
+            self.session_record = session_record
         return self
 
     def validate(self) -> None:

@@ -53,6 +53,7 @@ from bridge.core import BridgeConfig, SpikeReply
 from bridge.ports import free_port
 from bridge.protocol import FeedbackCommand
 from experiments.closed_loop.feedback import FeedbackPolicy, within_budget
+from experiments.closed_loop.recorder import LinkRecorder
 from experiments.closed_loop.sent_feedback import SentFeedback
 from experiments.closed_loop.settings import CultureSettings, DeviceSettings
 from models.ray_internals import kv_items, kv_put
@@ -98,6 +99,9 @@ class CultureLink:
         self._busy_s = 0.0
         self._t_sent = 0.0
         self._stim_drive = 0.0  # the drive of the stimulation awaiting its reply (bridge.causality)
+        self._stim_sent: tuple[np.ndarray, float] | None = None  # (stim, wall time) awaiting its reply, for the record
+        self.recorder: LinkRecorder | None = None
+        """This env runner's session record (`output.record`), attached by the callbacks; None: off."""
         self.causality = CausalityMeter(window=CAUSALITY_WINDOW)
         self.unsolicited = 0
         """Datagrams from the device that answered no stimulation, as of the last reply (the bridge's count)."""
@@ -180,6 +184,8 @@ class CultureLink:
         half = len(stim) // 2
         self.bridge.send_exchange(stim[:half], stim[half:])
         self._stim_drive = stim_drive(stim[:half], stim[half:])  # while the culture answers
+        if self.recorder is not None:
+            self._stim_sent = (np.array(stim, dtype=np.float32), time.time())
 
     def receive_spikes(self) -> SpikeReply:
         """The culture's answer to the stimulation `send_stim` sent; counts timeouts and device loss.
@@ -212,6 +218,8 @@ class CultureLink:
         self.counts["exchanges"] += 1
         self.causality.observe(self._stim_drive, float(reply.counts.sum()) if reply.ok else None)
         self.unsolicited = reply.unsolicited
+        if self.recorder is not None and self._stim_sent is not None:
+            self.recorder.exchange(*self._stim_sent, reply)
         if self.settings.step_log:
             self._latency_ms_by_stim[reply.stim_timestamp_us] = reply.latency_s * 1e3
         if reply.ok:
@@ -335,11 +343,15 @@ class CultureLink:
             self.counts["feedback_dropped"] += dropped
         self.bridge.send_feedback(sent)
         self.sent_feedback.record(sent)  # Hz and uA as they left (feedback/<name>/*_hz, *_ua)
+        if self.recorder is not None:
+            self.recorder.feedback(sent)
 
     def send_events(self, events: list[tuple[str, dict[str, Any]]]) -> None:
         """Send events (`episode_end`, `training_complete`) now, after any feedback the bridge client holds back."""
         self.counts["events"] += len(events)
         self.bridge.send_events(events)
+        if self.recorder is not None:
+            self.recorder.events(events)
 
     def pop_latencies_ms(self, stim_timestamps_us: np.ndarray) -> np.ndarray:
         """The exchange latencies of these stimulations (NaN where unknown); forgets every kept latency."""
@@ -365,6 +377,8 @@ class CultureLink:
 
     def close(self) -> None:
         """Close the fast path and stop a simulated device (the bridge actor stays for other users)."""
+        if self.recorder is not None:
+            self.recorder.close()  # first: whatever fails below, the record is whole
         try:
             ray.get(self.bridge.actor.release.remote(self._owner), timeout=10)
         except Exception as exc:
