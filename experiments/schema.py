@@ -461,7 +461,8 @@ class Experiment(BaseModel):
                 try:
                     dev.device_config(0, self.safety)
                 except ValueError as exc:  # the one check DeviceSettings cannot make alone: tick vs max_pulses
-                    raise ValueError(f"devices.{i}.tick_frequency_hz: {exc}") from None
+                    # Both keys: either one can be what the user meant to change.
+                    raise ValueError(f"devices.{i}.tick_frequency_hz and safety.max_pulses: {exc}") from None
         if self.loop.envelope_policy == "raise" and self.policy == "closed_loop":
             _check_reach(self)
         hardware = [d for d in self.devices if not d.simulated]
