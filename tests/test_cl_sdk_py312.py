@@ -16,7 +16,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
-@pytest.mark.wall_clock  # pip and cl-sdk's real-time loop
 def test_cl_backend_against_cl_sdk_under_python_312():
     proc = subprocess.run(
         ["bash", str(ROOT / "scripts" / "cl_sdk_tests.sh")], cwd=ROOT, capture_output=True, text=True, timeout=900

@@ -26,7 +26,7 @@ import yaml
 from tests.support.hardware_rig import REPO, DevicePorts, DeviceProgram, spikeloop_argv, user_env
 from tests.support.readme_commands import readme_argv
 
-pytestmark = [pytest.mark.slow, pytest.mark.wall_clock]  # ~5 min of a 10 steps/s device
+pytestmark = pytest.mark.slow
 
 DEVICE = "spikeloop device --backend sim --realtime"
 TRAIN = "spikeloop train experiments/cl1.yaml"
