@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from dataclasses import dataclass, field
 from typing import Literal
 
 
@@ -15,3 +16,13 @@ def free_port(host: str = "127.0.0.1", kind: Literal["udp", "tcp"] = "udp") -> i
     with socket.socket(socket.AF_INET, sock_type) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+@dataclass
+class DevicePorts:
+    """A device's four UDP ports, free on loopback when chosen, fixed from then on (a restarted device reuses them)."""
+
+    stim: int = field(default_factory=free_port)
+    spike: int = field(default_factory=free_port)
+    event: int = field(default_factory=free_port)
+    feedback: int = field(default_factory=free_port)

@@ -40,7 +40,7 @@ from typing import IO, Any, get_args
 
 from bridge.bench_record import provenance, write_result
 from bridge.loopback_device import PLAN_FAULTS
-from bridge.ports import free_port
+from bridge.ports import DevicePorts
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/soak.json")
 EXPERIMENT = Path(__file__).resolve().parent / "cl1.yaml"
@@ -255,16 +255,6 @@ def episode_numbering(indices: list[int]) -> dict[str, Any]:
 
 
 @dataclass
-class Ports:
-    """The four ports of the device, fixed for the whole soak so the restarted device comes back on them."""
-
-    stim: int = field(default_factory=free_port)
-    spike: int = field(default_factory=free_port)
-    event: int = field(default_factory=free_port)
-    feedback: int = field(default_factory=free_port)
-
-
-@dataclass
 class Soak:
     """One soak: its settings, its processes and what it saw."""
 
@@ -276,7 +266,7 @@ class Soak:
     train_batch: int
     work_dir: Path
     seed: int = 0
-    ports: Ports = field(default_factory=Ports)
+    ports: DevicePorts = field(default_factory=DevicePorts)  # fixed: the restarted device comes back on them
     samples: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     outage: dict[str, Any] | None = None

@@ -11,10 +11,9 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from bridge.ports import free_port
+import bridge.ports
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent  # the venv's bin: `spikeloop`, `ray`
@@ -41,14 +40,8 @@ def wait_for_log_text(log: Path, text: str, proc: subprocess.Popen, timeout_s: f
         time.sleep(0.2)
 
 
-@dataclass
-class DevicePorts:
-    """The four ports of one device, chosen by the test."""
-
-    stim: int = field(default_factory=free_port)
-    spike: int = field(default_factory=free_port)
-    event: int = field(default_factory=free_port)
-    feedback: int = field(default_factory=free_port)
+class DevicePorts(bridge.ports.DevicePorts):
+    """The four ports of one device, chosen by the test, with the flags and overrides that name them."""
 
     def device_flags(self) -> list[str]:
         """What `spikeloop device` needs to use them."""
