@@ -31,7 +31,12 @@ stimulation silently breaks the closed loop. Two kinds of device exist:
   decide instead (`bridge.reply_clock`): a reply answers the awaited
   stimulation only if its stamp, read against the send times, fits that one
   and no earlier one still unanswered; whatever cannot be attributed with
-  certainty is written off (`unattributed`), never used.
+  certainty is written off (`unattributed`), never used. Until the clock is
+  learnt, arrival order decides only while no stimulation has gone unanswered
+  (before that, no reply can be late for another); after one, and after the
+  clock is dropped, replies only teach the clock and are written off
+  (`withheld`) until it is learnt again. A clock that is still not learnt after `SAMPLES` answers
+  (constant, backward, not at our rate) is given up on, and arrival decides.
 
 `correlation="auto"` decides which kind the device is: echo as soon as a reply
 carries the awaited timestamp; plain only after `AUTO_PLAIN_VOTES` exchanges
@@ -137,6 +142,10 @@ class BridgeConfig:
     """Plain devices: a reply is owed until timeout_s + this after its stimulation, its horizon (default: timeout_s)."""
     envelope: SafetyEnvelope = field(default_factory=SafetyEnvelope)
     envelope_policy: Policy = "clamp"
+    status_requests: bool = True
+    """Ask the device for its status (`status_request` events: after each episode end until three go unanswered, and
+    from `spikeloop check`). False: never send one, for a device whose program should see only the trainer's own
+    events; its dose and limits are then not read."""
     reply_spin_ms: float = 1.0
     """Poll for the reply without sleeping from this long before it is expected until as long after.
 
@@ -257,6 +266,7 @@ COUNTERS = (
     "timeouts",
     "ambiguous",
     "unattributed",
+    "withheld",
     "late",
     "written_off",
     "duplicates",
@@ -276,6 +286,9 @@ COUNTERS = (
 `ambiguous`: exchanges on probation that got two or more replies (none taken; not counted in `timeouts`).
 `unattributed`: replies from a plain device whose stamp fits no stimulation, or more than one that may still be
 answered (learnt clock, `bridge.reply_clock`): written off, never taken.
+`withheld`: replies from a plain device that arrival order alone would have taken while its clock was still being
+learnt after a stimulation had gone unanswered: they teach the clock and are written off (status "timeout", not
+counted in `timeouts`).
 `clock_resets`: times the learnt clock of a plain device was dropped because its replies stopped fitting it.
 `written_off`: stimulations whose reply never came within their horizon (plain devices).
 `stale` and `duplicates` together are the device's unsolicited datagrams (`BridgeCore.unsolicited`).
@@ -337,6 +350,8 @@ class BridgeCore:
         self._recent_answers: collections.deque[bytes] = collections.deque(maxlen=RECENT_ANSWERS)
         self._unfit_streak = 0  # learnt clock: exchanges in a row with replies that fit no stimulation, none taken
         self._unfit_this_exchange = False
+        self._late_sent_t = -float("inf")  # learnt clock: send time of the latest stimulation answered late
+        self._fault_seen = False  # plain: a stimulation went unanswered, or the learnt clock was dropped
         self._latencies_s: collections.deque[float] = collections.deque(maxlen=LATENCY_WINDOW)
         self._recent_latencies_s: collections.deque[float] = collections.deque(maxlen=RECENT_LATENCIES)
         self._counts = dict.fromkeys(COUNTERS, 0)
@@ -459,6 +474,7 @@ class BridgeCore:
                 answer = held[0]
             else:  # one of them answers the written-off stimulation, and which is unknowable
                 self._counts["ambiguous"] += 1
+                self._fault_seen = True
                 self._counts["late"] += 1
                 self._counts["stale"] += len(held) - 2
                 self._busy_s += time.perf_counter() - t_start
@@ -474,13 +490,13 @@ class BridgeCore:
             answer = answer_by_clock
         if answer is not None:
             self._busy_s += time.perf_counter() - t_start
-            return self._take(answer, stim, t_sent, clamped, t_leave)
+            use = answer_by_clock is not None or not self._unsure_by_arrival(answer, stim)
+            return self._take(answer, stim, t_sent, clamped, t_leave, use=use)
         self._timed_out.add(stim.timestamp_us)
         if not self._echo:
+            self._fault_seen = True  # from now on, until the clock is learnt, arrival order vouches for nothing
             self._owed.append(_Owed(stim.timestamp_us, t_sent + self.config.horizon_s))
-            self._unanswered[stim.timestamp_us] = t_leave
-            if len(self._unanswered) > REMEMBERED_STIMS:
-                del self._unanswered[next(iter(self._unanswered))]
+            self._note_unanswered(stim.timestamp_us, t_leave)
         self._note_clock(by_clock)
         self._note_repin()
         self._note_copies()
@@ -516,8 +532,10 @@ class BridgeCore:
         payload = encode_event(EventMessage(now_us(), event_type, dict(data or {})))
         self._send(payload, self._event_addr)
         self._counts["events_sent"] += 1
-        if event_type == "episode_end" and (
-            self._device_status is not None or self._status_unanswered < STATUS_REQUESTS_UNANSWERED
+        if (
+            event_type == "episode_end"
+            and self.config.status_requests
+            and (self._device_status is not None or self._status_unanswered < STATUS_REQUESTS_UNANSWERED)
         ):
             # The device's dose and refusals, for the episode's statistics: its answer is read with the next drain.
             self._request_status()
@@ -530,8 +548,12 @@ class BridgeCore:
 
     @_locked
     def device_status(self, wait_s: float) -> dict[str, Any] | None:
-        """Ask the device for its status (envelope, dose, refusals) and wait up to `wait_s` for it; None if none."""
+        """Ask the device for its status (envelope, dose, refusals) and wait up to `wait_s` for it; None if none.
+
+        None at once, asking nothing, when `status_requests` is off."""
         self._check_open()
+        if not self.config.status_requests:
+            return None
         heard = self._counts["device_status"]
         self._request_status()
         deadline = time.perf_counter() + wait_s
@@ -619,12 +641,22 @@ class BridgeCore:
         return f"{host}:any port" + (" (auto: pinned at the first answer)" if self._pin_auto else "")
 
     def _take(
-        self, answer: _Datagram, stim: StimCommand, t_sent: float, clamped: int, t_leave: float | None = None
+        self,
+        answer: _Datagram,
+        stim: StimCommand,
+        t_sent: float,
+        clamped: int,
+        t_leave: float | None = None,
+        use: bool = True,
     ) -> SpikeReply:
-        """Book `answer` as the reply to `stim` (sent at `t_sent`, read just before the send at `t_leave`)."""
+        """Book `answer` as the reply to `stim` (sent at `t_sent`, read just before the send at `t_leave`).
+
+        `use` False: the reply only teaches the device clock; it is written off (`withheld`), never returned.
+        """
         reply = answer.reply
         latency = answer.arrived - t_sent
-        self._latencies_s.append(latency)
+        if use:
+            self._latencies_s.append(latency)
         self._recent_latencies_s.append(latency)
         if reply.timestamp_us == stim.timestamp_us and self._echo is not False:
             self._answered.add(stim.timestamp_us)  # a second copy is a duplicate, never the next answer
@@ -649,9 +681,16 @@ class BridgeCore:
                 answer.port,
             )
         self._repin = None
-        self._counts["ok"] += 1
         self._consecutive_timeouts = 0
         self._last_reply_wall = time.time()
+        if not use:
+            self._counts["withheld"] += 1
+            # It may be a late reply to an earlier stimulation, so this one's own may still come: once the clock
+            # is learnt, a reply that fits both is not taken.
+            self._note_unanswered(stim.timestamp_us, t_sent if t_leave is None else t_leave)
+            zeros = np.zeros(N_SPIKE_GROUPS, dtype=np.float32)
+            return SpikeReply(zeros, "timeout", latency, stim.timestamp_us, None, clamped, self.unsolicited)
+        self._counts["ok"] += 1
         counts = np.asarray(reply.counts, dtype=np.float32)
         return SpikeReply(counts, "ok", latency, stim.timestamp_us, reply.timestamp_us, clamped, self.unsolicited)
 
@@ -699,6 +738,16 @@ class BridgeCore:
         if self._plain_votes >= AUTO_PLAIN_VOTES:
             self._echo = False
 
+    def _unsure_by_arrival(self, answer: _Datagram, stim: StimCommand) -> bool:
+        """A non-echo answer taken by arrival while the device clock is still being learnt, after a fault.
+
+        Only a stimulation left unanswered can have its reply arrive in a later window, so until the first
+        one, arrival order is right; after it, a device that breaks the horizon could answer the wrong
+        stimulation, and only a learnt clock could tell. Such replies teach the clock and are written off.
+        """
+        plain = answer.reply.timestamp_us != stim.timestamp_us and self._echo is not True
+        return plain and self._fault_seen and self._clock.learning
+
     def _by_clock(self) -> bool:
         """Plain device whose clock is learnt: stamps, read against send times, decide which stimulation a reply fits."""
         return self._echo is False and self._clock.ready
@@ -728,7 +777,8 @@ class BridgeCore:
             return True
         if len(earlier) == 1 and not fits_awaited:
             (stim_us,) = earlier
-            del self._unanswered[stim_us]
+            # Its late reply may be another one's, stalled: the stall rules keep watching after it as after a loss.
+            self._late_sent_t = max(self._late_sent_t, self._unanswered.pop(stim_us))
             self._timed_out.discard(stim_us)
             self._owed = collections.deque(o for o in self._owed if o.stim_us != stim_us)
             self._recent_answers.append(datagram.data)  # its copies are duplicates
@@ -738,12 +788,17 @@ class BridgeCore:
         self._unfit_this_exchange = True
         return False
 
+    def _note_unanswered(self, stim_us: int, t_leave: float) -> None:
+        """Plain: remember a stimulation no reply was taken for (its send time), for late replies to fit."""
+        self._unanswered[stim_us] = t_leave
+        if len(self._unanswered) > REMEMBERED_STIMS:
+            del self._unanswered[next(iter(self._unanswered))]
+
     def _recent_unanswered(self, t_sent: float) -> bool:
-        """Was a stimulation left unanswered recently enough (before `t_sent`) that a stalled device may answer it?"""
-        if not self._unanswered:
-            return False
-        newest = next(reversed(self._unanswered.values()))
-        return newest >= t_sent - STALL_MEMORY_HORIZONS * self.config.horizon_s
+        """Was a stimulation left unanswered (or answered late) recently enough, before `t_sent`, that a stalled
+        device may answer it now?"""
+        newest = next(reversed(self._unanswered.values())) if self._unanswered else self._late_sent_t
+        return max(newest, self._late_sent_t) >= t_sent - STALL_MEMORY_HORIZONS * self.config.horizon_s
 
     def _note_clock(self, by_clock: bool) -> None:
         """Learnt clock, at a timeout: replies that fit nothing, exchange after exchange, mean the clock moved."""
@@ -756,6 +811,7 @@ class BridgeCore:
                 self._unfit_streak,
             )
             self._clock.forget()
+            self._fault_seen = True
             self._counts["clock_resets"] += 1
             self._unfit_streak = 0
 
@@ -913,8 +969,8 @@ class BridgeCore:
         if datagram.arrived < earliest:
             self._counts["stale"] += 1  # sooner than the device can answer: it was on its way before the send
             return None
-        if not self._stamps_repeat and datagram.data == self._last_answer_data:
-            # Byte for byte the last answer while the device's stamps move: a copy of it, however late.
+        if not self._stamps_repeat and datagram.data in self._recent_answers:
+            # Byte for byte a recent answer while the device's stamps move: a copy of it, however late.
             self._counts["duplicates"] += 1
             self._copy_this_exchange = True
             return None

@@ -78,6 +78,7 @@ class ReplyClock:
         self.horizon_s = horizon_s
         self._samples: collections.deque[tuple[float, int]] = collections.deque(maxlen=SAMPLES)
         self._fit: ClockFit | None = None
+        self._observed = 0  # answers observed since the clock was last forgotten
 
     @property
     def fit(self) -> ClockFit | None:
@@ -90,6 +91,15 @@ class ReplyClock:
         return self._fit is not None
 
     @property
+    def learning(self) -> bool:
+        """True while the clock is not ready but may still become so (fewer than `SAMPLES` answers observed).
+
+        A clock not ready after `SAMPLES` answers (constant, backward, or not at our rate) is given up on:
+        arrival order then decides, as protocol v1 promises it may.
+        """
+        return self._fit is None and self._observed < SAMPLES
+
+    @property
     def margin_s(self) -> float:
         """How long past a written-off stimulation's horizon the next one must wait so that their windows part."""
         fit = self._fit
@@ -98,6 +108,7 @@ class ReplyClock:
     def observe(self, t_sent: float, stamp_us: int) -> None:
         """One answer the bridge is sure of: the stimulation's send time (perf_counter s) and the reply's stamp."""
         self._samples.append((t_sent, stamp_us))
+        self._observed += 1
         if len(self._samples) >= MIN_SAMPLES:
             # Once learnt, a clock is kept through a spell of jitter; `forget` drops it when replies stop fitting.
             self._fit = self._refit() or self._fit
@@ -106,6 +117,7 @@ class ReplyClock:
         """Drop everything learnt (the device clock stepped, or another device program answers)."""
         self._samples.clear()
         self._fit = None
+        self._observed = 0
 
     def fits(self, stamp_us: int, t_sent: float) -> bool:
         """Could a reply stamped `stamp_us` answer the stimulation sent at `t_sent`?"""
@@ -132,7 +144,7 @@ class ReplyClock:
         """For stats: whether stamps decide, and the fit."""
         fit = self._fit
         if fit is None:
-            return {"ready": False, "samples": len(self._samples)}
+            return {"ready": False, "samples": len(self._samples), "learning": self.learning}
         return {
             "ready": True,
             "samples": len(self._samples),

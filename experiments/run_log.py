@@ -78,6 +78,7 @@ RESULT_TAGS: dict[str, str] = {
     "loop/written_off": "env_runners/culture/written_off",
     "loop/ambiguous": "env_runners/culture/ambiguous",
     "loop/unattributed": "env_runners/culture/unattributed",
+    "loop/withheld": "env_runners/culture/withheld",
     "loop/clock_resets": "env_runners/culture/clock_resets",
     "loop/exchange_ok_fraction": "env_runners/culture/exchange_ok_fraction",
     "loop/device_duty": "env_runners/culture/device_duty",

@@ -13,6 +13,7 @@ from bridge.address import DeviceAddress
 from bridge.core import AUTO_PLAIN_VOTES, BridgeConfig, BridgeCore, DeviceTimeout
 from bridge.loopback_device import FAULTS, LoopbackDevice
 from bridge.protocol import SpikeCounts, encode_spikes, now_us
+from bridge.reply_clock import MIN_SAMPLES
 
 TIMEOUT_S = 0.3  # generous: a loaded CI machine must not turn a good reply into a timeout
 LATE_GRACE_S = 0.5  # plain devices: how long the bridge waits for a reply it is still owed
@@ -75,9 +76,13 @@ def test_every_ok_reply_answers_its_own_stimulation(echo):
     # A plain device's own reply is written off (`unattributed`) rather than taken when it cannot be told from a
     # stalled reply to the stimulation a fault left unanswered: each such costs a timeout.
     lost = injected["drop"] + injected["delay"]
-    assert lost <= stats["timeouts"] + slow <= lost + stats["unattributed"]
-    assert stats["timeouts"] == statuses.count("timeout") and stats["ambiguous"] == 0
-    assert stats["ok"] == n - stats["timeouts"]
+    # A withheld reply may be a lost stimulation's own (late, in its probation window) or any other one.
+    withheld = stats["withheld"]
+    assert lost <= stats["timeouts"] + slow + withheld <= lost + stats["unattributed"] + withheld
+    # Withheld: replies taken by arrival while the clock was learnt after a fault (they only teach the clock).
+    assert stats["timeouts"] + stats["withheld"] == statuses.count("timeout") and stats["ambiguous"] == 0
+    assert stats["withheld"] <= 3 * MIN_SAMPLES if not echo else stats["withheld"] == 0
+    assert stats["ok"] == n - stats["timeouts"] - stats["withheld"]
     assert stats["late"] + slow == injected["delay"]
     assert stats["duplicates"] == injected["duplicate"]
     assert stats["malformed"] == injected["corrupt"]
@@ -269,3 +274,29 @@ def test_replies_from_another_port_of_the_device_host_are_refused_with_reply_por
     assert all(r.status == "timeout" for r in replies)
     assert stats["ok"] == 0 and stats["foreign"] > 0 and forged
     assert stats["last_foreign_source"].startswith("127.0.0.1:")
+
+
+@pytest.mark.parametrize("status_requests", [True, False])
+def test_episode_end_asks_for_the_device_status_unless_switched_off(status_requests):
+    from bridge.protocol import decode_event
+
+    device = LoopbackDevice().start()
+    address = DeviceAddress(
+        spike_port=0, stim_port=device.stim_port, feedback_port=device.feedback_port, event_port=device.event_port
+    )
+    bridge = BridgeCore(BridgeConfig(address=address, timeout_s=TIMEOUT_S, status_requests=status_requests))
+    device.spike_port = bridge.spike_port
+    try:
+        assert bridge.exchange([10.0] * 8, [1.5] * 8).ok
+        bridge.event("episode_end", {"episode": 1})
+        assert bridge.device_status(wait_s=0.2) is None  # the loopback device does not answer; off: not asked
+        deadline = time.monotonic() + 2
+        expected = ["episode_end", "status_request", "status_request"] if status_requests else ["episode_end"]
+        while len(device.received_events) < len(expected) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05)  # anything more would have arrived by now
+        assert [decode_event(e).event_type for e in device.received_events] == expected
+        assert bridge.stats()["status_requests"] == len(expected) - 1
+    finally:
+        device.stop()
+        bridge.close()

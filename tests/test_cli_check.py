@@ -147,6 +147,26 @@ def test_minimum_only_probe_stimulates_only_at_the_envelope_minimum():
         assert "[info] device 'loop-cl1' (cl1): did not report its limits" in result.stdout
 
 
+def test_status_requests_off_sends_the_device_no_status_request():
+    """`devices.N.status_requests: false`: the device program sees no event at all from `check`, and says so."""
+    spike_port = free_port()
+    with LoopbackDevice(spike_port=spike_port) as device:
+        result = spikeloop_check(
+            QUICKSTART,
+            "--exchanges",
+            "3",
+            "--minimum-only",
+            "--set",
+            cl1_device("loop-cl1", device.stim_port, spike_port, device.feedback_port, device.event_port),
+            "--set",
+            "devices.0.status_requests=false",
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert len(device.received_stims) == 3
+        assert device.received_events == []
+        assert "not asked for its limits (devices.0.status_requests: false)" in result.stdout
+
+
 def test_invalid_experiment_exits_2_naming_the_key(capsys):
     broken = str(Path(__file__).parent / "broken_experiments" / "forbidden_electrode.yaml")
     with pytest.raises(SystemExit) as info:

@@ -242,6 +242,7 @@ class ClosedLoopCallbacks(RLlibCallback):
                 "written_off",
                 "ambiguous",
                 "unattributed",
+                "withheld",
                 "clock_resets",
             ):
                 metrics_logger.log_value(f"culture/{key}", stats[key], reduce="max", window=1)

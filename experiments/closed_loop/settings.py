@@ -60,6 +60,9 @@ class DeviceSettings:
     a stimulation, pinned from then on: a third-party program may reply from any socket of its own), "stim_port"
     (pinned from the start: where `spikeloop device` replies from), a port number, or "any" (any process on the
     device host could then answer for it). `spikeloop check` names the port replies came from."""
+    status_requests: bool = True
+    """Ask the device for its status (dose, limits, refusals) after each episode end and in `spikeloop check`
+    (`status_request` events, docs/protocol.md). False: the device program sees only the trainer's own events."""
     node_resource: str | None = None
     """Custom resource of the node that owns the device (default for cl1: `cl1:<device_id>`)."""
     # Simulated devices only (defaults: the reference device timing, run as fast as possible):
@@ -104,6 +107,8 @@ class DeviceSettings:
             isinstance(reply, bool) or not isinstance(reply, int) or not 1 <= reply <= 65535
         ):
             raise ValueError(f"reply_port={reply!r}: use auto, stim_port, any or a UDP port 1-65535")
+        if not isinstance(self.status_requests, bool):
+            raise ValueError(f"status_requests={self.status_requests!r}: must be true or false")
         if self.node_resource is not None and not self.node_resource.strip():
             raise ValueError("node_resource is empty: leave it out for the default cl1:<device_id>")
         if not (math.isfinite(self.tick_frequency_hz) and self.tick_frequency_hz > 0):
@@ -242,6 +247,7 @@ class CultureSettings:
             envelope=self.envelope,
             envelope_policy=self.envelope_policy,
             reply_spin_ms=self.reply_spin_ms,
+            status_requests=dev.status_requests,
         )
 
     def __post_init__(self) -> None:

@@ -678,7 +678,17 @@ def main(argv: list[str]) -> int:
             print(f"[warn] {label}: the envelope clamped {probe.clamped} probe command(s)", flush=True)
         if not dev.simulated:
             print(reply_source_line(experiment, dev, probe), flush=True)
-        lines, limit_failures = device_limit_lines(label, envelope, probe.device_status)
+        if dev.status_requests:
+            lines, limit_failures = device_limit_lines(label, envelope, probe.device_status)
+        else:
+            lines, limit_failures = (
+                [
+                    f"[info] {label}: not asked for its limits (devices.{experiment.devices.index(dev)}.status_requests: "
+                    "false); compare its "
+                    "envelope with the experiment's safety section by hand"
+                ],
+                [],
+            )
         for line in lines:
             print(line, flush=True)
         for failure in limit_failures:
