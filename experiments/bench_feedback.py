@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.bench_learning import FEEDBACK_CONDITIONS
+from experiments.bench_conditions import FEEDBACK_CONDITIONS
 from experiments.bench_learning import main as learning_main
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/feedback.json")

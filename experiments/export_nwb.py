@@ -197,24 +197,11 @@ def record_to_nwb(record_file: Path, nwb_file: Path, subject: CultureSubject = C
     if len(steps["wall_time_s"]):
         behavior = nwb.create_processing_module(name="behavior", description="the agent's actions and rewards")
         times = rel(steps["wall_time_s"])
-        behavior.add(
-            TimeSeries(
-                name="action",
-                description="the action index the decoder chose at each env step (the env's action set)",
-                data=steps["action"],
-                unit="n.a.",
-                timestamps=times,
-            )
-        )
-        behavior.add(
-            TimeSeries(
-                name="reward",
-                description="the reward of each env step (env.reward_mode of the experiment)",
-                data=steps["reward"],
-                unit="a.u.",
-                timestamps=times,
-            )
-        )
+        for name, unit, description in (
+            ("action", "n.a.", "the action index the decoder chose at each env step (the env's action set)"),
+            ("reward", "a.u.", "the reward of each env step (env.reward_mode of the experiment)"),
+        ):
+            behavior.add(TimeSeries(name=name, description=description, data=steps[name], unit=unit, timestamps=times))
     nwb_file.parent.mkdir(parents=True, exist_ok=True)
     with NWBHDF5IO(str(nwb_file), "w") as io:
         io.write(nwb)

@@ -17,10 +17,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-EPISODES_FILE = "episodes.jsonl"
-CURVE_FILE = "learning_curve.png"
-STEPS_DIR = "steps"
-"""Per-step log (`output.step_log`): one `episode_<index>.npz` per episode, named in its JSONL line."""
+from experiments.trial_files import (  # noqa: F401  (re-exported: the names the writer and its readers share)
+    CURVE_FILE,
+    DEVICE_LOST,
+    ENDED_SHORT,
+    EPISODES_FILE,
+    FINISHED,
+    NOTHING_TRAINED,
+    SETUP_ERROR,
+    STEPS_DIR,
+)
 
 # TensorBoard tag -> path in RLlib's result dict ("*" = any module id).
 RESULT_TAGS: dict[str, str] = {
@@ -99,17 +105,6 @@ RESULT_TAGS: dict[str, str] = {
     "device/outages": "env_runners/culture/device_outages",
     "device/outage_s": "env_runners/culture/device_outage_s",
 }
-# Keys of a trial's reports (Tune's result.json rows), read back by `spikeloop analyze` and the tests.
-FINISHED = "finished"
-"""Report key: the trial's Tune run is over (True in its last report: stop reached, or ended by one of the keys below)."""
-SETUP_ERROR = "setup_error"
-"""Report key of a trial that failed before its first iteration (reported, not raised: see `train_trial`)."""
-DEVICE_LOST = "device_lost"
-"""Report key of a trial that ended because its device stopped answering (reported, not raised or retried)."""
-NOTHING_TRAINED = "nothing_trained"
-"""Report key of a trial whose learner received no env steps at all: it did not complete, whatever it sampled."""
-ENDED_SHORT = (SETUP_ERROR, DEVICE_LOST, NOTHING_TRAINED)
-"""Keys whose presence in the last report means the trial ended without reaching its stop condition."""
 
 EMPTY_ITERATIONS_TAG = "ppo/empty_iterations"
 """Iterations so far in which the learner received no env steps (written by RunLog, not read from RLlib)."""

@@ -39,6 +39,7 @@ from typing import Any
 
 import yaml
 
+from experiments.ray_session import init_ray
 from experiments.run_log import DEVICE_LOST, FINISHED, NOTHING_TRAINED, SETUP_ERROR
 from experiments.schema import Experiment, experiment_from_dict, set_path
 
@@ -393,26 +394,6 @@ def _search_space(experiment: Experiment) -> dict[str, Any]:
 def _resources(experiment: Experiment):
     config = experiment.algorithm_config()
     return config.algo_class.default_resource_request(config)
-
-
-def init_ray(resources: dict[str, float] | None = None) -> None:
-    """Join the cluster in RAY_ADDRESS (as under `ray job submit`), or start a private local Ray.
-
-    `resources`: custom resources the local node advertises, e.g. `CultureSettings.node_resources()` (ignored when
-    joining a cluster, whose nodes declare their own with `ray start --resources`).
-    """
-    import ray
-
-    from models import rllib_notices
-
-    rllib_notices.install()  # before Ray starts: its start-up notices too
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if ray.is_initialized():
-        return
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(address=os.environ["RAY_ADDRESS"])
-    else:
-        ray.init(address="local", include_dashboard=False, resources=resources or None)
 
 
 def _tell_hardware(experiment: Experiment, reason: str, results) -> None:

@@ -121,7 +121,7 @@ def init_ray_for(experiment: Experiment) -> bool:
     """Join RAY_ADDRESS, or start a local Ray that owns the experiment's cl1 devices; True if started here."""
     import ray
 
-    from experiments.runner import init_ray
+    from experiments.ray_session import init_ray
 
     if ray.is_initialized():
         return False

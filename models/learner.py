@@ -47,7 +47,7 @@ from models.env_steps_received import CountEnvStepsReceived
 from models.running_stats_connector import UpdateRunningStats
 from models.value import NormalizedValueNet
 
-if TYPE_CHECKING:  # models.ppo_config imports this module to name its learner class
+if TYPE_CHECKING:  # for types only: models.ppo_config imports this module to name its learner class
     from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
     from models.direct_module import DirectRLModule
@@ -70,6 +70,13 @@ SPIKE_MEAN_KEY_PREFIX = "spike_mean_"
 GRADIENT_NORM_KEY = "gradients_global_norm"
 VALUE_TARGET_STD_KEY = "value_target_std"
 VALUE_TARGET_MEAN_KEY = "value_target_mean"
+CLOSED_LOOP_CONFIG_FIELDS = (
+    "encoder_lr_multiplier",
+    "decoder_lr_multiplier",
+    "encoder_entropy_coeff",
+    "ratio_clipping",
+)
+"""Fields only a ClosedLoopPPOConfig has, which the learner's hooks read."""
 RATIO_PARTS = ("encoder", "decoder")
 """The joint ratio's two factors, logged each as <part>_ratio_mean / _std / _clip_fraction."""
 
@@ -83,11 +90,10 @@ def _scaled_lr(lr_or_schedule: Any, factor: float) -> Any:
 
 def _closed_loop_config(config: AlgorithmConfig | None) -> ClosedLoopPPOConfig:
     """The config RLlib hands the learner's hooks, as the ClosedLoopPPOConfig it must be."""
-    from models.ppo_config import ClosedLoopPPOConfig  # here: models.ppo_config imports this module
-
-    if not isinstance(config, ClosedLoopPPOConfig):
+    # By its fields, not its class: models.ppo_config imports this module, and no import may go back.
+    if not all(hasattr(config, name) for name in CLOSED_LOOP_CONFIG_FIELDS):
         raise TypeError(f"ClosedLoopPPOLearner needs a ClosedLoopPPOConfig, got {type(config).__name__}")
-    return config
+    return cast("ClosedLoopPPOConfig", config)
 
 
 def _as_tensor(value: TensorType) -> torch.Tensor:

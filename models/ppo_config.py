@@ -24,6 +24,7 @@ from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
 from models import rllib_notices
+from models.learner import ClosedLoopPPOLearner
 from models.ray_internals import NotProvidedType
 
 # Every process that builds or unpickles this config (driver, trial, env runners, learners) imports this
@@ -130,8 +131,6 @@ class ClosedLoopPPOConfig(PPOConfig):
 
     def get_default_learner_class(self) -> type:
         """The joint-logp PPO learner."""
-        from models.learner import ClosedLoopPPOLearner
-
         return ClosedLoopPPOLearner
 
     def validate(self) -> None:

@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(parse_device(d)[0] == "cuda" for d in args.devices) and not torch.cuda.is_available():
         print("gpu_learner_timing: CUDA is not available here; use --devices cpu", file=sys.stderr)
         return 2
-    from experiments.runner import init_ray
+    from experiments.ray_session import init_ray
     from experiments.schema import load_experiment
 
     experiment = load_experiment(args.experiment, args.overrides)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from experiments.analysis import power, stats
+from experiments.analysis import power, power_table, stats
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 
@@ -139,19 +139,21 @@ def test_seeds_needed_and_detectable_difference_agree() -> None:
 
 
 def test_the_benchmark_spread_is_read_from_its_seeds() -> None:
-    spread = power.benchmark_spread(power.LEARNING_JSON, "sim")
+    spread = power_table.benchmark_spread(power_table.LEARNING_JSON, "sim")
     ret = spread["final_return"]
     assert ret["partners"] == ["zero", "random"] and ret["seeds"] == 5
     assert 10 < ret["sd"] < 60 and 5 < ret["sd_paired"] < 60
-    assert power.benchmark_spread(power.LEARNING_JSON, "direct")["final_return"]["sd_paired"] is None
+    assert power_table.benchmark_spread(power_table.LEARNING_JSON, "direct")["final_return"]["sd_paired"] is None
 
 
 def test_docs_power_table_is_the_functions(tmp_path: Path) -> None:
     """docs/benchmarks.md's table is `spikeloop analyze --power` on docs/benchmarks/learning.json, unedited."""
-    table = power.power_table_markdown()
-    assert power.docs_table(DOCS) == table, "regenerate: spikeloop analyze --power --update-docs docs/benchmarks.md"
+    table = power_table.power_table_markdown()
+    assert power_table.docs_table(DOCS) == table, (
+        "regenerate: spikeloop analyze --power --update-docs docs/benchmarks.md"
+    )
     copy = tmp_path / "benchmarks.md"
-    copy.write_text(f"text\n{power.DOCS_BEGIN}\nold\n{power.DOCS_END}\nmore\n")
-    assert power.update_docs(copy, table) and power.docs_table(copy) == table
-    assert not power.update_docs(copy, table)
+    copy.write_text(f"text\n{power_table.DOCS_BEGIN}\nold\n{power_table.DOCS_END}\nmore\n")
+    assert power_table.update_docs(copy, table) and power_table.docs_table(copy) == table
+    assert not power_table.update_docs(copy, table)
     assert copy.read_text().startswith("text\n") and copy.read_text().endswith("more\n")

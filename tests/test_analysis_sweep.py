@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.analysis import plan, power, sweep
+from experiments.analysis import plan, power, power_table, sweep
 from experiments.run_log import DEVICE_LOST, FINISHED
 from experiments.schema import load_experiment
 from tests.support.hparams_reader import hparams_tab
@@ -248,7 +248,7 @@ def test_check_plans_the_sweep() -> None:
     assert "sim` trains at" in p.basis and "learning.json" in p.basis
     lines = plan.lines(experiment, cpus=2)
     assert lines[0].startswith("[info] sweep: 16 configuration(s)") and "= 160 trial(s)" in lines[0]
-    spread = power.benchmark_spread(power.LEARNING_JSON, "sim")["final_return"]
+    spread = power_table.benchmark_spread(power_table.LEARNING_JSON, "sim")["final_return"]
     detectable = power.detectable_difference(10, spread["sd_paired"], paired=True, alpha=0.05 / 15)
     assert f"final return: {detectable:.1f} at the measured pairing" in "\n".join(lines)
     few = plan.lines(load_experiment(REPO / "experiments" / "sweep_feedback.yaml", ["tune.seeds=5"]), cpus=2)

@@ -49,6 +49,18 @@ def committed_steps(run_root: Path) -> int:
         return 0  # met a flush half-way: read again
 
 
+def run_export(*args: str) -> subprocess.CompletedProcess:
+    """`spikeloop export nwb ARGS` as a user types it."""
+    return subprocess.run(
+        spikeloop_argv(["spikeloop", "export", "nwb", *args]),
+        cwd=REPO,
+        env=user_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
 def test_kill_9_of_train_loses_at_most_the_last_flush_interval(tmp_path: Path) -> None:
     ports = DevicePorts()
     device_rec = tmp_path / "device-recording"
@@ -105,14 +117,7 @@ def test_kill_9_of_train_loses_at_most_the_last_flush_interval(tmp_path: Path) -
     assert len(received) - len(recorded) <= 10 * (FLUSH_S + SLACK_S) + 2, (len(received), len(recorded))
 
     # A killed run's record exports too.
-    export = subprocess.run(
-        spikeloop_argv(["spikeloop", "export", "nwb", str(record.parent.parent)]),
-        cwd=REPO,
-        env=user_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    export = run_export(str(record.parent.parent))
     assert export.returncode == 0, export.stderr
     assert record.with_suffix(".nwb").is_file()
 
@@ -133,14 +138,7 @@ def test_export_nwb_of_a_short_run_passes_nwbinspector(tmp_path: Path) -> None:
     )
     assert train.returncode == 0, (train.stdout + train.stderr)[-6000:]
     run_dir = next(root.glob("quickstart-*"))
-    export = subprocess.run(
-        spikeloop_argv(["spikeloop", "export", "nwb", str(run_dir), "--species", "Mus musculus", "--age", "P21D"]),
-        cwd=REPO,
-        env=user_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    export = run_export(str(run_dir), "--species", "Mus musculus", "--age", "P21D")
     assert export.returncode == 0, export.stderr
     (record,) = find_records(run_dir)
     nwb = record.with_suffix(".nwb")

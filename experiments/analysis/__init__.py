@@ -7,6 +7,7 @@
   each configuration against a baseline, main effects of factorial grids.
 - `report`: analysis.json, analysis.md and analysis.png of `spikeloop analyze`.
 - `power`: seeds needed / smallest detectable difference, by simulating the exact tests.
+- `power_table`: a benchmark's measured seed spread, and the power table in docs/benchmarks.md.
 - `plan`: what `spikeloop check` says about a sweep before it runs (trials, time, power).
 
 The notebooks import from here (`from experiments.analysis import ...`): the names of

@@ -26,9 +26,9 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from experiments.analysis import power
+from experiments.analysis import power, power_table
 
-BENCHMARKS = power.REPO / "docs" / "benchmarks"
+BENCHMARKS = power_table.REPO / "docs" / "benchmarks"
 ALPHA = 0.05
 
 
@@ -81,7 +81,7 @@ def _rate(path: Path, condition: str) -> tuple[float, float, int]:
 
 
 def _short(path: Path) -> str:
-    return path.relative_to(power.REPO).as_posix() if power.REPO in path.parents else str(path)
+    return path.relative_to(power_table.REPO).as_posix() if power_table.REPO in path.parents else str(path)
 
 
 def plan(experiment, cpus: float | None = None) -> SweepPlan:
@@ -161,7 +161,7 @@ def _power_lines(experiment, configurations: int) -> list[str]:
     condition = benchmark_condition(experiment) or "sim"
     if path is None:
         return [f"power: not estimated ({note})"]
-    spread = power.benchmark_spread(path, condition)
+    spread = power_table.benchmark_spread(path, condition)
     where = f"{_short(path)}, `{condition}`" + (f", {note}" if note else "")
     floor = power.smallest_p(n, paired=True)
     enough = power.min_seeds(alpha, paired=True)

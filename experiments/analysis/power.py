@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,13 +34,6 @@ ALPHAS = (0.05, 0.01)
 MAX_SEEDS = 200
 EXACT_RANK_SUM_MAX = 30
 """Seeds per side up to which the simulated Mann-Whitney test uses its exact null table."""
-REPO = Path(__file__).resolve().parents[2]
-LEARNING_JSON = REPO / "docs" / "benchmarks" / "learning.json"
-TABLE_DIFFERENCES = {"final_return": (10.0, 25.0, 50.0), "final_kill_rate": (0.05, 0.1, 0.2)}
-"""Differences the power table in docs/benchmarks.md is made for (return units; share of episodes)."""
-TABLE_CONDITION = "sim"
-DOCS_BEGIN = "<!-- power-table: begin (spikeloop analyze --power --update-docs docs/benchmarks.md) -->"
-DOCS_END = "<!-- power-table: end -->"
 
 
 # --- null tables (no ties: simulated values are continuous) -------------------------------
@@ -245,123 +237,3 @@ def at_seed_count(
         "min_seeds_paired": min_seeds(alpha, paired=True, alternative=alternative),
         "min_seeds_unpaired": min_seeds(alpha, paired=False, alternative=alternative),
     }
-
-
-# --- the measured spread ----------------------------------------------------------------------
-
-
-def benchmark_spread(path: str | Path = LEARNING_JSON, condition: str = TABLE_CONDITION) -> dict[str, dict[str, Any]]:
-    """Per metric: the condition's SD over seeds, and the SD of its per-seed differences to its partners.
-
-    Partners are the benchmark's conditions that run the same device backend (and so share the culture's
-    seed as well as the game's and the learner's): for `sim`, `zero` and `random`. Without partners the
-    paired SD is None.
-    """
-    from experiments.analysis import sweep
-
-    data = sweep.load_benchmark(Path(path))
-    conditions = data.factors[sweep.BENCH_FACTOR]
-    if condition not in conditions:
-        raise ValueError(f"{path}: no condition {condition!r} (it has {', '.join(conditions)})")
-    partners = [c for c in conditions if c != condition and _device_of(c) == _device_of(condition)]
-    out = {}
-    for metric in sweep.METRICS:
-        own = sweep.per_seed(data, (condition,), metric)
-        values = [v for v in own.values() if math.isfinite(v)]
-        differences = []
-        for partner in partners:
-            other = sweep.per_seed(data, (partner,), metric)
-            seeds = sorted(set(own) & set(other))
-            spread = stats.pairing_spread([own[s] for s in seeds], [other[s] for s in seeds])
-            differences.append(spread.sd_paired)
-        out[metric] = {
-            "condition": condition,
-            "seeds": len(values),
-            "sd": float(np.std(values, ddof=1)) if len(values) > 1 else None,
-            "partners": partners,
-            "sd_paired": math.sqrt(float(np.mean(np.square(differences)))) if differences else None,
-            "source": str(path),
-        }
-    return out
-
-
-def _device_of(condition: str) -> tuple[str, str]:
-    """(policy, device backend) of a benchmark condition, from the benchmark's own experiment."""
-    from experiments.bench_learning import experiment_dict
-
-    data = experiment_dict(condition, 0)
-    devices = data.get("devices") or [{}]
-    return data.get("policy", "closed_loop"), devices[0].get("backend", "sim")
-
-
-# --- the table in docs/benchmarks.md --------------------------------------------------------
-
-
-def power_rows(path: str | Path = LEARNING_JSON, condition: str = TABLE_CONDITION) -> list[dict[str, Any]]:
-    """One row per metric and difference: seeds needed, paired and unpaired, at each alpha in `ALPHAS`."""
-    spread = benchmark_spread(path, condition)
-    rows = []
-    for metric, differences in TABLE_DIFFERENCES.items():
-        s = spread[metric]
-        for difference in differences:
-            row: dict[str, Any] = {"metric": metric, "difference": difference}
-            for alpha in ALPHAS:
-                row[f"paired_{alpha:g}"] = (
-                    seeds_needed(difference, s["sd_paired"], paired=True, alpha=alpha) if s["sd_paired"] else None
-                )
-                row[f"unpaired_{alpha:g}"] = seeds_needed(difference, s["sd"], paired=False, alpha=alpha)
-            rows.append(row)
-    return rows
-
-
-def power_table_markdown(path: str | Path = LEARNING_JSON, condition: str = TABLE_CONDITION) -> str:
-    """The power table as markdown, with the spread it is computed from."""
-    from experiments.analysis import sweep
-
-    spread = benchmark_spread(path, condition)
-    ret, kill = spread["final_return"], spread["final_kill_rate"]
-    shown = Path(path).relative_to(REPO) if Path(path).is_absolute() and REPO in Path(path).parents else Path(path)
-    lines = [
-        f"Seeds per configuration for {POWER:.0%} power, two-sided, from `{shown.as_posix()}` "
-        f"(`{condition}`, {ret['seeds']} seeds, last {sweep.FINAL_EPISODES} episodes): SD over seeds of the final "
-        f"return {ret['sd']:.1f} and of the kill rate {kill['sd']:.3f} (unpaired); SD of the per-seed "
-        f"differences to {' and '.join(f'`{p}`' for p in ret['partners'])}, which share its culture and game "
-        f"seeds, {_fmt(ret['sd_paired'], '.1f')} and {_fmt(kill['sd_paired'], '.3f')} (paired). Simulated exact "
-        f"tests (signed-rank paired, Mann-Whitney unpaired), {DRAWS:,} draws; '-' means more than {MAX_SEEDS}.",
-        "",
-        "| difference in | paired, alpha 0.05 | paired, alpha 0.01 | unpaired, alpha 0.05 | unpaired, alpha 0.01 |",
-        "|---|---|---|---|---|",
-    ]
-    for row in power_rows(path, condition):
-        what = (
-            f"final return: {row['difference']:g}"
-            if row["metric"] == "final_return"
-            else f"kill rate: {row['difference']:g}"
-        )
-        cells = [_fmt(row[f"{design}_{alpha:g}"], "d") for design in ("paired", "unpaired") for alpha in ALPHAS]
-        lines.append(f"| {what} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def update_docs(docs: str | Path, table: str) -> bool:
-    """Replace the text between the power-table markers of a markdown file; True if it changed."""
-    docs = Path(docs)
-    text = docs.read_text()
-    if DOCS_BEGIN not in text or DOCS_END not in text:
-        raise ValueError(f"{docs}: no power-table markers; add the lines\n{DOCS_BEGIN}\n{DOCS_END}\nwhere it belongs")
-    head, rest = text.split(DOCS_BEGIN, 1)
-    _, tail = rest.split(DOCS_END, 1)
-    new = f"{head}{DOCS_BEGIN}\n{table}\n{DOCS_END}{tail}"
-    if new != text:
-        docs.write_text(new)
-    return new != text
-
-
-def docs_table(docs: str | Path) -> str:
-    """The power table as it stands between the markers of a markdown file."""
-    text = Path(docs).read_text()
-    return text.split(DOCS_BEGIN, 1)[1].split(DOCS_END, 1)[0].strip()

@@ -25,7 +25,7 @@ import numpy as np
 import yaml
 
 from experiments.analysis.stats import Comparison, _check_alternative, compare
-from experiments.run_log import ENDED_SHORT, EPISODES_FILE, FINISHED, STEPS_DIR
+from experiments.trial_files import ENDED_SHORT, EPISODES_FILE, FINISHED, STEPS_DIR
 
 RUNS_ENV = "SPIKELOOP_RUNS"
 """Environment variable the notebooks read: run or trial directories, separated by os.pathsep."""

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from experiments.analysis import stats
+from experiments.analysis import power, stats
 from experiments.analysis.runs import (
     ENV_STEPS_AT_END,
     RESOLVED_FILE,
@@ -503,8 +503,6 @@ def analyze(
     alternative: str = "two-sided",
 ) -> dict[str, Any]:
     """The whole analysis as plain data (what analysis.json holds)."""
-    from experiments.analysis import power
-
     stats._check_side(alternative)
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be between 0 and 1, not {alpha!r}")

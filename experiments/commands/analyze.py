@@ -98,15 +98,15 @@ def main(argv: list[str]) -> int:
 
 
 def _power(args: argparse.Namespace) -> int:
-    from experiments.analysis import power
+    from experiments.analysis import power_table
 
-    source = Path(args.source) if args.source else power.LEARNING_JSON
+    source = Path(args.source) if args.source else power_table.LEARNING_JSON
     if not source.is_file():
         print(f"spikeloop analyze --power: {source}: no such benchmark file", file=sys.stderr)
         return 2
-    table = power.power_table_markdown(source, args.condition)
+    table = power_table.power_table_markdown(source, args.condition)
     print(table)
     if args.update_docs is not None:
-        changed = power.update_docs(args.update_docs, table)
+        changed = power_table.update_docs(args.update_docs, table)
         print(f"{args.update_docs}: {'updated' if changed else 'already up to date'}")
     return 0

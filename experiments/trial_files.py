@@ -1,0 +1,21 @@
+"""The names a trial's directory and reports share between their writer (run_log.py) and their readers (analysis).
+
+A leaf module: the readers import it without the writer, which imports the analysis for its final figures.
+"""
+
+EPISODES_FILE = "episodes.jsonl"
+CURVE_FILE = "learning_curve.png"
+STEPS_DIR = "steps"
+"""Per-step log (`output.step_log`): one `episode_<index>.npz` per episode, named in its JSONL line."""
+
+# Keys of a trial's reports (Tune's result.json rows), read back by `spikeloop analyze` and the tests.
+FINISHED = "finished"
+"""Report key: the trial's Tune run is over (True in its last report: stop reached, or ended by one of the keys below)."""
+SETUP_ERROR = "setup_error"
+"""Report key of a trial that failed before its first iteration (reported, not raised: see `train_trial`)."""
+DEVICE_LOST = "device_lost"
+"""Report key of a trial that ended because its device stopped answering (reported, not raised or retried)."""
+NOTHING_TRAINED = "nothing_trained"
+"""Report key of a trial whose learner received no env steps at all: it did not complete, whatever it sampled."""
+ENDED_SHORT = (SETUP_ERROR, DEVICE_LOST, NOTHING_TRAINED)
+"""Keys whose presence in the last report means the trial ended without reaching its stop condition."""
