@@ -149,12 +149,15 @@ def _kill_a_recording_writer(record_path: Path) -> None:
 def test_a_record_cut_short_by_kill_9_replays_and_a_trial_without_one_falls_back_on_its_step_log(
     tmp_path: Path,
 ) -> None:
-    """One run directory, two trials holding the same made-up session: a killed record, and a step log only."""
-    killed, logged = tmp_path / "run" / "trial_killed", tmp_path / "run" / "trial_logged"
+    """One run directory, three trials holding the same made-up session: a killed record, a step log only, and a
+    closed record of a run under `ablation: random`, whose decoder input (Poisson draws) the record does not keep."""
+    run_dir = tmp_path / "run"
+    killed, logged, random = run_dir / "trial_killed", run_dir / "trial_logged", run_dir / "trial_random"
     record_path = killed / "record" / "runner1-killed.h5"
     record_path.parent.mkdir(parents=True)
     logged.mkdir()
     _kill_a_recording_writer(record_path)
+    replay_sessions.write_record(random / "record" / "runner1-random.h5", 60.0, ablation="random").close()
     committed_steps = len(read_record(record_path)[1]["steps"]["step"])
     # A kill in the middle of a flush leaves rows past the committed count: an episode end claiming every step.
     with h5py.File(record_path, "r+") as f:
@@ -164,10 +167,11 @@ def test_a_record_cut_short_by_kill_9_replays_and_a_trial_without_one_falls_back
                 ds[-1] = junk if ds.dtype.kind in "iuf" else ds[0]
     replay_sessions.write_step_logs(logged)
 
-    proc = run_spikeloop(["replay", str(tmp_path / "run")], timeout=300)
+    proc = run_spikeloop(["replay", str(run_dir)], timeout=300)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     from_record = json.loads((killed / "replay.json").read_text())
     from_steps = json.loads((logged / "replay.json").read_text())
+    from_random = json.loads((random / "replay.json").read_text())
 
     finished = replay_sessions.EPISODES * replay_sessions.LENGTH
     assert from_record["source"] == "record" and from_record["record_files"][0]["closed"] is False, from_record
@@ -181,3 +185,7 @@ def test_a_record_cut_short_by_kill_9_replays_and_a_trial_without_one_falls_back
     fresh = from_record["fresh_decoder"]  # the made-up culture's counts tell the action
     assert fresh["accuracy"] > 0.9 > 0.6 > fresh["chance_accuracy"] and fresh["bits"] > 0.5, fresh
     assert from_record["saved_decoder"] == {"skipped": "the trial kept no checkpoint"}
+    # Under ablation random the meter (the culture's counts) is there; the decoders are unavailable, and say why.
+    assert from_random["source"] == "record" and from_random["information"] == from_steps["information"]
+    for decoder in ("fresh_decoder", "saved_decoder"):
+        assert "unavailable from the session record" in from_random[decoder]["skipped"], from_random[decoder]

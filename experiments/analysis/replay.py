@@ -309,10 +309,12 @@ def fresh_decoder(session: Session) -> dict[str, Any]:
 
 def saved_decoder(session: Session) -> dict[str, Any]:
     """The newest checkpoint's decoder on the recorded decoder input, against the actions taken."""
-    from experiments.watch_checkpoint import resolve_checkpoint
-
     if session.spikes is None:
         return {"skipped": session.spikes_missing}
+    if not any(session.trial_dir.glob("checkpoint_*")):
+        return {"skipped": "the trial kept no checkpoint"}  # said before importing Ray, which takes seconds
+    from experiments.watch_checkpoint import resolve_checkpoint
+
     try:
         checkpoint = resolve_checkpoint(session.trial_dir)
     except FileNotFoundError:

@@ -87,9 +87,9 @@ def _record_rows(record: SessionRecord, episode: int) -> Iterator[None]:
         yield
 
 
-def main(path: Path, flush_s: float) -> None:
-    """Write the finished episodes, say so once they are flushed, then write the next one slowly, unending."""
-    experiment = {"ablation": "none", "model": {"same_frame_rounds": 1}}
+def write_record(path: Path, flush_s: float, ablation: str = "none") -> SessionRecord:
+    """The finished episodes, appended to a new session record (flushed on its timer; the caller closes it)."""
+    experiment = {"ablation": ablation, "model": {"same_frame_rounds": 1}}
     record = SessionRecord(path, {"device_id": "made-up", "experiment_yaml": yaml.safe_dump(experiment)}, flush_s)
     for episode in range(1, EPISODES + 1):
         for _ in _record_rows(record, episode):
@@ -104,6 +104,12 @@ def main(path: Path, flush_s: float) -> None:
             terminated=1,
             **{"return": 0.0},
         )
+    return record
+
+
+def main(path: Path, flush_s: float) -> None:
+    """Write the finished episodes, say so once they are flushed, then the next one slowly, and wait."""
+    record = write_record(path, flush_s)
     time.sleep(3 * flush_s)  # the timer has flushed them
     print(WRITTEN, flush=True)
     for _ in _record_rows(record, EPISODES + 1):  # the episode under way when the kill comes
