@@ -19,7 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
         "replays up to the record's last flush), or, for a trial without one, from its step log (steps/*.npz, "
         "output.step_log: true). The report says which it read. Per trial: the culture "
         "information meter over the session (bits per tick the counts carry about the stimulation and about the "
-        "action), a decoder trained afresh on the first 80%% of episodes and tested on the rest (how much of the "
+        "action), a decoder trained afresh on the first 80% of episodes and tested on the rest (how much of the "
         "policy the spikes alone determine, against chance), and the newest checkpoint's decoder on the recorded "
         "spikes. Writes replay.json and replay.png into each trial directory and prints a summary.",
     )
