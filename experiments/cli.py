@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "checkpoint": ("experiments.commands.checkpoint", "ask a running experiment to save a checkpoint now"),
     "replay": (
         "experiments.commands.replay",
-        "replay a run's step record: what the spikes carried, and how much of the policy they decided",
+        "replay a run's session record (or step log): what the spikes carried, and how much of the policy they decided",
     ),
     "export": (
         "experiments.commands.export",
