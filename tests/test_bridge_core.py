@@ -72,7 +72,8 @@ def test_every_ok_reply_answers_its_own_stimulation(echo):
     assert sum(injected.values()) == len(faults)
     assert stats["correlation"] == ("echo" if echo else "arrival")
     assert stats["exchanges"] == n
-    assert slow == 0 if echo else slow < injected["delay"]
+    # Echo: a reply read past the timeout (a descheduled bridge thread on a loaded machine) is still its own.
+    assert echo or slow < injected["delay"]
     # A plain device's own reply is written off (`unattributed`) rather than taken when it cannot be told from a
     # stalled reply to the stimulation a fault left unanswered: each such costs a timeout.
     lost = injected["drop"] + injected["delay"]

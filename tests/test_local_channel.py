@@ -187,7 +187,9 @@ def test_reply_spin_keeps_every_reply_correct_and_timeouts_on_time(reply_spin_ms
             else:
                 assert reply.ok, i
                 np.testing.assert_array_equal(reply.counts, freqs)
-                assert 0.019 < reply.latency_s < 0.09
+                # The device's 20 ms delay starts when it reads the stimulation, which can be before the bridge
+                # stamps its send (18.9 ms was seen under load): the bound only rules out an immediate, stale reply.
+                assert 0.015 < reply.latency_s < 0.09
         window = core._spin_window(0.0)
         if reply_spin_ms:
             assert window is not None and window[1] - window[0] == pytest.approx(0.004)
