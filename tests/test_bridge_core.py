@@ -84,7 +84,8 @@ def test_every_ok_reply_answers_its_own_stimulation(echo):
     assert stats["timeouts"] + stats["withheld"] == statuses.count("timeout") and stats["ambiguous"] == 0
     assert stats["withheld"] <= 3 * MIN_SAMPLES if not echo else stats["withheld"] == 0
     assert stats["ok"] == n - stats["timeouts"] - stats["withheld"]
-    assert stats["late"] + slow == injected["delay"]
+    # A delayed reply withheld in its own probation window is neither late nor slow.
+    assert injected["delay"] - withheld <= stats["late"] + slow <= injected["delay"]
     assert stats["duplicates"] == injected["duplicate"]
     assert stats["malformed"] == injected["corrupt"]
     assert stats["foreign"] == injected["foreign"]
