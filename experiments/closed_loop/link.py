@@ -53,6 +53,7 @@ from bridge.core import BridgeConfig, SpikeReply
 from bridge.ports import free_port
 from bridge.protocol import FeedbackCommand
 from experiments.closed_loop.feedback import FeedbackPolicy, within_budget
+from experiments.closed_loop.meter import CultureMeter
 from experiments.closed_loop.recorder import LinkRecorder
 from experiments.closed_loop.sent_feedback import SentFeedback
 from experiments.closed_loop.settings import CultureSettings, DeviceSettings
@@ -103,6 +104,8 @@ class CultureLink:
         self.recorder: LinkRecorder | None = None
         """This env runner's session record (`output.record`), attached by the callbacks; None: off."""
         self.causality = CausalityMeter(window=CAUSALITY_WINDOW)
+        self.meter: CultureMeter | None = CultureMeter(settings.meter) if settings.meter.enabled else None
+        """The live information meter (`meter.enabled`), fed by the culture connector; None: off."""
         self.unsolicited = 0
         """Datagrams from the device that answered no stimulation, as of the last reply (the bridge's count)."""
         self.device_dose: dict[str, float] = {}
