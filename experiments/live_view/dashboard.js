@@ -193,7 +193,8 @@ function showMeter(meter) {
     text("meter-" + name + "-sd", m ? "\u00b1" + m.sd.toFixed(3) : null);
     text("meter-" + name + "-ceiling", m ? m.ceiling.toFixed(2) : null);
   });
-  text("meter-feature", `${meter.feature_classes} quantiles of ${meter.feature || "its most varying feature"}`);
+  const bins = { 2: "halves", 3: "terciles", 4: "quartiles" }[meter.feature_classes] || `${meter.feature_classes} quantiles`;
+  text("meter-feature", `${bins} of ${meter.feature || "its most varying feature"}`);
   text("meter-window", `over the last ${meter.ticks} ticks, as of tick ${meter.updated_at_tick}; noise: the spread ` +
     "of the estimate with the labels shuffled");
 }
