@@ -12,8 +12,8 @@
 Loop metrics (latency, timeouts, feedback counts, surprise, duty) are logged
 under the `culture/` prefix; `on_sample_end` adds what the feedback policy
 built since the last sample, per feedback name (count, mean scales), and the live information meter's latest
-figures (meter.py: `culture/info_stim`, `culture/info_features`, `culture/info_action`). With the live view on (`view.enabled`), they also
-start this env runner's view and publish each tick to it (`experiments.live_view`).
+figures (meter.py: `culture/info_stim`, `culture/info_features`, `culture/info_action`). With the live view on
+(`view.enabled`), they also start this env runner's view and publish each tick to it (`experiments.live_view`).
 With `output.record`, each env runner's culture link and these callbacks write its session record
 (experiments.session_record: every stimulation, reply, feedback command, event, step and episode end).
 Every finished episode's summary, read from the whole episode (whole_episode.py),

@@ -28,9 +28,9 @@ from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core.columns import Columns
 
 from bridge.channels import N_SPIKE_GROUPS
-from experiments.closed_loop.link import close_link, current_link
+from experiments.closed_loop.link import CultureLink, close_link, current_link
 from experiments.closed_loop.step_feedback import log_step_feedback, step_feedback
-from experiments.closed_loop.tick import tick
+from experiments.closed_loop.tick import Tick, tick
 from models.columns import (
     EXCHANGE_OK,
     RAW_SPIKES,
@@ -104,9 +104,11 @@ class CultureExchange(ConnectorV2):
         return batch
 
 
-def observe_meter(link, result, episodes) -> None:
+def observe_meter(link: CultureLink, result: Tick, episodes: list[Any] | None) -> None:
     """Hand the tick to the live information meter: stimulation, the culture's counts, observed features, action."""
     meter = link.meter
+    if meter is None:
+        return
     started = time.thread_time()
     try:
         for row, episode in enumerate(episodes or ()):
@@ -119,10 +121,11 @@ def observe_meter(link, result, episodes) -> None:
         log.exception("the live information meter failed and is off for the rest of this run")
 
 
-def update_meter(link) -> None:
+def update_meter(link: CultureLink) -> None:
     """Let the meter recompute if its `every_ticks` are up; a failure turns it off, never the loop."""
     try:
-        link.meter.update_if_due()
+        if link.meter is not None:
+            link.meter.update_if_due()
     except Exception:
         link.meter = None
         log.exception("the live information meter failed and is off for the rest of this run")

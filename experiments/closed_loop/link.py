@@ -12,7 +12,8 @@ of each reply's total count with the drive of the stimulation it answers and of
 the ones before it (`bridge.causality`), and the bridge's count of datagrams
 that answered no stimulation (`SpikeReply.unsolicited`). `log_reply_check` puts them on
 TensorBoard (`loop/causality_r_current`, `loop/causality_r_previous`,
-`loop/unsolicited`); `reply_check` gives them to the live view.
+`loop/unsolicited`); `reply_check` gives them to the live view. With `meter.enabled` the link also holds the
+live information meter (`meter`, experiments/closed_loop/meter.py), which the culture connector feeds.
 
 When a device stops answering (`max_consecutive_timeouts` in a row) and the
 experiment says stop, the link raises `DeviceLost` with what was observed and
