@@ -3,7 +3,7 @@
 Every section is checked before Ray starts: unknown keys, wrong types and
 out-of-range values fail with the key path and what is allowed. Defaults are
 not retyped here: sections that mirror a settings dataclass (safety envelope,
-feedback, devices, model) validate straight into that dataclass, and the `env`
+feedback, devices, model, meter) validate straight into that dataclass, and the `env`
 section is derived from `DoomEnv`'s constructor, so the code stays the one
 source of truth for every default. A device's address (`bridge.address.DeviceAddress`:
 host, its ports, bind_host) is written flat under the device; the fields that
