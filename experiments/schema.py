@@ -3,14 +3,14 @@
 Every section is checked before Ray starts: unknown keys, wrong types and
 out-of-range values fail with the key path and what is allowed. Defaults are
 not retyped here: sections that mirror a settings dataclass (safety envelope,
-feedback, devices, model) validate straight into that dataclass, and the `env`
+feedback, devices, model, meter) validate straight into that dataclass, and the `env`
 section is derived from `DoomEnv`'s constructor, so the code stays the one
 source of truth for every default. A device's address (`bridge.address.DeviceAddress`:
 host, its ports, bind_host) is written flat under the device; the fields that
 are nested into its `address` come from that dataclass, not from a list here.
 
 Top-level sections: name, seed, devices, loop, safety, feedback, env, model,
-ablation, policy, ppo, resources, stop, checkpoint, tune, output, view, protocol
+ablation, policy, ppo, resources, stop, checkpoint, tune, output, view, meter, protocol
 (experiments/protocol/settings.py: what it fixes in the other sections).
 """
 
@@ -53,6 +53,7 @@ from experiments.closed_loop.feedback import (
     feedback_rows,
     row_commands,
 )
+from experiments.closed_loop.meter import MeterSettings
 from experiments.closed_loop.sampling import SamplePace
 from experiments.closed_loop.settings import (
     DEFAULT_MAX_WAIT_S,
@@ -365,6 +366,11 @@ class Experiment(BaseModel):
     tune: TuneSection = Field(default_factory=TuneSection)
     output: OutputSection = Field(default_factory=OutputSection)
     view: ViewSection = Field(default_factory=ViewSection)
+    meter: MeterSettings = Field(
+        default_factory=MeterSettings,
+        description="the live information meter: bits per tick the culture's counts carry about the stimulation, "
+        "the observation and the action, over the last window_ticks ticks (experiments/closed_loop/meter.py)",
+    )
     protocol: protocol_settings.ProtocolSection | None = Field(
         None, description="a rest-play-rest session per trial, with the stimulation-to-action mapping fixed"
     )
@@ -519,6 +525,7 @@ class Experiment(BaseModel):
             fast_path=self.loop.fast_path,
             reply_spin_ms=self.loop.reply_spin_ms,
             step_log=self.output.step_log,
+            meter=self.meter,
         )
 
     def rollout_steps_per_runner(self) -> int:

@@ -19,6 +19,7 @@ from bridge.causality import CausalityMeter
 from bridge.channels import LIVE_VIEW_PORT, SPIKE_GROUP_NAMES, STIM_FREQUENCY_RANGE_HZ
 from bridge.ports import free_port
 from bridge.safety import SafetyEnvelope
+from experiments.closed_loop.meter import CultureMeter, MeterSettings
 from experiments.live_view.announce import LIVE_VIEW_FILE, announce
 from experiments.live_view.publisher import Publisher
 from experiments.live_view.runner_view import _bind, current_view
@@ -168,6 +169,29 @@ def test_state_carries_the_reply_check_when_a_culture_link_gives_one():
     assert "replies" not in json.loads(json.dumps(tick_state(Publisher(runner_index=2), 0, 0)))  # no link: none
 
 
+def test_state_carries_the_information_meter_when_it_is_on():
+    # The culture link's meter (here fed ticks whose counts follow the stimulation), as the server reads it.
+    meter = CultureMeter(MeterSettings(window_ticks=100, every_ticks=100), feature_names=("kills", "health"))
+    rng = np.random.default_rng(0)
+    for tick in range(100):
+        stim = np.r_[np.full(8, 4.0), np.full(8, 1.0)].astype(np.float32)
+        stim[tick % 8] = 40.0  # the strongest electrode, which the counts below follow
+        counts = rng.poisson(1.0, 8).astype(np.float32)
+        counts[tick % 8] += 8
+        meter.observe(stim, counts, np.array([0.0, rng.uniform(-1, 1)]), int(rng.integers(3)))
+    assert meter.update_if_due()
+    server = LiveViewServer(Publisher(runner_index=1, meter=meter.shown), ViewSettings(enabled=True, port=0), 0)
+    server.start()
+    try:
+        shown = json.loads(_get(f"http://127.0.0.1:{server.port}/state.json"))["meter"]
+    finally:
+        server.close()
+    assert shown["ticks"] == 100 and shown["window_ticks"] == 100 and shown["feature"] == "health"
+    assert shown["stim"]["bits"] > 0.6 * shown["stim"]["ceiling"] == pytest.approx(0.6 * 3.0, abs=1e-3)
+    assert abs(shown["action"]["bits"]) < max(4 * shown["action"]["sd"], 0.05), shown
+    assert "meter" not in tick_state(Publisher(runner_index=2), 0, 0)  # the meter off: no panel figures
+
+
 def test_busy_port_falls_back_to_a_free_one():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -239,3 +263,5 @@ def test_real_run_streams_the_game(ray_session, tmp_path):
     # A short run with 10 + 20 ms windows: the counts may not follow the policy's stimulation clearly yet, but
     # never an earlier one.
     assert replies["causality"]["n"] > 5 and replies["causality"]["verdict"] not in ("late", "mixed"), replies
+    # The information meter's panel is fed (its first figures come after meter.every_ticks ticks).
+    assert state["meter"]["window_ticks"] == MeterSettings().window_ticks, state["meter"]

@@ -78,6 +78,7 @@ function update(state) {
   showReturns(state.recent_returns);
   showFeedback(state.feedback || []);
   showReplies(state.replies);
+  showMeter(state.meter);
   if (!state.seq) return;
   document.body.dataset.seq = state.seq;
   text("seq", state.seq);
@@ -181,6 +182,21 @@ function showDose(dose) {
   const byEnvelope = (dose.device_refused_stim || 0) + (dose.device_refused_feedback || 0);
   text("device-refused", dose.device_dose_refused_stim === undefined ? "\u2013" : `${byDose} / ${byEnvelope}`);
   $("device-refused").classList.toggle("bad", byDose + byEnvelope > 0);
+}
+
+// The live information meter: shuffle-corrected bits per tick over its window; within about 2 noise of 0 is nothing.
+function showMeter(meter) {
+  if (!meter || !meter.ticks) return;  // meter off, or no estimate yet
+  ["stim", "features", "action"].forEach((name) => {
+    const m = meter[name];  // null: a single class in the window, nothing to carry
+    text("meter-" + name, m ? m.bits.toFixed(3) : "one class");
+    text("meter-" + name + "-sd", m ? "\u00b1" + m.sd.toFixed(3) : null);
+    text("meter-" + name + "-ceiling", m ? m.ceiling.toFixed(2) : null);
+  });
+  const bins = { 2: "halves", 3: "terciles", 4: "quartiles" }[meter.feature_classes] || `${meter.feature_classes} quantiles`;
+  text("meter-feature", `${bins} of ${meter.feature || "its most varying feature"}`);
+  text("meter-window", `over the last ${meter.ticks} ticks, as of tick ${meter.updated_at_tick}; noise: the spread ` +
+    "of the estimate with the labels shuffled");
 }
 
 function showReturns(returns) {

@@ -66,6 +66,8 @@ class Publisher:
     _seq: int = 0
     feedback_source: Callable[[], Mapping[str, Mapping[str, float]]] | None = None
     """Per feedback name, what was sent this iteration (`SentFeedback.shown`); None: the panel stays empty."""
+    meter: Callable[[], dict[str, Any]] | None = None
+    """The live information meter's latest figures (`CultureMeter.shown`), read by the server; None: meter off."""
 
     def publish(
         self,

@@ -138,11 +138,13 @@ def start_view(
     device_id: str = "",
     reply_check: Callable[[], dict[str, Any]] | None = None,
     feedback: Callable[[], Any] | None = None,
+    meter: Callable[[], dict[str, Any]] | None = None,
 ) -> RunnerView:
     """Start this process's view (once); a re-created env only changes where frames come from.
 
     `reply_check` (the culture link's) is read by the server, when a viewer asks, never by the loop;
-    `feedback`: what the feedback panel shows (the link's `SentFeedback.shown`).
+    `feedback`: what the feedback panel shows (the link's `SentFeedback.shown`); `meter`: what the information
+    panel shows (the link's `CultureMeter.shown`; None: the meter is off).
     """
     global _VIEW
     source = _frame_source(vector_env)
@@ -154,7 +156,12 @@ def start_view(
     import ray
 
     publisher = Publisher(
-        runner_index, device_id, _action_names(vector_env), reply_check=reply_check, feedback_source=feedback
+        runner_index,
+        device_id,
+        _action_names(vector_env),
+        reply_check=reply_check,
+        feedback_source=feedback,
+        meter=meter,
     )
     server = _bind(publisher, settings, settings.port_for(runner_index)).start()
     _VIEW = RunnerView(settings, publisher, server, source, ray.util.get_node_ip_address())

@@ -86,6 +86,8 @@ def tick_state(publisher: Publisher, frames_encoded: int, clients: int, tick: Ti
     }
     if publisher.reply_check is not None:
         base["replies"] = publisher.reply_check()
+    if publisher.meter is not None:
+        base["meter"] = publisher.meter()  # bits per tick about the stimulation, the observation, the action
     if tick is None:
         return base | {"seq": 0}
     stim_to_frame_ms = _elapsed_ms(tick.stim_timestamp_us, tick.wall_time) if tick.stim_timestamp_us else None
