@@ -272,7 +272,7 @@ function curveDraw() {
 }
 
 function progressDuration(s) {
-  if (s === null || s === undefined) return "after two iterations";
+  if (s === null || s === undefined) return "measuring\u2026";  // the pace needs two iterations
   if (s < 90) return `${Math.round(s)} s`;
   if (s < 5400) return `${Math.round(s / 60)} min`;
   return `${(s / 3600).toFixed(1)} h`;
@@ -286,8 +286,8 @@ const PROGRESS_LABELS = {
 function progressLimitText(l) {
   const n = (v) => Math.round(v).toLocaleString("en-US");
   const of = l.approximate ? "of \u2248" : "of";
-  return `${n(l.done)} ${of} ${n(l.budget)} ${PROGRESS_LABELS[l.name]} (${(100 * l.fraction).toFixed(0)} %,`
-    + ` ${progressDuration(l.time_left_s)} left)`;
+  const left = l.time_left_s === null ? "" : `, about ${progressDuration(l.time_left_s)} left`;
+  return `${n(l.done)} ${of} ${n(l.budget)} ${PROGRESS_LABELS[l.name]} (${(100 * l.fraction).toFixed(0)} %${left})`;
 }
 
 function showProgress(p) {
