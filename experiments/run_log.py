@@ -249,6 +249,11 @@ def empty_iteration_cause(result: dict[str, Any], sample_timeout_s: float | None
     )
 
 
+def curve_window(episodes: int) -> int:
+    """Episodes in the learning curve's rolling mean (learning_curve.png and the live view's curve)."""
+    return max(1, min(100, episodes // 5))
+
+
 class RunLog:
     """TensorBoard, episodes.jsonl and the learning curve of one trial directory."""
 
@@ -317,7 +322,7 @@ class RunLog:
         x = [r["episode_index"] for r in rows]
         y = [r["episode_reward"] for r in rows]
         killed = [1.0 if r.get("kill_count", 0) > 0 else 0.0 for r in rows]
-        window = max(1, min(100, len(y) // 5))
+        window = curve_window(len(y))
 
         def rolling(values: list[float]) -> list[float]:
             return [

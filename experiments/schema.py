@@ -64,6 +64,7 @@ from experiments.closed_loop.settings import (
     DeviceSettings,
 )
 from experiments.dotted import get_path
+from experiments.live_view.progress import RunBudget
 from experiments.live_view.settings import ViewSettings
 from experiments.protocol import settings as protocol_settings
 from experiments.session_record import DEFAULT_FLUSH_S
@@ -321,9 +322,9 @@ class ViewSection(BaseModel):
     jpeg_quality: int = Field(ViewSettings.jpeg_quality, ge=1, le=95)
     max_fps: float = Field(ViewSettings.max_fps, gt=0, le=120, description="frames per second per viewer at most")
 
-    def settings(self) -> ViewSettings:
-        """The settings env runners receive."""
-        return ViewSettings(**self.model_dump())
+    def settings(self, budget: RunBudget | None = None) -> ViewSettings:
+        """The settings env runners receive (`budget`: the stop conditions the dashboard shows progress against)."""
+        return ViewSettings(**self.model_dump(), budget=budget)
 
 
 SEARCH_KINDS = ("grid", "choice", "uniform", "loguniform", "randint")
@@ -536,6 +537,16 @@ class Experiment(BaseModel):
         batch = per_learner * max(1, self.resources.num_learners)
         return math.ceil(batch / max(1, self.resources.num_env_runners))
 
+    def run_budget(self) -> RunBudget:
+        """The stop conditions, for the live view's progress (an iteration is one train batch of env steps)."""
+        return RunBudget(
+            env_steps=self.stop.env_steps,
+            episodes=self.stop.episodes,
+            iterations=self.stop.iterations,
+            time_s=self.stop.time_s,
+            env_steps_per_iteration=self.rollout_steps_per_runner() * max(1, self.resources.num_env_runners),
+        )
+
     def sample_pace(self) -> SamplePace:
         """What one env runner's sample asks of its culture: steps, stimulations, waits (`loop.sample_timeout_s`)."""
         culture = self.culture_settings()
@@ -576,7 +587,7 @@ class Experiment(BaseModel):
             num_env_runners=self.resources.num_env_runners,
             training=self.ppo.training_kwargs(),
             seed=self.seed,
-            view=self.view.settings(),
+            view=self.view.settings(self.run_budget()),
         ).learners(num_learners=self.resources.num_learners, num_gpus_per_learner=self.resources.num_gpus_per_learner)
 
     def plain(self) -> dict[str, Any]:

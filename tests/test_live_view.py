@@ -21,6 +21,7 @@ from bridge.ports import free_port
 from bridge.safety import SafetyEnvelope
 from experiments.closed_loop.meter import CultureMeter, MeterSettings
 from experiments.live_view.announce import LIVE_VIEW_FILE, announce
+from experiments.live_view.progress import LearningLog
 from experiments.live_view.publisher import Publisher
 from experiments.live_view.runner_view import _bind, current_view
 from experiments.live_view.server import LiveViewServer
@@ -265,3 +266,47 @@ def test_real_run_streams_the_game(ray_session, tmp_path):
     assert replies["causality"]["n"] > 5 and replies["causality"]["verdict"] not in ("late", "mixed"), replies
     # The information meter's panel is fed (its first figures come after meter.every_ticks ticks).
     assert state["meter"]["window_ticks"] == MeterSettings().window_ticks, state["meter"]
+
+
+def test_learning_curve_and_progress(served):
+    """The learning log an env runner keeps: /learning.json after an episode number, the progress against each
+    stop condition with its time left, and the budget an experiment gives its env runners."""
+    publisher, _server, base = served
+    budget = (
+        experiment_from_dict(
+            TINY_RUN | {"stop": {"env_steps": 1000, "episodes": 50, "iterations": 20}}, ["view.enabled=true"]
+        )
+        .algorithm_config()
+        .live_view.budget
+    )
+    assert (budget.env_steps, budget.episodes, budget.iterations, budget.time_s) == (1000, 50, 20, None)
+    assert budget.env_steps_per_iteration == TINY_RUN["ppo"]["train_batch_size_per_learner"]
+    learning = publisher.learning = LearningLog(budget)
+    taken = 0
+    for iteration in range(3):  # three iterations of 100 env steps, the trial's count arriving after each
+        for _ in range(100):
+            taken += 1
+            learning.count_step(iteration * 100, taken)
+        learning.end_episode(2 * iteration + 1, -1.5 + iteration, iteration % 2)
+        time.sleep(0.05)
+    for _ in range(10):  # steps of the 4th iteration: the count of 3 iterations has not arrived yet
+        taken += 1
+        learning.count_step(200, taken)
+    state = json.loads(_get(base + "/state.json"))
+    progress = state["progress"]
+    assert progress["env_steps"] == 310 and state["curve_last_episode"] == 5
+    limits = {limit["name"]: limit for limit in progress["limits"]}
+    assert limits.keys() == {"env_steps", "episodes", "iterations"}
+    assert limits["env_steps"]["budget"] == 1000 and limits["env_steps"]["fraction"] == pytest.approx(0.31)
+    assert limits["iterations"]["budget"] == 20 * budget.env_steps_per_iteration and limits["iterations"]["approximate"]
+    assert limits["episodes"]["done"] == 5 and limits["episodes"]["budget"] == 50
+    rate = progress["env_steps_per_s"]
+    assert rate > 0 and limits["env_steps"]["time_left_s"] == pytest.approx(690 / rate, rel=0.01, abs=0.06)
+    assert progress["first"] == min(progress["limits"], key=lambda limit: limit["time_left_s"])
+    curve = json.loads(_get(base + "/learning.json?since=1"))
+    assert curve["episode"] == [3, 5] and curve["return"] == [-0.5, 0.5] and curve["kills"] == [1, 0]
+    assert curve["device"] == "sim-1" and curve["window"] == 1
+    assert json.loads(_get(base + "/learning.json"))["episode"] == [1, 3, 5]
+    with pytest.raises(urllib.error.HTTPError, match="400") as refused:
+        _get(base + "/learning.json?since=-1")
+    assert b"since must be an episode number" in refused.value.read()

@@ -170,6 +170,8 @@ class ClosedLoopCallbacks(RLlibCallback):
             recorder.step(episode.t, int(np.asarray(episode.get_actions(-1))), float(episode.get_rewards(-1)))
         view = current_view()
         if view is not None:
+            # The trial's env steps as of the last iteration (RLlib sets it on every env runner): the run's progress.
+            view.count_step(getattr(env_runner, "num_env_steps_sampled_lifetime", 0), _STEPS["taken"])
             view.publish_step(episode, kwargs.get("env_index", 0))
 
     def on_episode_end(
@@ -212,7 +214,7 @@ class ClosedLoopCallbacks(RLlibCallback):
         link.send_events([("episode_end", payload | outage if outages else payload)])
         view = current_view()
         if view is not None:
-            view.end_episode(episode_return)
+            view.end_episode(episode_return, payload["episode"], payload["kill_count"])
         record = (
             payload
             | outage

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from experiments.live_view.progress import LearningLog
 from experiments.live_view.publisher import Publisher
 from experiments.live_view.server import LiveViewServer
 from experiments.live_view.settings import ViewSettings
@@ -108,9 +109,14 @@ class RunnerView:
             self._failed = True
             log.exception("live view of env runner %d stopped publishing", self.publisher.runner_index)
 
-    def end_episode(self, episode_return: float) -> None:
-        """Record a finished episode for the dashboard."""
+    def end_episode(self, episode_return: float, episode: int = 0, kills: int = 0) -> None:
+        """Record a finished episode (its trial episode number, return and kills) for the dashboard."""
         self.publisher.end_episode(episode_return)
+        self.publisher.learning.end_episode(episode, episode_return, kills)
+
+    def count_step(self, trial_env_steps: int, env_steps_taken: int) -> None:
+        """Note an env step of any of the runner's games, for the run's progress (two ints compared)."""
+        self.publisher.learning.count_step(trial_env_steps, env_steps_taken)
 
     def close(self) -> None:
         """Stop the server."""
@@ -162,6 +168,7 @@ def start_view(
         reply_check=reply_check,
         feedback_source=feedback,
         meter=meter,
+        learning=LearningLog(settings.budget),
     )
     server = _bind(publisher, settings, settings.port_for(runner_index)).start()
     _VIEW = RunnerView(settings, publisher, server, source, ray.util.get_node_ip_address())
