@@ -116,6 +116,12 @@ def decoded_information(
         raise ValueError(f"{len(labels)} ticks: the estimate needs at least {2 * folds} ({folds} folds)")
     _, labels = np.unique(labels, return_inverse=True)
     n_classes = int(labels.max()) + 1
+    ceiling = math.log2(n_classes) if n_classes > 1 else 0.0
+    if not (spikes.std(0) > 1e-9).any():
+        # Counts that never vary (a silent culture) carry nothing: exactly 0. The folds' fallback, each fold's
+        # training majority, would differ between folds and earn a spurious confusion information.
+        accuracy = float(np.bincount(labels).max() / len(labels))
+        return InformationEstimate(0.0, 0.0, 0.0, 0.0, ceiling, accuracy, len(labels))
     predicted = cross_validated_predictions(spikes, labels, n_classes, folds)
     raw = confusion_information_bits(labels, predicted, n_classes)
     rng = np.random.default_rng(seed)
@@ -132,7 +138,7 @@ def decoded_information(
         raw_bits=raw,
         shuffle_bits_mean=float(np.mean(shuffled_bits)) if shuffles else 0.0,
         shuffle_bits_sd=float(np.std(shuffled_bits)) if shuffles > 1 else 0.0,
-        ceiling_bits=math.log2(n_classes) if n_classes > 1 else 0.0,
+        ceiling_bits=ceiling,
         accuracy=float((predicted == labels).mean()),
         ticks=len(labels),
     )

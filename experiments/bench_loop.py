@@ -11,6 +11,10 @@ bridge, with feedback on:
 * unpaced with the live view on and a viewer reading `/doom.mjpeg` throughout:
   the view must not slow the loop (frames are dropped, never queued).
 
+Every condition runs with the live information meter on (experiments/closed_loop/meter.py) and reports its
+CPU time per tick (`meter_cpu_ms_per_tick`: keeping each tick and recomputing every `meter.every_ticks`); one
+more unpaced condition runs with it off, so the unpaced loop's speed with and without it is compared too.
+
 `--device tick10` measures one more condition instead, and adds it to the same
 file beside the others: the paced loop against a device that behaves like the
 reference trainer's device program, run as its own process the way a lab runs
@@ -97,21 +101,29 @@ def _sample_rate(experiment, steps: int, warmup_steps: int, repeats: int = 1) ->
     try:
 
         def timed(runner, n=steps, w=warmup_steps, k=repeats):
+            from experiments.closed_loop.link import current_link
+
             runner.sample(num_timesteps=w, explore=True)
+            meter = current_link().meter
+            before = meter.cost() if meter is not None else None
             windows = []
             for _ in range(k):
                 t0 = time.perf_counter()
                 episodes = runner.sample(num_timesteps=n, explore=True)
                 windows.append((sum(len(e) for e in episodes), time.perf_counter() - t0))
-            return windows
+            return windows, before, meter.cost() if meter is not None else None
 
-        (windows,) = algo.env_runner_group.foreach_env_runner(timed, local_env_runner=False)
+        ((windows, meter_before, meter_after),) = algo.env_runner_group.foreach_env_runner(
+            timed, local_env_runner=False
+        )
         rates = [n / elapsed for n, elapsed in windows]
         result = {
             "steps": sum(n for n, _ in windows),
             "seconds": sum(e for _, e in windows),
             "steps_per_s": statistics.median(rates),
         }
+        if meter_before is not None and meter_after is not None:  # the live information meter's CPU time
+            result |= meter_cost(meter_before, meter_after)
         if repeats > 1:
             result |= {"steps_per_s_each": rates, "steps_per_s_min": min(rates), "steps_per_s_max": max(rates)}
         return result | ({"frames_streamed": frames[0]} if experiment.view.enabled else {})
@@ -119,6 +131,17 @@ def _sample_rate(experiment, steps: int, warmup_steps: int, repeats: int = 1) ->
         stop.set()
         finish(algo, reason="benchmark")
         algo.stop()
+
+
+def meter_cost(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """The live information meter's CPU time per tick between two of its `cost()` readings, and its recomputations."""
+    ticks = after["meter_ticks"] - before["meter_ticks"]
+    cpu_s = after["meter_cpu_s"] - before["meter_cpu_s"]
+    return {
+        "meter_ticks": ticks,
+        "meter_updates": after["meter_updates"] - before["meter_updates"],
+        "meter_cpu_ms_per_tick": 1e3 * cpu_s / ticks if ticks else 0.0,
+    }
 
 
 def paced_figures(measured: dict[str, Any], limit: float, prefix: str = "") -> dict[str, Any]:
@@ -147,6 +170,10 @@ def run(paced_steps: int, unpaced_steps: int, scenario: str, repeats: int = 3) -
         paced = _sample_rate(_experiment(True, scenario), paced_steps, warmup_steps=20, repeats=repeats)
         print(f"unpaced: {unpaced_steps} steps with zero windows...", file=sys.stderr)
         unpaced = _sample_rate(_experiment(False, scenario), unpaced_steps, warmup_steps=200)
+        print(f"unpaced, the information meter off: {unpaced_steps} steps...", file=sys.stderr)
+        unpaced_meter_off = _sample_rate(
+            _experiment(False, scenario, {"meter": {"enabled": False}}), unpaced_steps, warmup_steps=200
+        )
         print(f"paced, live view on and watched: {paced_steps} steps...", file=sys.stderr)
         paced_viewed = _sample_rate(
             _experiment(True, scenario, {"view": {"enabled": True, "port": free_port(kind="tcp")}}),
@@ -168,11 +195,19 @@ def run(paced_steps: int, unpaced_steps: int, scenario: str, repeats: int = 3) -
         "view_on_paced_fraction_of_off": paced_viewed["steps_per_s"] / paced["steps_per_s"],
         "view_on_unpaced_steps_per_s": viewed["steps_per_s"],
         "view_on_unpaced_fraction_of_off": viewed["steps_per_s"] / unpaced["steps_per_s"],
+        # The live information meter (on in every condition but unpaced_meter_off): its CPU time per tick, against
+        # the 100 ms of a paced 10 Hz tick, and the unpaced loop's speed with it off.
+        "meter_cpu_ms_per_tick_paced": paced["meter_cpu_ms_per_tick"],
+        "meter_fraction_of_10hz_tick": paced["meter_cpu_ms_per_tick"] / 100.0,
+        "meter_cpu_ms_per_tick_unpaced": unpaced["meter_cpu_ms_per_tick"],
+        "meter_off_unpaced_steps_per_s": unpaced_meter_off["steps_per_s"],
+        "meter_on_unpaced_fraction_of_off": unpaced["steps_per_s"] / unpaced_meter_off["steps_per_s"],
         "paced": paced,
         "paced_view_on": paced_viewed,
         "unpaced": unpaced,
+        "unpaced_meter_off": unpaced_meter_off,
         "unpaced_view_on": viewed,
-        "target": {"paced_steps_per_s": 9.5, "view_on_fraction_of_off": 0.95},
+        "target": {"paced_steps_per_s": 9.5, "view_on_fraction_of_off": 0.95, "meter_fraction_of_10hz_tick": 0.02},
         "settings": {
             "scenario": scenario,
             "device": "sim backend via the device program and CL1Bridge actor",
@@ -347,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         f"with the view on and watched {result['view_on_paced_steps_per_s']:.2f} "
         f"({result['view_on_paced_fraction_of_off']:.1%}); unpaced {result['unpaced_steps_per_s']:.1f} steps/s, "
         f"view on {result['view_on_unpaced_steps_per_s']:.1f} ({result['view_on_unpaced_fraction_of_off']:.1%}); "
-        f"written to {args.output}"
+        f"information meter {result['meter_cpu_ms_per_tick_paced']:.3f} ms CPU a paced tick "
+        f"({result['meter_fraction_of_10hz_tick']:.2%} of a 10 Hz tick, target < 2%), unpaced "
+        f"{result['meter_on_unpaced_fraction_of_off']:.1%} of the speed with it off; written to {args.output}"
     )
     return 0

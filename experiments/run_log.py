@@ -2,7 +2,7 @@
 
 All written into the trial's directory by the trial itself, after each training
 iteration: TensorBoard scalars grouped by prefix (episode/, ppo/, encoder/,
-decoder/, spikes/, feedback/, loop/, device/), one JSON line per finished episode
+decoder/, spikes/, feedback/, loop/, device/, culture/), one JSON line per finished episode
 (numbering continues across resumes), and `learning_curve.png` redrawn from
 the JSONL. A progress line per iteration goes to stdout. At the start the
 trial's HPARAMS session, at the end its final figures (final/): hparams_log.py.
@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from experiments.closed_loop.meter import VARIABLES as METER_VARIABLES
 from experiments.trial_files import (  # noqa: F401  (re-exported: the names the writer and its readers share)
     CURVE_FILE,
     DEVICE_LOST,
@@ -104,6 +105,13 @@ RESULT_TAGS: dict[str, str] = {
     # Outages the loop paused for (loop.on_device_loss: wait): how many, and the seconds waited (largest env runner).
     "device/outages": "env_runners/culture/device_outages",
     "device/outage_s": "env_runners/culture/device_outage_s",
+    # The live information meter (experiments/closed_loop/meter.py): bits per tick the culture's counts carry about
+    # the stimulation's class, the observation's feature class and the action, over its window; _sd: its noise.
+    **{
+        f"culture/info_{variable}{part}": f"env_runners/culture/info_{variable}{part}"
+        for variable in METER_VARIABLES
+        for part in ("", "_sd")
+    },
 }
 
 EMPTY_ITERATIONS_TAG = "ppo/empty_iterations"
@@ -241,6 +249,11 @@ def empty_iteration_cause(result: dict[str, Any], sample_timeout_s: float | None
     )
 
 
+def curve_window(episodes: int) -> int:
+    """Episodes in the learning curve's rolling mean (learning_curve.png and the live view's curve)."""
+    return max(1, min(100, episodes // 5))
+
+
 class RunLog:
     """TensorBoard, episodes.jsonl and the learning curve of one trial directory."""
 
@@ -309,7 +322,7 @@ class RunLog:
         x = [r["episode_index"] for r in rows]
         y = [r["episode_reward"] for r in rows]
         killed = [1.0 if r.get("kill_count", 0) > 0 else 0.0 for r in rows]
-        window = max(1, min(100, len(y) // 5))
+        window = curve_window(len(y))
 
         def rolling(values: list[float]) -> list[float]:
             return [

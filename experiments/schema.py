@@ -3,14 +3,14 @@
 Every section is checked before Ray starts: unknown keys, wrong types and
 out-of-range values fail with the key path and what is allowed. Defaults are
 not retyped here: sections that mirror a settings dataclass (safety envelope,
-feedback, devices, model) validate straight into that dataclass, and the `env`
+feedback, devices, model, meter) validate straight into that dataclass, and the `env`
 section is derived from `DoomEnv`'s constructor, so the code stays the one
 source of truth for every default. A device's address (`bridge.address.DeviceAddress`:
 host, its ports, bind_host) is written flat under the device; the fields that
 are nested into its `address` come from that dataclass, not from a list here.
 
 Top-level sections: name, seed, devices, loop, safety, feedback, env, model,
-ablation, policy, ppo, resources, stop, checkpoint, tune, output, view, protocol
+ablation, policy, ppo, resources, stop, checkpoint, tune, output, view, meter, protocol
 (experiments/protocol/settings.py: what it fixes in the other sections).
 """
 
@@ -53,6 +53,7 @@ from experiments.closed_loop.feedback import (
     feedback_rows,
     row_commands,
 )
+from experiments.closed_loop.meter import MeterSettings
 from experiments.closed_loop.sampling import SamplePace
 from experiments.closed_loop.settings import (
     DEFAULT_MAX_WAIT_S,
@@ -63,6 +64,7 @@ from experiments.closed_loop.settings import (
     DeviceSettings,
 )
 from experiments.dotted import get_path
+from experiments.live_view.progress import RunBudget
 from experiments.live_view.settings import ViewSettings
 from experiments.protocol import settings as protocol_settings
 from experiments.session_record import DEFAULT_FLUSH_S
@@ -320,9 +322,9 @@ class ViewSection(BaseModel):
     jpeg_quality: int = Field(ViewSettings.jpeg_quality, ge=1, le=95)
     max_fps: float = Field(ViewSettings.max_fps, gt=0, le=120, description="frames per second per viewer at most")
 
-    def settings(self) -> ViewSettings:
-        """The settings env runners receive."""
-        return ViewSettings(**self.model_dump())
+    def settings(self, budget: RunBudget | None = None) -> ViewSettings:
+        """The settings env runners receive (`budget`: the stop conditions the dashboard shows progress against)."""
+        return ViewSettings(**self.model_dump(), budget=budget)
 
 
 SEARCH_KINDS = ("grid", "choice", "uniform", "loguniform", "randint")
@@ -365,6 +367,11 @@ class Experiment(BaseModel):
     tune: TuneSection = Field(default_factory=TuneSection)
     output: OutputSection = Field(default_factory=OutputSection)
     view: ViewSection = Field(default_factory=ViewSection)
+    meter: MeterSettings = Field(
+        default_factory=MeterSettings,
+        description="the live information meter: bits per tick the culture's counts carry about the stimulation, "
+        "the observation and the action, over the last window_ticks ticks (experiments/closed_loop/meter.py)",
+    )
     protocol: protocol_settings.ProtocolSection | None = Field(
         None, description="a rest-play-rest session per trial, with the stimulation-to-action mapping fixed"
     )
@@ -519,6 +526,7 @@ class Experiment(BaseModel):
             fast_path=self.loop.fast_path,
             reply_spin_ms=self.loop.reply_spin_ms,
             step_log=self.output.step_log,
+            meter=self.meter,
         )
 
     def rollout_steps_per_runner(self) -> int:
@@ -528,6 +536,16 @@ class Experiment(BaseModel):
         per_learner = self.ppo.train_batch_size_per_learner or ClosedLoopPPOConfig().train_batch_size_per_learner
         batch = per_learner * max(1, self.resources.num_learners)
         return math.ceil(batch / max(1, self.resources.num_env_runners))
+
+    def run_budget(self) -> RunBudget:
+        """The stop conditions, for the live view's progress (an iteration is one train batch of env steps)."""
+        return RunBudget(
+            env_steps=self.stop.env_steps,
+            episodes=self.stop.episodes,
+            iterations=self.stop.iterations,
+            time_s=self.stop.time_s,
+            env_steps_per_iteration=self.rollout_steps_per_runner() * max(1, self.resources.num_env_runners),
+        )
 
     def sample_pace(self) -> SamplePace:
         """What one env runner's sample asks of its culture: steps, stimulations, waits (`loop.sample_timeout_s`)."""
@@ -569,7 +587,7 @@ class Experiment(BaseModel):
             num_env_runners=self.resources.num_env_runners,
             training=self.ppo.training_kwargs(),
             seed=self.seed,
-            view=self.view.settings(),
+            view=self.view.settings(self.run_budget()),
         ).learners(num_learners=self.resources.num_learners, num_gpus_per_learner=self.resources.num_gpus_per_learner)
 
     def plain(self) -> dict[str, Any]:

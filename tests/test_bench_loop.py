@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from experiments.bench_loop import TICK10_RESULT, paced_figures
+from experiments.bench_loop import TICK10_RESULT, meter_cost, paced_figures
+from experiments.closed_loop.meter import CultureMeter, MeterSettings
 
 LOOP_JSON = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "loop.json"
+METER_JSON = LOOP_JSON.with_name("loop-meter.json")
 
 
 @pytest.fixture(scope="module")
@@ -43,3 +46,23 @@ def test_a_single_window_has_a_range_of_one_value():
         "fraction_of_limit": 0.8,
         "steps_per_s_range": [4.0, 4.0],
     }
+
+
+def test_the_meter_cost_is_its_cpu_time_over_the_timed_ticks_only():
+    meter = CultureMeter(MeterSettings(window_ticks=100, every_ticks=100))
+    rng = np.random.default_rng(0)
+
+    def ticks(n: int) -> None:
+        for _ in range(n):
+            meter.observe(rng.uniform(1, 40, 16), rng.poisson(2.0, 8), rng.uniform(-1, 1, 4), int(rng.integers(3)))
+            meter.update_if_due()
+
+    ticks(50)  # the warm-up: not timed
+    before = meter.cost()
+    ticks(150)
+    cost = meter_cost(before, meter.cost())
+    assert cost["meter_ticks"] == 150 and cost["meter_updates"] == 2 and cost["meter_cpu_ms_per_tick"] > 0
+    # The committed measurement's headline figures come from its conditions' own.
+    measured = json.loads(METER_JSON.read_text())
+    assert measured["meter_fraction_of_10hz_tick"] == measured["paced"]["meter_cpu_ms_per_tick"] / 100.0
+    assert measured["meter_cpu_ms_per_tick_unpaced"] == measured["unpaced"]["meter_cpu_ms_per_tick"]

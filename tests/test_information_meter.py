@@ -58,6 +58,13 @@ def test_transparent_carries_most_of_the_stimulation_and_the_controls_none() -> 
     assert 3 * sim.shuffle_bits_sd < sim.bits < transparent.bits, sim
 
 
+def test_counts_that_never_vary_carry_exactly_nothing_whatever_the_folds_hold() -> None:
+    # Periodic labels: every fold holds every class, so each fold's training majority (the fallback of a decoder
+    # that has nothing to read) differs, and the shuffled labels' folds would earn a spurious information.
+    silent = decoded_information(np.zeros((96, 8)), np.arange(96) % 8)
+    assert (silent.bits, silent.raw_bits, silent.shuffle_bits_sd) == (0.0, 0.0, 0.0) and silent.ceiling_bits == 3.0
+
+
 def test_too_few_ticks_or_mismatched_shapes_are_refused_with_the_reason() -> None:
     with pytest.raises(ValueError, match="at least 10"):
         decoded_information(np.zeros((6, 8)), np.zeros(6))

@@ -19,7 +19,9 @@ from bridge.causality import CausalityMeter
 from bridge.channels import LIVE_VIEW_PORT, SPIKE_GROUP_NAMES, STIM_FREQUENCY_RANGE_HZ
 from bridge.ports import free_port
 from bridge.safety import SafetyEnvelope
+from experiments.closed_loop.meter import CultureMeter, MeterSettings
 from experiments.live_view.announce import LIVE_VIEW_FILE, announce
+from experiments.live_view.progress import LearningLog
 from experiments.live_view.publisher import Publisher
 from experiments.live_view.runner_view import _bind, current_view
 from experiments.live_view.server import LiveViewServer
@@ -168,6 +170,29 @@ def test_state_carries_the_reply_check_when_a_culture_link_gives_one():
     assert "replies" not in json.loads(json.dumps(tick_state(Publisher(runner_index=2), 0, 0)))  # no link: none
 
 
+def test_state_carries_the_information_meter_when_it_is_on():
+    # The culture link's meter (here fed ticks whose counts follow the stimulation), as the server reads it.
+    meter = CultureMeter(MeterSettings(window_ticks=100, every_ticks=100), feature_names=("kills", "health"))
+    rng = np.random.default_rng(0)
+    for tick in range(100):
+        stim = np.r_[np.full(8, 4.0), np.full(8, 1.0)].astype(np.float32)
+        stim[tick % 8] = 40.0  # the strongest electrode, which the counts below follow
+        counts = rng.poisson(1.0, 8).astype(np.float32)
+        counts[tick % 8] += 8
+        meter.observe(stim, counts, np.array([0.0, rng.uniform(-1, 1)]), int(rng.integers(3)))
+    assert meter.update_if_due()
+    server = LiveViewServer(Publisher(runner_index=1, meter=meter.shown), ViewSettings(enabled=True, port=0), 0)
+    server.start()
+    try:
+        shown = json.loads(_get(f"http://127.0.0.1:{server.port}/state.json"))["meter"]
+    finally:
+        server.close()
+    assert shown["ticks"] == 100 and shown["window_ticks"] == 100 and shown["feature"] == "health"
+    assert shown["stim"]["bits"] > 0.6 * shown["stim"]["ceiling"] == pytest.approx(0.6 * 3.0, abs=1e-3)
+    assert abs(shown["action"]["bits"]) < max(4 * shown["action"]["sd"], 0.05), shown
+    assert "meter" not in tick_state(Publisher(runner_index=2), 0, 0)  # the meter off: no panel figures
+
+
 def test_busy_port_falls_back_to_a_free_one():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -239,3 +264,49 @@ def test_real_run_streams_the_game(ray_session, tmp_path):
     # A short run with 10 + 20 ms windows: the counts may not follow the policy's stimulation clearly yet, but
     # never an earlier one.
     assert replies["causality"]["n"] > 5 and replies["causality"]["verdict"] not in ("late", "mixed"), replies
+    # The information meter's panel is fed (its first figures come after meter.every_ticks ticks).
+    assert state["meter"]["window_ticks"] == MeterSettings().window_ticks, state["meter"]
+
+
+def test_learning_curve_and_progress(served):
+    """The learning log an env runner keeps: /learning.json after an episode number, the progress against each
+    stop condition with its time left, and the budget an experiment gives its env runners."""
+    publisher, _server, base = served
+    budget = (
+        experiment_from_dict(
+            TINY_RUN | {"stop": {"env_steps": 1000, "episodes": 50, "iterations": 20}}, ["view.enabled=true"]
+        )
+        .algorithm_config()
+        .live_view.budget
+    )
+    assert (budget.env_steps, budget.episodes, budget.iterations, budget.time_s) == (1000, 50, 20, None)
+    assert budget.env_steps_per_iteration == TINY_RUN["ppo"]["train_batch_size_per_learner"]
+    learning = publisher.learning = LearningLog(budget)
+    taken = 0
+    for iteration in range(3):  # three iterations of 100 env steps, the trial's count arriving after each
+        for _ in range(100):
+            taken += 1
+            learning.count_step(iteration * 100, taken)
+        learning.end_episode(2 * iteration + 1, -1.5 + iteration, iteration % 2)
+        time.sleep(0.05)
+    for _ in range(10):  # steps of the 4th iteration: the count of 3 iterations has not arrived yet
+        taken += 1
+        learning.count_step(200, taken)
+    state = json.loads(_get(base + "/state.json"))
+    progress = state["progress"]
+    assert progress["env_steps"] == 310 and state["curve_last_episode"] == 5
+    limits = {limit["name"]: limit for limit in progress["limits"]}
+    assert limits.keys() == {"env_steps", "episodes", "iterations"}
+    assert limits["env_steps"]["budget"] == 1000 and limits["env_steps"]["fraction"] == pytest.approx(0.31)
+    assert limits["iterations"]["budget"] == 20 * budget.env_steps_per_iteration and limits["iterations"]["approximate"]
+    assert limits["episodes"]["done"] == 5 and limits["episodes"]["budget"] == 50
+    rate = progress["env_steps_per_s"]
+    assert rate > 0 and limits["env_steps"]["time_left_s"] == pytest.approx(690 / rate, rel=0.01, abs=0.06)
+    assert progress["first"] == min(progress["limits"], key=lambda limit: limit["time_left_s"])
+    curve = json.loads(_get(base + "/learning.json?since=1"))
+    assert curve["episode"] == [3, 5] and curve["return"] == [-0.5, 0.5] and curve["kills"] == [1, 0]
+    assert curve["device"] == "sim-1" and curve["window"] == 1
+    assert json.loads(_get(base + "/learning.json"))["episode"] == [1, 3, 5]
+    with pytest.raises(urllib.error.HTTPError, match="400") as refused:
+        _get(base + "/learning.json?since=-1")
+    assert b"since must be an episode number" in refused.value.read()

@@ -34,6 +34,7 @@ from experiments.live_view.announce import served_views
 from experiments.live_view.publisher import Publisher
 from experiments.live_view.server import LiveViewServer
 from experiments.live_view.settings import ViewSettings
+from experiments.run_log import EPISODES_FILE, curve_window
 from tests.support.live_view_run import training_with_view
 
 CHROMIUM = shutil.which("chromium")
@@ -168,9 +169,9 @@ def _game_pixels(screenshot: np.ndarray, box: dict[str, float]) -> np.ndarray:
     return screenshot[y + 2 : y + h - 2, x + 2 : x + w - 2].astype(np.int16)
 
 
-def test_dashboard_shows_the_game_and_the_culture(ray_session):
+def test_dashboard_shows_the_game_and_the_culture(ray_session, tmp_path):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with training_with_view(port=free_port(kind="tcp")) as algo:
+    with training_with_view(tmp_path, {"env_steps": BUDGET_ENV_STEPS}, port=free_port(kind="tcp")) as algo:
         url = served_views(algo)[0]["url"]
         browser = Chromium(url)
         try:
@@ -201,6 +202,7 @@ def test_dashboard_shows_the_game_and_the_culture(ray_session):
                 if changed:
                     break
                 time.sleep(2)
+            logged, shown = _learning_after_episodes(browser, tmp_path / EPISODES_FILE)
         finally:
             browser.close()
 
@@ -234,6 +236,68 @@ def test_dashboard_shows_the_game_and_the_culture(ray_session):
     assert follows in ("its own stim", "no stim (no signal)", "too few replies yet"), follows  # never an earlier one
     assert re.fullmatch(r"[+-]\d\.\d\d / [+-]\d\.\d\d", _cell(last, "causality-r")), _cell(last, "causality-r")
     assert _cell(last, "unsolicited") == "0"
+    _check_learning(logged, shown)
+
+
+BUDGET_ENV_STEPS = 100_000
+"""The test run's stop.env_steps: the dashboard's budget (the test trains on until it is done)."""
+LEARNING_JS = """JSON.stringify({
+  curve: window.spikeloopCurve, progress: window.spikeloopProgress,
+  dots: (document.querySelector('#curve-return path.dots') || {getAttribute: () => ''}).getAttribute('d'),
+  text: Object.fromEntries(['curve-device', 'curve-count', 'progress-env-steps', 'progress-budget', 'progress-limit',
+    'progress-limits'].map((id) => [id, document.getElementById(id).textContent]))})"""
+
+
+def _episodes(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def _learning_after_episodes(browser: Chromium, episodes_path: Path, count: int = 3) -> tuple[list, dict]:
+    """Wait (real time) until `count` episodes are in episodes.jsonl and all of them on the page's curve, with
+    the progress past the env steps of the iteration that logged them; screenshot the learning panel."""
+    deadline = time.monotonic() + 120
+    logged, shown = [], {}
+    while time.monotonic() < deadline:
+        logged, shown = _episodes(episodes_path), json.loads(browser.evaluate(LEARNING_JS))
+        on_page = set((shown["curve"] or {}).get("episode", []))
+        steps = (shown["progress"] or {}).get("env_steps", 0)
+        if (
+            len(logged) >= count
+            and {e["episode_index"] for e in logged} <= on_page
+            and steps >= logged[-1]["env_steps_lifetime"]
+        ):
+            break
+        time.sleep(0.5)
+    browser.evaluate("document.getElementById('learning').scrollIntoView()")
+    browser.screenshot(ARTIFACTS / "dashboard-learning.png")
+    (ARTIFACTS / "dashboard-learning.json").write_text(json.dumps(shown, indent=1))
+    return logged, shown
+
+
+def _check_learning(logged: list[dict[str, Any]], shown: dict[str, Any]) -> None:
+    """The curve holds episodes.jsonl's returns and kills, its rolling mean is theirs; the progress shows the
+    trial's env steps against the stop budget."""
+    assert len(logged) >= 3, f"only {len(logged)} episodes logged in episodes.jsonl"
+    curve = shown["curve"]
+    points = dict(zip(curve["episode"], zip(curve["return"], curve["kills"], strict=True), strict=True))
+    for episode in logged:
+        assert episode["episode_index"] in points, f"episode {episode['episode_index']} is not on the curve"
+        page_return, page_kills = points[episode["episode_index"]]
+        assert page_return == pytest.approx(episode["episode_reward"], abs=1e-3), episode
+        assert page_kills == episode["kill_count"], episode
+    assert curve["device"] == logged[0]["device_id"] == "sim-1" == shown["text"]["curve-device"]
+    assert shown["text"]["curve-count"] == str(len(curve["episode"]))
+    assert shown["dots"].count("M") == len(curve["episode"]), "a dot per episode on the return plot"
+    window = curve["window"]
+    assert window == curve_window(len(curve["episode"]))
+    assert curve["meanReturn"][-1] == pytest.approx(np.mean(curve["return"][-window:]), abs=1e-6)
+    assert curve["killRate"][-1] == pytest.approx(np.mean(np.asarray(curve["kills"][-window:]) > 0), abs=1e-6)
+    # Progress: the trial's env steps (at least those of the iteration that logged the last episode) of the budget.
+    progress, text = shown["progress"], shown["text"]
+    assert progress["env_steps"] >= logged[-1]["env_steps_lifetime"] > 0, (progress, logged[-1])
+    assert int(text["progress-env-steps"].replace(",", "")) >= logged[-1]["env_steps_lifetime"], text
+    assert text["progress-limit"] == "env steps" and text["progress-budget"] == f"{BUDGET_ENV_STEPS:,}", text
+    assert f"of {BUDGET_ENV_STEPS:,} env steps" in text["progress-limits"], text
 
 
 def test_dashboard_flags_a_late_and_chatty_device():

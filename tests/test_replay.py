@@ -33,6 +33,7 @@ from experiments.analysis.replay import load_session
 from experiments.session_record import RecordError, read_record
 from tests.support import replay_sessions
 from tests.support.spikeloop_cli import REPO, cli_env, run_spikeloop
+from tests.support.tensorboard_events import event_scalars
 
 SWEEP_YAML = textwrap.dedent("""\
     name: replayed
@@ -108,6 +109,24 @@ def test_the_zero_ablation_comes_out_at_chance(replayed: tuple[Path, str]) -> No
     assert fresh["accuracy"] == fresh["chance_accuracy"] and fresh["bits"] == 0.0, fresh
     saved = zero["saved_decoder"]  # zeros every tick: one proposal, agreeing only as often as that action was taken
     assert 0.0 < saved["agreement"] < 1.0, saved
+
+
+@pytest.mark.slow
+def test_the_live_meter_finds_no_action_in_the_counts_under_the_zero_ablation(replayed: tuple[Path, str]) -> None:
+    # The live information meter's TensorBoard figures of both trials. Under `zero` the decoder sees zeros, so the
+    # action cannot depend on the culture's counts: its figure must be 0 within the estimator's noise. Without the
+    # ablation the decoder acts on the counts, so they carry the action (0.07 bits, noise 0.01, when written).
+    for path in replayed[0].glob("*/experiment.yaml"):
+        ablation = yaml.safe_load(path.read_text())["ablation"]
+        scalars = event_scalars(path.parent)
+        for variable in ("stim", "features", "action"):
+            assert f"culture/info_{variable}" in scalars and f"culture/info_{variable}_sd" in scalars, sorted(scalars)
+        ((_, bits),) = scalars["culture/info_action"]  # one iteration: one figure
+        ((_, noise),) = scalars["culture/info_action_sd"]
+        if ablation == "zero":
+            assert abs(bits) < max(3 * noise, 0.03), (bits, noise)
+        else:
+            assert bits > 3 * noise, (bits, noise)
 
 
 def test_a_directory_without_a_record_or_step_log_is_refused_with_the_fix(tmp_path: Path) -> None:

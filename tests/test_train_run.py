@@ -17,7 +17,7 @@ import yaml
 from models.rllib_notices import NOTICES, TUNE_BANNER
 from tests.support.spikeloop_cli import TWO_SMALL_ITERATIONS, run_spikeloop
 
-TAG_GROUPS = ("episode/", "ppo/", "encoder/", "decoder/", "spikes/", "feedback/", "loop/")
+TAG_GROUPS = ("episode/", "ppo/", "encoder/", "decoder/", "spikes/", "feedback/", "loop/", "culture/")
 
 
 def event_tags(trial_dir: Path) -> set[str]:
@@ -84,6 +84,11 @@ def test_train_quickstart_leaves_a_complete_run_directory(tmp_path: Path) -> Non
         "feedback/sent",
         "loop/latency_p50_ms",
         "loop/timeouts",
+        # The live information meter (on by default), over the last ticks of each sample: bits per tick and noise.
+        "culture/info_stim",
+        "culture/info_stim_sd",
+        "culture/info_features",
+        "culture/info_action",
     ):
         assert tag in tags, f"{tag} missing from {sorted(tags)}"
 

@@ -11,6 +11,8 @@ Read in this order:
 * `connector` - `CultureExchange`, the RLlib glue that calls `tick` in the
   module-to-env pipeline and writes the batch columns (`models.columns`).
 * `feedback` - the feedback policy: rewards, events and surprise into commands.
+* `meter` - the live information meter: bits per tick the culture's counts carry about the
+  stimulation, the observation and the action, over a rolling window of ticks.
 * `callbacks` - RLlib callbacks: open the link, feedback at episode end, metrics.
 * `episode_numbers` - the trial's episode count across env runners and resumes.
 * `ppo` - `closed_loop_config`, where env, module, learner, connector and

@@ -11,8 +11,9 @@
   `episode_end` event with the payload devices expect.
 Loop metrics (latency, timeouts, feedback counts, surprise, duty) are logged
 under the `culture/` prefix; `on_sample_end` adds what the feedback policy
-built since the last sample, per feedback name (count, mean scales). With the live view on (`view.enabled`), they also
-start this env runner's view and publish each tick to it (`experiments.live_view`).
+built since the last sample, per feedback name (count, mean scales), and the live information meter's latest
+figures (meter.py: `culture/info_stim`, `culture/info_features`, `culture/info_action`). With the live view on
+(`view.enabled`), they also start this env runner's view and publish each tick to it (`experiments.live_view`).
 With `output.record`, each env runner's culture link and these callbacks write its session record
 (experiments.session_record: every stimulation, reply, feedback command, event, step and episode end).
 Every finished episode's summary, read from the whole episode (whole_episode.py),
@@ -146,6 +147,8 @@ class ClosedLoopCallbacks(RLlibCallback):
             link.recorder = LinkRecorder(
                 record, env_runner.worker_index, link.device, settings.envelope, settings.envelope_policy, settings
             )
+        if link.meter is not None:
+            link.meter.feature_names = _feature_names(env)  # says which feature the `features` classes follow
         view = view_settings(env_runner.config)
         if view is not None:
             start_view(
@@ -155,6 +158,7 @@ class ClosedLoopCallbacks(RLlibCallback):
                 link.device.device_id,
                 link.reply_check,
                 feedback=link.sent_feedback.shown,
+                meter=link.meter.shown if link.meter is not None else None,
             )
 
     def on_episode_step(self, *, episode, env_runner=None, metrics_logger=None, **kwargs) -> None:
@@ -166,6 +170,8 @@ class ClosedLoopCallbacks(RLlibCallback):
             recorder.step(episode.t, int(np.asarray(episode.get_actions(-1))), float(episode.get_rewards(-1)))
         view = current_view()
         if view is not None:
+            # The trial's env steps as of the last iteration (RLlib sets it on every env runner): the run's progress.
+            view.count_step(getattr(env_runner, "num_env_steps_sampled_lifetime", 0), _STEPS["taken"])
             view.publish_step(episode, kwargs.get("env_index", 0))
 
     def on_episode_end(
@@ -208,7 +214,7 @@ class ClosedLoopCallbacks(RLlibCallback):
         link.send_events([("episode_end", payload | outage if outages else payload)])
         view = current_view()
         if view is not None:
-            view.end_episode(episode_return)
+            view.end_episode(episode_return, payload["episode"], payload["kill_count"])
         record = (
             payload
             | outage
@@ -280,6 +286,18 @@ class ClosedLoopCallbacks(RLlibCallback):
         metrics_logger.log_value(
             "culture/device_outage_s", link.counts["device_outage_ms"] / 1000, reduce="max", window=1
         )
+        if link.meter is not None:  # the live information meter's latest figures (TensorBoard culture/info_*)
+            for name, value in link.meter.metrics().items():
+                metrics_logger.log_value(f"culture/{name}", value, window=1)
+
+
+def _feature_names(vector_env) -> tuple[str, ...]:
+    """The names of the observation's features, from the first game of a gymnasium vector env (() if unknown)."""
+    from envs.features import feature_names
+
+    envs = getattr(vector_env, "envs", None)  # SyncVectorEnv; an AsyncVectorEnv's games are in subprocesses
+    settings = getattr(envs[0].unwrapped, "feature_settings", None) if envs else None
+    return tuple(feature_names(settings)) if settings is not None else ()
 
 
 def log_feedback_telemetry(metrics_logger, telemetry: dict[str, dict[str, float]]) -> None:

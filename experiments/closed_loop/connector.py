@@ -8,7 +8,8 @@ RLlib hands it the module's batched output for this step. It
 2. runs `tick` (tick.py) against this env runner's culture link: stimulation
    out, spikes in, action out, logging the feedback's metrics while the culture
    answers;
-3. writes the tick's batch columns (models/columns.py) for the learner and the logs.
+3. writes the tick's batch columns (models/columns.py) for the learner and the logs, and hands the tick to
+   the live information meter (meter.py), which recomputes while the culture answers a later tick.
 
 RLlib's own GetActions piece then sees an action already there and passes it
 through, so nothing of RLlib is forked. A step on which the env only resets
@@ -17,6 +18,8 @@ through, so nothing of RLlib is forked. A step on which the env only resets
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 import numpy as np
@@ -25,9 +28,9 @@ from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core.columns import Columns
 
 from bridge.channels import N_SPIKE_GROUPS
-from experiments.closed_loop.link import close_link, current_link
+from experiments.closed_loop.link import CultureLink, close_link, current_link
 from experiments.closed_loop.step_feedback import log_step_feedback, step_feedback
-from experiments.closed_loop.tick import tick
+from experiments.closed_loop.tick import Tick, tick
 from models.columns import (
     EXCHANGE_OK,
     RAW_SPIKES,
@@ -40,6 +43,8 @@ from models.columns import (
     STIM_TIMESTAMP,
 )
 from models.encoder import N_STIM
+
+log = logging.getLogger(__name__)
 
 
 class CultureExchange(ConnectorV2):
@@ -75,6 +80,8 @@ class CultureExchange(ConnectorV2):
         def while_waiting() -> None:
             for feedback, episode in sent:
                 log_step_feedback(kwargs.get("metrics"), feedback, episode)
+            if link.meter is not None:
+                update_meter(link)  # the live information meter recomputes while the culture answers
 
         try:
             result = tick(
@@ -92,7 +99,36 @@ class CultureExchange(ConnectorV2):
             raise
         del batch[STIM_DIST_INPUTS]  # large and recomputed in training: keep episodes lean
         batch.update(result.columns())
+        if link.meter is not None:
+            observe_meter(link, result, episodes)
         return batch
+
+
+def observe_meter(link: CultureLink, result: Tick, episodes: list[Any] | None) -> None:
+    """Hand the tick to the live information meter: stimulation, the culture's counts, observed features, action."""
+    meter = link.meter
+    if meter is None:
+        return
+    started = time.thread_time()
+    try:
+        for row, episode in enumerate(episodes or ()):
+            observation = episode.get_observations(-1)  # the observation this tick encoded
+            features = observation["features"] if isinstance(observation, dict) else observation
+            meter.observe(result.stim[row, :N_STIM], result.raw_spikes[row], features, int(result.action[row]))
+        meter.cpu_s += time.thread_time() - started  # the meter's cost: fetching and keeping the tick
+    except Exception:  # a meter problem must not stop an experiment on a living culture
+        link.meter = None
+        log.exception("the live information meter failed and is off for the rest of this run")
+
+
+def update_meter(link: CultureLink) -> None:
+    """Let the meter recompute if its `every_ticks` are up; a failure turns it off, never the loop."""
+    try:
+        if link.meter is not None:
+            link.meter.update_if_due()
+    except Exception:
+        link.meter = None
+        log.exception("the live information meter failed and is off for the rest of this run")
 
 
 def _autoreset_columns(batch: dict[str, Any], rows: int, n_rounds: int) -> dict[str, Any]:

@@ -12,7 +12,8 @@ of each reply's total count with the drive of the stimulation it answers and of
 the ones before it (`bridge.causality`), and the bridge's count of datagrams
 that answered no stimulation (`SpikeReply.unsolicited`). `log_reply_check` puts them on
 TensorBoard (`loop/causality_r_current`, `loop/causality_r_previous`,
-`loop/unsolicited`); `reply_check` gives them to the live view.
+`loop/unsolicited`); `reply_check` gives them to the live view. With `meter.enabled` the link also holds the
+live information meter (`meter`, experiments/closed_loop/meter.py), which the culture connector feeds.
 
 When a device stops answering (`max_consecutive_timeouts` in a row) and the
 experiment says stop, the link raises `DeviceLost` with what was observed and
@@ -53,6 +54,7 @@ from bridge.core import BridgeConfig, SpikeReply
 from bridge.ports import free_port
 from bridge.protocol import FeedbackCommand
 from experiments.closed_loop.feedback import FeedbackPolicy, within_budget
+from experiments.closed_loop.meter import CultureMeter
 from experiments.closed_loop.recorder import LinkRecorder
 from experiments.closed_loop.sent_feedback import SentFeedback
 from experiments.closed_loop.settings import CultureSettings, DeviceSettings
@@ -103,6 +105,8 @@ class CultureLink:
         self.recorder: LinkRecorder | None = None
         """This env runner's session record (`output.record`), attached by the callbacks; None: off."""
         self.causality = CausalityMeter(window=CAUSALITY_WINDOW)
+        self.meter: CultureMeter | None = CultureMeter(settings.meter) if settings.meter.enabled else None
+        """The live information meter (`meter.enabled`), fed by the culture connector; None: off."""
         self.unsolicited = 0
         """Datagrams from the device that answered no stimulation, as of the last reply (the bridge's count)."""
         self.device_dose: dict[str, float] = {}

@@ -19,6 +19,7 @@ from bridge.core import BridgeConfig
 from bridge.safety import Policy, SafetyEnvelope
 from bridge.simulated_culture import SimulatedCultureConfig
 from experiments.closed_loop.feedback import FeedbackSettings
+from experiments.closed_loop.meter import MeterSettings
 
 SIMULATED_BACKENDS = ("sim", "random", "zero", "transparent")
 DEVICE_ID_CHARACTERS = "A-Za-z0-9_.-"
@@ -201,6 +202,8 @@ class CultureSettings:
     reply_spin_ms: float = 1.0
     step_log: bool = False
     """Keep each exchange's latency so episodes can carry a per-step log (`output.step_log`)."""
+    meter: MeterSettings = field(default_factory=MeterSettings)
+    """The live information meter (experiments.closed_loop.meter; experiment section `meter`)."""
 
     def simulated_device_for(self, runner_index: int) -> DeviceSettings:
         """The simulated culture of env runner `runner_index`: the template with its own id and seed."""

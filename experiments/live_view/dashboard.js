@@ -78,6 +78,9 @@ function update(state) {
   showReturns(state.recent_returns);
   showFeedback(state.feedback || []);
   showReplies(state.replies);
+  showMeter(state.meter);
+  showProgress(state.progress);
+  curveFollow(state.curve_last_episode || 0);
   if (!state.seq) return;
   document.body.dataset.seq = state.seq;
   text("seq", state.seq);
@@ -183,6 +186,21 @@ function showDose(dose) {
   $("device-refused").classList.toggle("bad", byDose + byEnvelope > 0);
 }
 
+// The live information meter: shuffle-corrected bits per tick over its window; within about 2 noise of 0 is nothing.
+function showMeter(meter) {
+  if (!meter || !meter.ticks) return;  // meter off, or no estimate yet
+  ["stim", "features", "action"].forEach((name) => {
+    const m = meter[name];  // null: a single class in the window, nothing to carry
+    text("meter-" + name, m ? m.bits.toFixed(3) : "one class");
+    text("meter-" + name + "-sd", m ? "\u00b1" + m.sd.toFixed(3) : null);
+    text("meter-" + name + "-ceiling", m ? m.ceiling.toFixed(2) : null);
+  });
+  const bins = { 2: "halves", 3: "terciles", 4: "quartiles" }[meter.feature_classes] || `${meter.feature_classes} quantiles`;
+  text("meter-feature", `${bins} of ${meter.feature || "its most varying feature"}`);
+  text("meter-window", `over the last ${meter.ticks} ticks, as of tick ${meter.updated_at_tick}; noise: the spread ` +
+    "of the estimate with the labels shuffled");
+}
+
 function showReturns(returns) {
   const box = $("returns");
   const peak = Math.max(1e-9, ...returns.map(Math.abs));
@@ -193,6 +211,112 @@ function showReturns(returns) {
     if (r < 0) d.className = "neg";
     return d;
   }));
+}
+
+// --- Learning curve and run progress --------------------------------------------------------------
+// The points come from /learning.json, fetched only when a tick says a newer episode ended; the page keeps
+// them (window.spikeloopCurve, which the browser test reads) and redraws two small inline SVG plots.
+const curve = { device: null, runner: null, episode: [], return: [], kills: [], window: 1, fetching: false };
+window.spikeloopCurve = curve;
+
+function curveFollow(lastEpisode) {
+  const have = curve.episode.length ? curve.episode[curve.episode.length - 1] : 0;
+  if (lastEpisode < have) {  // a new env runner process on this port: start over
+    curve.episode = []; curve.return = []; curve.kills = [];
+  } else if (lastEpisode === have || curve.fetching) {
+    return;
+  }
+  curve.fetching = true;
+  fetch("learning.json?since=" + (curve.episode.length ? curve.episode[curve.episode.length - 1] : 0), { cache: "no-store" })
+    .then((r) => r.json())
+    .then((got) => {
+      curve.device = got.device; curve.runner = got.runner; curve.window = got.window;
+      curve.episode.push(...got.episode); curve.return.push(...got.return); curve.kills.push(...got.kills);
+      const over = curve.episode.length - got.keep;  // as many as the env runner keeps, the latest
+      if (over > 0) ["episode", "return", "kills"].forEach((k) => curve[k].splice(0, over));
+      curveDraw();
+    })
+    .catch(() => {})  // the next tick asks again
+    .finally(() => { curve.fetching = false; });
+}
+
+function curveRolling(values, window) {
+  const out = []; let sum = 0;
+  values.forEach((v, i) => { sum += v; if (i >= window) sum -= values[i - window]; out.push(sum / Math.min(i + 1, window)); });
+  return out;
+}
+
+const SVG = "http://www.w3.org/2000/svg";
+function svgAdd(svg, tag, attrs, content) {
+  const el = document.createElementNS(SVG, tag);
+  Object.entries(attrs).forEach(([k, v]) => el.setAttribute(k, v));
+  if (content !== undefined) el.textContent = content;
+  svg.appendChild(el);
+  return el;
+}
+
+// One plot: series of [values, className, asDots] over the episode numbers, y range [lo, hi], labelled axes.
+function curvePlot(svg, series, lo, hi, label) {
+  const W = 600, H = Number(svg.getAttribute("viewBox").split(" ")[3]), left = 38, pad = 10;
+  const xs = curve.episode, x0 = xs[0], x1 = Math.max(xs[xs.length - 1], x0 + 1);
+  const X = (e) => (left + (W - left - pad) * (e - x0) / (x1 - x0)).toFixed(1);
+  const Y = (v) => (H - pad - (H - 2 * pad) * (v - lo) / (hi - lo || 1)).toFixed(1);
+  svg.replaceChildren();
+  [lo, hi].forEach((v) => {
+    svgAdd(svg, "line", { class: "grid", x1: left, x2: W - pad, y1: Y(v), y2: Y(v) });
+    svgAdd(svg, "text", { x: 2, y: Number(Y(v)) + 3 }, Math.abs(v) >= 100 ? v.toFixed(0) : v.toFixed(1));
+  });
+  if (lo < 0 && hi > 0) svgAdd(svg, "line", { class: "grid", x1: left, x2: W - pad, y1: Y(0), y2: Y(0) });
+  svgAdd(svg, "text", { x: W - pad, y: H - 1, "text-anchor": "end" }, `${label} · episodes ${x0}\u2013${xs[xs.length - 1]}`);
+  series.forEach(([values, cls, dots]) => {
+    const d = values.map((v, i) => dots ? `M${X(xs[i])} ${Y(v)}h0` : `${i ? "L" : "M"}${X(xs[i])} ${Y(v)}`).join("");
+    svgAdd(svg, "path", { class: cls, d });
+  });
+}
+
+function curveDraw() {
+  text("curve-device", curve.device || "?");
+  text("curve-count", curve.episode.length);
+  text("curve-window", curve.window);
+  if (!curve.episode.length) return;
+  const killed = curve.kills.map((k) => (k > 0 ? 1 : 0));
+  curve.meanReturn = curveRolling(curve.return, curve.window);
+  curve.killRate = curveRolling(killed, curve.window);
+  const lo = Math.min(0, ...curve.return), hi = Math.max(1e-9, ...curve.return);
+  curvePlot($("curve-return"), [[curve.return, "dots", true], [curve.meanReturn, "mean", false]], lo, hi, "return");
+  curvePlot($("curve-kills"), [[curve.killRate, "kills", false]], 0, 1, "kill rate");
+}
+
+function progressDuration(s) {
+  if (s === null || s === undefined) return "measuring\u2026";  // the pace needs two iterations
+  if (s < 90) return `${Math.round(s)} s`;
+  if (s < 5400) return `${Math.round(s / 60)} min`;
+  return `${(s / 3600).toFixed(1)} h`;
+}
+
+// What each stop condition counts (an iteration budget is shown in env steps: iterations x the train batch).
+const PROGRESS_LABELS = {
+  env_steps: "env steps", iterations: "env steps, \u2248 iterations", episodes: "episodes", time_s: "seconds",
+};
+
+function progressLimitText(l) {
+  const n = (v) => Math.round(v).toLocaleString("en-US");
+  const of = l.approximate ? "of \u2248" : "of";
+  const left = l.time_left_s === null ? "" : `, about ${progressDuration(l.time_left_s)} left`;
+  return `${n(l.done)} ${of} ${n(l.budget)} ${PROGRESS_LABELS[l.name]} (${(100 * l.fraction).toFixed(0)} %${left})`;
+}
+
+function showProgress(p) {
+  if (!p) return;
+  window.spikeloopProgress = p;
+  text("progress-env-steps", p.env_steps.toLocaleString("en-US"));
+  const first = p.first;
+  text("progress-limit", first ? PROGRESS_LABELS[first.name] : "none set");
+  text("progress-budget", first ? Math.round(first.budget).toLocaleString("en-US") : "\u2013");
+  text("progress-left", first ? progressDuration(first.time_left_s) : "\u2013");
+  $("progress-bar").firstElementChild.style.width = first ? (100 * first.fraction).toFixed(1) + "%" : "0";
+  text("progress-limits", p.limits.map(progressLimitText).join(" \u00b7 ")
+    + (p.env_steps_per_s ? ` \u00b7 ${p.env_steps_per_s} env steps/s` : ""));
 }
 
 function watchStatus() {

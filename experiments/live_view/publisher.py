@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from experiments.live_view.progress import LearningLog
+
 RECENT_EPISODES = 20
 """How many finished episodes' returns the dashboard shows."""
 
@@ -66,6 +68,10 @@ class Publisher:
     _seq: int = 0
     feedback_source: Callable[[], Mapping[str, Mapping[str, float]]] | None = None
     """Per feedback name, what was sent this iteration (`SentFeedback.shown`); None: the panel stays empty."""
+    meter: Callable[[], dict[str, Any]] | None = None
+    """The live information meter's latest figures (`CultureMeter.shown`), read by the server; None: meter off."""
+    learning: LearningLog = field(default_factory=LearningLog)
+    """Finished episodes and env steps for the learning curve and the run's progress."""
 
     def publish(
         self,

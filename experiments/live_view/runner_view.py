@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from experiments.live_view.progress import LearningLog
 from experiments.live_view.publisher import Publisher
 from experiments.live_view.server import LiveViewServer
 from experiments.live_view.settings import ViewSettings
@@ -108,9 +109,14 @@ class RunnerView:
             self._failed = True
             log.exception("live view of env runner %d stopped publishing", self.publisher.runner_index)
 
-    def end_episode(self, episode_return: float) -> None:
-        """Record a finished episode for the dashboard."""
+    def end_episode(self, episode_return: float, episode: int = 0, kills: int = 0) -> None:
+        """Record a finished episode (its trial episode number, return and kills) for the dashboard."""
         self.publisher.end_episode(episode_return)
+        self.publisher.learning.end_episode(episode, episode_return, kills)
+
+    def count_step(self, trial_env_steps: int, env_steps_taken: int) -> None:
+        """Note an env step of any of the runner's games, for the run's progress (two ints compared)."""
+        self.publisher.learning.count_step(trial_env_steps, env_steps_taken)
 
     def close(self) -> None:
         """Stop the server."""
@@ -138,11 +144,13 @@ def start_view(
     device_id: str = "",
     reply_check: Callable[[], dict[str, Any]] | None = None,
     feedback: Callable[[], Any] | None = None,
+    meter: Callable[[], dict[str, Any]] | None = None,
 ) -> RunnerView:
     """Start this process's view (once); a re-created env only changes where frames come from.
 
     `reply_check` (the culture link's) is read by the server, when a viewer asks, never by the loop;
-    `feedback`: what the feedback panel shows (the link's `SentFeedback.shown`).
+    `feedback`: what the feedback panel shows (the link's `SentFeedback.shown`); `meter`: what the information
+    panel shows (the link's `CultureMeter.shown`; None: the meter is off).
     """
     global _VIEW
     source = _frame_source(vector_env)
@@ -154,7 +162,13 @@ def start_view(
     import ray
 
     publisher = Publisher(
-        runner_index, device_id, _action_names(vector_env), reply_check=reply_check, feedback_source=feedback
+        runner_index,
+        device_id,
+        _action_names(vector_env),
+        reply_check=reply_check,
+        feedback_source=feedback,
+        meter=meter,
+        learning=LearningLog(settings.budget),
     )
     server = _bind(publisher, settings, settings.port_for(runner_index)).start()
     _VIEW = RunnerView(settings, publisher, server, source, ray.util.get_node_ip_address())

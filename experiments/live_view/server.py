@@ -8,7 +8,8 @@ loop back; the loop never waits for, or even knows about, a client.
 Routes: `/` dashboard, `/dashboard.js`, `/doom.mjpeg` (multipart/x-mixed-replace
 JPEG stream, the wire protocol's port-12349 view), `/frame.jpg` (the newest
 frame), `/state.json` (the newest tick), `/events` (server-sent events, one
-state per new tick), `/layout.json` (electrode map and ranges).
+state per new tick), `/layout.json` (electrode map and ranges), `/learning.json?since=N` (the learning
+curve's finished episodes numbered above N).
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
+from urllib.parse import parse_qs, urlsplit
 
 from experiments.live_view.frames import JpegCache
 from experiments.live_view.publisher import Publisher, Tick
 from experiments.live_view.settings import ViewSettings
-from experiments.live_view.state import layout, tick_state
+from experiments.live_view.state import layout, learning, tick_state
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +93,12 @@ class LiveViewServer(ThreadingHTTPServer):
         return False
 
 
+def _since(path: str) -> int | None:
+    """The `since` episode number of a `/learning.json?since=N` request (0 when absent, None when not a number)."""
+    value = (parse_qs(urlsplit(path).query).get("since") or ["0"])[0]
+    return int(value) if value.isascii() and value.isdigit() else None
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: LiveViewServer
     protocol_version = "HTTP/1.1"
@@ -128,6 +136,16 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_json(self._state())
             elif path == "/layout.json":
                 self._send_json(layout(self.server.publisher))
+            elif path == "/learning.json":
+                since = _since(self.path)
+                if since is None:
+                    self._send(
+                        HTTPStatus.BAD_REQUEST,
+                        "text/plain",
+                        b"since must be an episode number (a whole number >= 0), e.g. /learning.json?since=0\n",
+                    )
+                else:
+                    self._send_json(learning(self.server.publisher, since))
             else:
                 self._send(HTTPStatus.NOT_FOUND, "text/plain", b"not found; try / or /doom.mjpeg\n")
         except DISCONNECTED:

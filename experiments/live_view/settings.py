@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bridge.channels import LIVE_VIEW_PORT
+from experiments.live_view.progress import RunBudget
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,8 @@ class ViewSettings:
     jpeg_quality: int = 75
     max_fps: float = 20.0
     """Frames and states sent per second per client at most; newer ticks replace older ones."""
+    budget: RunBudget | None = None
+    """The experiment's stop conditions, for the dashboard's progress (None: env steps without a budget)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.jpeg_quality <= 95:

@@ -21,6 +21,11 @@ from bridge.channels import (
 from experiments.live_view.publisher import Publisher, Tick
 
 
+def learning(publisher: Publisher, since: int = 0) -> dict[str, Any]:
+    """The learning curve's points after episode `since` (this env runner's episodes, by trial number)."""
+    return {"runner": publisher.runner_index, "device": publisher.device_id} | publisher.learning.curve(since)
+
+
 def layout(publisher: Publisher) -> dict[str, Any]:
     """What does not change during a run: the electrode map, ranges, who is playing."""
     return {
@@ -83,9 +88,14 @@ def tick_state(publisher: Publisher, frames_encoded: int, clients: int, tick: Ti
         "recent_returns": _floats(publisher.recent_returns, 3),
         "frames": {"encoded": frames_encoded, "clients": clients},
         "feedback": feedback_rows(publisher),
+        # The run's progress, and the newest finished episode: the page fetches /learning.json when it changes.
+        "progress": publisher.learning.progress(),
+        "curve_last_episode": publisher.learning.episodes[-1][0] if publisher.learning.episodes else 0,
     }
     if publisher.reply_check is not None:
         base["replies"] = publisher.reply_check()
+    if publisher.meter is not None:
+        base["meter"] = publisher.meter()  # bits per tick about the stimulation, the observation, the action
     if tick is None:
         return base | {"seq": 0}
     stim_to_frame_ms = _elapsed_ms(tick.stim_timestamp_us, tick.wall_time) if tick.stim_timestamp_us else None

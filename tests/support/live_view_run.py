@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from experiments.schema import experiment_from_dict
@@ -25,21 +26,36 @@ TINY_RUN = {
 
 
 @contextlib.contextmanager
-def training_with_view(**view: Any) -> Iterator[Any]:
-    """Build the tiny run with `view` settings, train on a thread while the caller watches, then stop."""
-    from experiments.closed_loop.ppo import finish
+def training_with_view(
+    trial_dir: Path | None = None, stop_at: dict[str, Any] | None = None, **view: Any
+) -> Iterator[Any]:
+    """Build the tiny run with `view` settings, train on a thread while the caller watches, then stop.
 
-    experiment = experiment_from_dict(TINY_RUN | {"view": {"enabled": True} | view})
+    `trial_dir`: write each iteration's episodes to its episodes.jsonl as the driver does (RunLog);
+    `stop_at`: the experiment's `stop` section (the dashboard's budget; the training here goes on regardless).
+    """
+    from experiments.closed_loop.ppo import finish
+    from experiments.run_log import RunLog
+    from experiments.runner import _pull_episode_records
+
+    extra = {"stop": stop_at} if stop_at else {}
+    experiment = experiment_from_dict(TINY_RUN | extra | {"view": {"enabled": True} | view})
     algo = experiment.algorithm_config().build_algo()
     stop = threading.Event()
     errors: list[BaseException] = []
 
     def train() -> None:
+        log = RunLog(trial_dir) if trial_dir is not None else None
         try:
             while not stop.is_set():
-                algo.train()
+                result = algo.train()
+                if log is not None:
+                    log.log_iteration(result, _pull_episode_records(algo))
         except BaseException as exc:  # reported by the caller's thread below
             errors.append(exc)
+        finally:
+            if log is not None:
+                log.close()
 
     thread = threading.Thread(target=train, name="live-view-test-train", daemon=True)
     thread.start()
