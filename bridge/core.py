@@ -33,7 +33,9 @@ stimulation silently breaks the closed loop. Two kinds of device exist:
   and no earlier one still unanswered; whatever cannot be attributed with
   certainty is written off (`unattributed`), never used. Until the clock is
   learnt, arrival order decides only while no stimulation has gone unanswered
-  (before that, no reply can be late for another); after one, and after the
+  since the device first answered (before that, no reply can be late for
+  another, and timeouts before any datagram from the device are its program
+  starting up); after one, and after the
   clock is dropped, replies only teach the clock and are written off
   (`withheld`) until it is learnt again. A clock that is still not learnt after `SAMPLES` answers
   (constant, backward, not at our rate) is given up on, and arrival decides.
@@ -350,7 +352,6 @@ class BridgeCore:
         self._recent_answers: collections.deque[bytes] = collections.deque(maxlen=RECENT_ANSWERS)
         self._unfit_streak = 0  # learnt clock: exchanges in a row with replies that fit no stimulation, none taken
         self._unfit_this_exchange = False
-        self._late_sent_t = -float("inf")  # learnt clock: send time of the latest stimulation answered late
         self._fault_seen = False  # plain: a stimulation went unanswered, or the learnt clock was dropped
         self._latencies_s: collections.deque[float] = collections.deque(maxlen=LATENCY_WINDOW)
         self._recent_latencies_s: collections.deque[float] = collections.deque(maxlen=RECENT_LATENCIES)
@@ -494,7 +495,9 @@ class BridgeCore:
             return self._take(answer, stim, t_sent, clamped, t_leave, use=use)
         self._timed_out.add(stim.timestamp_us)
         if not self._echo:
-            self._fault_seen = True  # from now on, until the clock is learnt, arrival order vouches for nothing
+            # From now on, until the clock is learnt, arrival order vouches for nothing; but before the device has
+            # sent anything at all, a timeout is its program starting up, not a reply gone astray.
+            self._fault_seen = self._fault_seen or self._counts["received"] > 0
             self._owed.append(_Owed(stim.timestamp_us, t_sent + self.config.horizon_s))
             self._note_unanswered(stim.timestamp_us, t_leave)
         self._note_clock(by_clock)
@@ -777,8 +780,7 @@ class BridgeCore:
             return True
         if len(earlier) == 1 and not fits_awaited:
             (stim_us,) = earlier
-            # Its late reply may be another one's, stalled: the stall rules keep watching after it as after a loss.
-            self._late_sent_t = max(self._late_sent_t, self._unanswered.pop(stim_us))
+            del self._unanswered[stim_us]
             self._timed_out.discard(stim_us)
             self._owed = collections.deque(o for o in self._owed if o.stim_us != stim_us)
             self._recent_answers.append(datagram.data)  # its copies are duplicates
@@ -795,10 +797,11 @@ class BridgeCore:
             del self._unanswered[next(iter(self._unanswered))]
 
     def _recent_unanswered(self, t_sent: float) -> bool:
-        """Was a stimulation left unanswered (or answered late) recently enough, before `t_sent`, that a stalled
-        device may answer it now?"""
-        newest = next(reversed(self._unanswered.values())) if self._unanswered else self._late_sent_t
-        return max(newest, self._late_sent_t) >= t_sent - STALL_MEMORY_HORIZONS * self.config.horizon_s
+        """Was a stimulation left unanswered recently enough (before `t_sent`) that a stalled device may answer it?"""
+        if not self._unanswered:
+            return False
+        newest = next(reversed(self._unanswered.values()))
+        return newest >= t_sent - STALL_MEMORY_HORIZONS * self.config.horizon_s
 
     def _note_clock(self, by_clock: bool) -> None:
         """Learnt clock, at a timeout: replies that fit nothing, exchange after exchange, mean the clock moved."""

@@ -21,6 +21,7 @@ import pytest
 from experiments.session_record import find_records, read_record
 from tests.support.hardware_rig import REPO, DevicePorts, DeviceProgram, spikeloop_argv, user_env
 from tests.support.process_tree import group_and_descendants, sigkill_all
+from tests.test_session_record import export as spikeloop_export_nwb
 
 pytestmark = pytest.mark.long  # each is a Ray run of minutes on 2 cores
 
@@ -47,18 +48,6 @@ def committed_steps(run_root: Path) -> int:
         return len(read_record(records[0])[1]["steps"]["step"])
     except (OSError, ValueError):
         return 0  # met a flush half-way: read again
-
-
-def run_export(*args: str) -> subprocess.CompletedProcess:
-    """`spikeloop export nwb ARGS` as a user types it."""
-    return subprocess.run(
-        spikeloop_argv(["spikeloop", "export", "nwb", *args]),
-        cwd=REPO,
-        env=user_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def test_kill_9_of_train_loses_at_most_the_last_flush_interval(tmp_path: Path) -> None:
@@ -117,7 +106,7 @@ def test_kill_9_of_train_loses_at_most_the_last_flush_interval(tmp_path: Path) -
     assert len(received) - len(recorded) <= 10 * (FLUSH_S + SLACK_S) + 2, (len(received), len(recorded))
 
     # A killed run's record exports too.
-    export = run_export(str(record.parent.parent))
+    export = spikeloop_export_nwb(str(record.parent.parent))
     assert export.returncode == 0, export.stderr
     assert record.with_suffix(".nwb").is_file()
 
@@ -138,7 +127,7 @@ def test_export_nwb_of_a_short_run_passes_nwbinspector(tmp_path: Path) -> None:
     )
     assert train.returncode == 0, (train.stdout + train.stderr)[-6000:]
     run_dir = next(root.glob("quickstart-*"))
-    export = run_export(str(run_dir), "--species", "Mus musculus", "--age", "P21D")
+    export = spikeloop_export_nwb(str(run_dir), "--species", "Mus musculus", "--age", "P21D")
     assert export.returncode == 0, export.stderr
     (record,) = find_records(run_dir)
     nwb = record.with_suffix(".nwb")
