@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from experiments.session_record import COMMITTED, FORMAT, TABLES, SessionRecord, find_records, read_record
-from tests.support.hardware_rig import REPO, spikeloop_argv, user_env
+from tests.support.hardware_rig import REPO, spikeloop_export_nwb, user_env
 
 FLUSH_S = 0.3
 
@@ -176,17 +176,6 @@ def test_the_layout_is_documented() -> None:
 # --- spikeloop export nwb -------------------------------------------------------------
 
 
-def export(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        spikeloop_argv(["spikeloop", "export", "nwb", *args]),
-        cwd=REPO,
-        env=user_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
 def test_export_refuses_what_is_not_a_run_with_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Missing directory, a file, no record, a damaged file, an HDF5 file that is no record: one clear line each.
 
@@ -198,7 +187,7 @@ def test_export_refuses_what_is_not_a_run_with_records(tmp_path: Path, capsys: p
     broken = tmp_path / "broken" / "trial_0" / "record"
     broken.mkdir(parents=True)
     (broken / "runner1.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 40)  # a signature and nothing else
-    result = export(str(tmp_path / "broken"))
+    result = spikeloop_export_nwb(str(tmp_path / "broken"))
     assert result.returncode == 1, (result.stdout, result.stderr)
     assert "runner1.h5: not a readable HDF5 file" in result.stderr and "Traceback" not in result.stderr
 
@@ -278,7 +267,7 @@ def test_export_writes_nwb_that_nwbinspector_passes(tmp_path: Path) -> None:
                 )
         time.sleep(0.002)
     record.close()
-    result = export(str(tmp_path), "--age", "P30D")
+    result = spikeloop_export_nwb(str(tmp_path), "--age", "P30D")
     assert result.returncode == 0, result.stderr
     nwb = record.path.with_suffix(".nwb")
     assert f"wrote {nwb}" in result.stdout

@@ -19,9 +19,8 @@ from pathlib import Path
 import pytest
 
 from experiments.session_record import find_records, read_record
-from tests.support.hardware_rig import REPO, DevicePorts, DeviceProgram, spikeloop_argv, user_env
+from tests.support.hardware_rig import REPO, DevicePorts, DeviceProgram, spikeloop_argv, spikeloop_export_nwb, user_env
 from tests.support.process_tree import group_and_descendants, sigkill_all
-from tests.test_session_record import export as spikeloop_export_nwb
 
 pytestmark = pytest.mark.long  # each is a Ray run of minutes on 2 cores
 

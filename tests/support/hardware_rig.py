@@ -115,3 +115,15 @@ class DeviceProgram:
             except subprocess.TimeoutExpired:
                 self.kill()
         self._log_file.close()
+
+
+def spikeloop_export_nwb(*args: str) -> subprocess.CompletedProcess:
+    """`spikeloop export nwb ARGS` as a user types it, output captured."""
+    return subprocess.run(
+        spikeloop_argv(["spikeloop", "export", "nwb", *args]),
+        cwd=REPO,
+        env=user_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
