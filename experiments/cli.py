@@ -16,7 +16,7 @@ from collections.abc import Sequence
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("experiments.commands.train", "train the closed loop from an experiment YAML"),
     "tune": ("experiments.commands.tune", "sweep experiment settings with Ray Tune (--resume to continue)"),
-    "device": ("bridge.device", "run the device-side program (sim, cl, random or zero backend)"),
+    "device": ("bridge.device.program", "run the device-side program (sim, cl, random or zero backend)"),
     "check": ("experiments.commands.check", "preflight an experiment: config, scenario, device latency, envelope"),
     "watch": ("experiments.commands.watch", "play episodes with a checkpoint's policy (no training), feedback on/off"),
     "checkpoint": ("experiments.commands.checkpoint", "ask a running experiment to save a checkpoint now"),
@@ -35,29 +35,32 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 BENCHMARKS: dict[str, tuple[str, str]] = {
-    "bridge": ("bridge.bench", "added latency of one exchange through the bridge actor vs a raw UDP round trip"),
-    "device": ("bridge.bench_device", "device reply latency and simulated-culture speed"),
+    "bridge": (
+        "experiments.benchmarks.bridge",
+        "added latency of one exchange through the bridge actor vs a raw UDP round trip",
+    ),
+    "device": ("experiments.benchmarks.device", "device reply latency and simulated-culture speed"),
     "culture": (
-        "bridge.bench_culture",
+        "experiments.benchmarks.culture",
         "how much of its stimulation the simulated culture passes on to the spike groups",
     ),
-    "env": ("envs.bench", "VizDoom env steps/s against raw DoomGame.make_action"),
-    "ablation": ("experiments.bench_ablation", "the learning benchmark's sim, zero and random conditions only"),
+    "env": ("experiments.benchmarks.env", "VizDoom env steps/s against raw DoomGame.make_action"),
+    "ablation": ("experiments.benchmarks.ablation", "the learning benchmark's sim, zero and random conditions only"),
     "feedback": (
-        "experiments.bench_feedback",
+        "experiments.benchmarks.feedback",
         "feedback on vs off with dopamine-STDP, STDP and fixed-weight cultures, direct path cut or not",
     ),
-    "loop": ("experiments.bench_loop", "closed-loop env steps/s against a paced (50+50 ms) and an unpaced device"),
+    "loop": ("experiments.benchmarks.loop", "closed-loop env steps/s against a paced (50+50 ms) and an unpaced device"),
     "learning": (
-        "experiments.bench_learning",
+        "experiments.benchmarks.learning",
         "learning curves: direct, transparent, sim, zero, random over seeds, with statistics",
     ),
     "protocol": (
-        "experiments.bench_protocol",
+        "experiments.benchmarks.protocol",
         "the culture protocol's four conditions over paired seeds: early vs late play, rest before vs after",
     ),
     "soak": (
-        "experiments.bench_soak",
+        "experiments.benchmarks.soak",
         "an hour of paced training with device faults and a device restart: memory, descriptors, lost episodes",
     ),
 }

@@ -1,4 +1,4 @@
-"""A session record (experiments/session_record.py) as an NWB file (pynwb): `spikeloop export nwb RUN_DIR`.
+"""A session record (models/closed_loop/session_record.py) as an NWB file (pynwb): `spikeloop export nwb RUN_DIR`.
 
 One NWB file per record, written beside it (`record/<name>.nwb`). Times are seconds from the record's
 creation (the NWB session start). What goes where (docs/session-record.md, "NWB export"):
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.session_record import TABLES, read_record
+from models.closed_loop.session_record import TABLES, read_record
 
 SOURCE = "spikeloop export nwb"
 

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.closed_loop.meter import VARIABLES as METER_VARIABLES
 from experiments.trial_files import (  # noqa: F401  (re-exported: the names the writer and its readers share)
     CURVE_FILE,
     DEVICE_LOST,
@@ -28,6 +27,8 @@ from experiments.trial_files import (  # noqa: F401  (re-exported: the names the
     SETUP_ERROR,
     STEPS_DIR,
 )
+from models.closed_loop.meter import VARIABLES as METER_VARIABLES
+from models.closed_loop.sent_feedback import FEEDBACK_BY_NAME
 
 # TensorBoard tag -> path in RLlib's result dict ("*" = any module id).
 RESULT_TAGS: dict[str, str] = {
@@ -105,7 +106,7 @@ RESULT_TAGS: dict[str, str] = {
     # Outages the loop paused for (loop.on_device_loss: wait): how many, and the seconds waited (largest env runner).
     "device/outages": "env_runners/culture/device_outages",
     "device/outage_s": "env_runners/culture/device_outage_s",
-    # The live information meter (experiments/closed_loop/meter.py): bits per tick the culture's counts carry about
+    # The live information meter (models/closed_loop/meter.py): bits per tick the culture's counts carry about
     # the stimulation's class, the observation's feature class and the action, over its window; _sd: its noise.
     **{
         f"culture/info_{variable}{part}": f"env_runners/culture/info_{variable}{part}"
@@ -124,7 +125,7 @@ def metric_tag(name: str) -> str:
 
     Raises ValueError for a name that is neither (the trial never reports it, so Tune could not rank by it).
     """
-    from bridge.channels import SPIKE_GROUP_NAMES
+    from bridge.wire.channels import SPIKE_GROUP_NAMES
 
     if name in RESULT_TAGS or name in {f"spikes/mean_{g}" for g in SPIKE_GROUP_NAMES}:
         return name
@@ -182,10 +183,6 @@ def scalars(result: dict[str, Any]) -> dict[str, float]:
         if path.startswith(FEEDBACK_BY_NAME) and _is_number(value) and math.isfinite(float(value)):
             out["feedback/" + path[len(FEEDBACK_BY_NAME) :]] = float(value)
     return out
-
-
-FEEDBACK_BY_NAME = "culture/feedback_by_name/"
-"""Env-runner metrics prefix of the per-name feedback telemetry (experiments.closed_loop.callbacks)."""
 
 
 def _flatten(node: dict[str, Any], prefix: str = "") -> dict[str, Any]:

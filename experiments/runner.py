@@ -118,7 +118,7 @@ def _request_pending(trial_dir: Path) -> bool:
 
 def _pull_episode_records(algo, accounting: dict[str, int] | None = None) -> list[dict[str, Any]]:
     """The episodes every env runner finished since the last pull; `accounting` gets where their steps went."""
-    from experiments.closed_loop.callbacks import pop_episode_records, step_accounting
+    from models.closed_loop.callbacks import pop_episode_records, step_accounting
 
     pulled = algo.env_runner_group.foreach_env_runner(
         lambda _runner: (pop_episode_records(), step_accounting()), local_env_runner=True
@@ -171,7 +171,7 @@ def train_trial(tune_config: dict[str, Any]) -> None:
     """
     from ray import tune
 
-    from experiments.closed_loop.link import DeviceLost
+    from models.closed_loop.link import DeviceLost
 
     start = tune.get_checkpoint()
     progress: dict[str, Any] = {"iterations": 0, "device_lost": False}
@@ -201,12 +201,12 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
     import ray
     from ray import tune
 
-    from experiments.closed_loop.episode_numbers import start_counter
-    from experiments.closed_loop.link import DeviceLost
-    from experiments.closed_loop.ppo import finish, restore
     from experiments.live_view.announce import announce
     from experiments.run_log import EPISODES_FILE, RunLog, empty_iteration_cause, last_episode_index, metric_key
-    from experiments.session_record import RecordSettings
+    from models.closed_loop.episode_numbers import start_counter
+    from models.closed_loop.link import DeviceLost
+    from models.closed_loop.ppo import finish, restore
+    from models.closed_loop.session_record import RecordSettings
 
     experiment = _trial_experiment(tune_config)
     score, _, worst = score_of(experiment)
@@ -219,7 +219,7 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
         RecordSettings(str(trial_dir), experiment.output.record_flush_s, experiment.to_yaml())
         if experiment.output.record
         else None
-    )  # each env runner's session record (experiments.session_record), into the trial directory
+    )  # each env runner's session record (models.closed_loop.session_record), into the trial directory
     config.experiment(episode_counter_name=counter_name, session_record=record)
     try:
         algo = config.build_algo()
@@ -366,7 +366,7 @@ def stop_reached(stop, iteration: int, env_steps: int, episodes: int, elapsed_s:
 
 def _train_iteration(algo) -> dict[str, Any]:
     """`algo.train()`, with a lost device named: RLlib ends the env runner, so only its report says what happened."""
-    from experiments.closed_loop.link import DeviceLost, device_loss_report
+    from models.closed_loop.link import DeviceLost, device_loss_report
 
     started = time.time()
     try:
@@ -407,7 +407,7 @@ def _tell_hardware(experiment: Experiment, reason: str, results) -> None:
         metrics = r.metrics or {}
         totals["total_episodes"] += int(metrics.get("episodes_logged", 0) or 0)
         totals["total_steps"] += int(metrics.get(LEARNER_ENV_STEPS, 0) or 0)
-    from experiments.closed_loop.ppo import tell_devices_training_complete
+    from models.closed_loop.ppo import tell_devices_training_complete
 
     for line in tell_devices_training_complete(culture, totals | {"reason": reason}):
         print(line, flush=True)

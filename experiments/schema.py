@@ -5,7 +5,7 @@ out-of-range values fail with the key path and what is allowed. Defaults are
 not retyped here: sections that mirror a settings dataclass (safety envelope,
 feedback, devices, model, meter) validate straight into that dataclass, and the `env`
 section is derived from `DoomEnv`'s constructor, so the code stays the one
-source of truth for every default. A device's address (`bridge.address.DeviceAddress`:
+source of truth for every default. A device's address (`bridge.wire.address.DeviceAddress`:
 host, its ports, bind_host) is written flat under the device; the fields that
 are nested into its `address` come from that dataclass, not from a list here.
 
@@ -40,11 +40,15 @@ from pydantic import (
     model_validator,
 )
 
-from bridge.address import DeviceAddress
-from bridge.channels import ENCODING_ELECTRODES, N_ELECTRODES
-from bridge.safety import SafetyEnvelope, SafetyViolation
-from bridge.simulated_culture import SimulatedCultureConfig
-from experiments.closed_loop.feedback import (
+from bridge.device.simulated_culture import SimulatedCultureConfig
+from bridge.wire.address import DeviceAddress
+from bridge.wire.channels import ENCODING_ELECTRODES, N_ELECTRODES
+from bridge.wire.safety import SafetyEnvelope, SafetyViolation
+from experiments.dotted import get_path
+from experiments.live_view.progress import RunBudget
+from experiments.live_view.settings import ViewSettings
+from experiments.protocol import settings as protocol_settings
+from models.closed_loop.feedback import (
     EVENT_SURPRISE_REFERENCE,
     EventFeedbackSpec,
     FeedbackSettings,
@@ -53,9 +57,10 @@ from experiments.closed_loop.feedback import (
     feedback_rows,
     row_commands,
 )
-from experiments.closed_loop.meter import MeterSettings
-from experiments.closed_loop.sampling import SamplePace
-from experiments.closed_loop.settings import (
+from models.closed_loop.meter import MeterSettings
+from models.closed_loop.sampling import SamplePace
+from models.closed_loop.session_record import DEFAULT_FLUSH_S
+from models.closed_loop.settings import (
     DEFAULT_MAX_WAIT_S,
     MAX_SEED,
     MAX_WAIT_S_LIMIT,
@@ -63,11 +68,6 @@ from experiments.closed_loop.settings import (
     CultureSettings,
     DeviceSettings,
 )
-from experiments.dotted import get_path
-from experiments.live_view.progress import RunBudget
-from experiments.live_view.settings import ViewSettings
-from experiments.protocol import settings as protocol_settings
-from experiments.session_record import DEFAULT_FLUSH_S
 from models.module_config import ClosedLoopModelConfig
 
 # No NaN or infinity anywhere: no setting means either, and YAML's `.inf` is one typo away.
@@ -142,7 +142,7 @@ class LoopSection(BaseModel):
     sample_timeout_s: float | Literal["auto"] = Field(
         "auto",
         description="how long RLlib waits for an env runner's sample before training without it; auto: the "
-        "longest a sample can take while the loop still moves (experiments/closed_loop/sampling.py)",
+        "longest a sample can take while the loop still moves (models/closed_loop/sampling.py)",
     )
 
     @field_validator("sample_timeout_s")
@@ -370,7 +370,7 @@ class Experiment(BaseModel):
     meter: MeterSettings = Field(
         default_factory=MeterSettings,
         description="the live information meter: bits per tick the culture's counts carry about the stimulation, "
-        "the observation and the action, over the last window_ticks ticks (experiments/closed_loop/meter.py)",
+        "the observation and the action, over the last window_ticks ticks (models/closed_loop/meter.py)",
     )
     protocol: protocol_settings.ProtocolSection | None = Field(
         None, description="a rest-play-rest session per trial, with the stimulation-to-action mapping fixed"
@@ -576,7 +576,7 @@ class Experiment(BaseModel):
 
     def algorithm_config(self):
         """The ClosedLoopPPOConfig this experiment trains with."""
-        from experiments.closed_loop.ppo import closed_loop_config
+        from models.closed_loop.ppo import closed_loop_config
 
         return closed_loop_config(
             sample_timeout_s=self.sample_pace().timeout_s(self.loop.sample_timeout_s),

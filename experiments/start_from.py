@@ -226,7 +226,7 @@ def start_from_checkpoint(algo, checkpoint: Path) -> dict[str, Any]:
     any env runner does not hold exactly the checkpoint's weights afterwards: nothing is stimulated until this
     returns.
     """
-    from experiments.closed_loop.ppo import sync_env_runners
+    from models.closed_loop.ppo import sync_env_runners
 
     wanted = checkpoint_state(checkpoint)
     learner_states = algo.learner_group.get_weights()

@@ -137,7 +137,7 @@ def build_watch_algo(experiment: Experiment, checkpoint: Path):
         .env_runners(num_env_runners=0, num_cpus_per_env_runner=1, custom_resources_per_env_runner={})
         .learners(num_learners=0, num_gpus_per_learner=0)
     )
-    from experiments.closed_loop.ppo import restore
+    from models.closed_loop.ppo import restore
 
     algo = config.build_algo()
     restore(algo, str(checkpoint))
@@ -188,7 +188,7 @@ def fold_spikes(runner, episodes) -> int:
 
 
 def _pop_records(algo) -> list[dict[str, Any]]:
-    from experiments.closed_loop.callbacks import pop_episode_records
+    from models.closed_loop.callbacks import pop_episode_records
 
     return pop_episode_records()
 
@@ -282,8 +282,8 @@ def watch(settings: WatchSettings, log: Callable[[str], None] = print) -> Path:
     import ray
     from torch.utils.tensorboard import SummaryWriter
 
-    from experiments.closed_loop.ppo import finish
     from experiments.run_log import write_step_log
+    from models.closed_loop.ppo import finish
 
     checkpoint = resolve_checkpoint(settings.checkpoint)
     experiment = watch_experiment(checkpoint, settings.overrides, settings.feedback)

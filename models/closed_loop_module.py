@@ -20,7 +20,7 @@ from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from ray.rllib.utils.annotations import override
 from torch import nn
 
-from bridge.channels import N_ENCODING, N_SPIKE_GROUPS
+from bridge.wire.channels import N_ENCODING, N_SPIKE_GROUPS
 from models.columns import SPIKE_MEAN, SPIKE_STD, SPIKES, STIM_DIST_INPUTS
 from models.decoder import SpikeDecoder
 from models.distributions import FixedStimulation, TorchRangedBeta

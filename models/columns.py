@@ -1,6 +1,6 @@
 """Every batch column the closed loop adds to RLlib's, by name: one place to look them up.
 
-The module writes `STIM_DIST_INPUTS`; the tick (experiments/closed_loop/tick.py)
+The module writes `STIM_DIST_INPUTS`; the tick (models/closed_loop/tick.py)
 replaces it with the rest when it acts; episodes keep them; the learner replays
 `STIM`, `SPIKES`, `SPIKE_MEAN` and `SPIKE_STD` through the module and the logs read the
 others. R is `same_frame_rounds` (1 by default). RLlib's own columns (`Columns.ACTIONS`,

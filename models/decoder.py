@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from bridge.channels import N_SPIKE_GROUPS
+from bridge.wire.channels import N_SPIKE_GROUPS
 from models.module_config import ClosedLoopModelConfig
 
 

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from bridge.channels import N_ENCODING
+from bridge.wire.channels import N_ENCODING
 from models.distributions import BETA_CONCENTRATION_OFFSET
 from models.module_config import ClosedLoopModelConfig
 

@@ -39,7 +39,7 @@ from ray.rllib.utils.annotations import override
 from ray.rllib.utils.torch_utils import explained_variance
 from ray.rllib.utils.typing import ModuleID, TensorType
 
-from bridge.channels import SPIKE_GROUP_NAMES
+from bridge.wire.channels import SPIKE_GROUP_NAMES
 from models.closed_loop_module import ClosedLoopRLModule
 from models.columns import STIM, STIM_DIST_INPUTS, STIM_LOGP
 from models.drop_columns import DropUnusedColumns

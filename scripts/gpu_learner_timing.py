@@ -67,8 +67,8 @@ def time_device(experiment_path: str, overrides: list[str], spec: str, warmup: i
     if threads is not None:
         torch.set_num_threads(threads)
 
-    from experiments.closed_loop.ppo import finish
     from experiments.schema import load_experiment
+    from models.closed_loop.ppo import finish
 
     gpus = 1 if device == "cuda" else 0
     experiment = load_experiment(experiment_path, [*overrides, f"resources.num_gpus_per_learner={gpus}"])

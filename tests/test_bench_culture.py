@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bridge import bench_culture
+from experiments.benchmarks import culture as bench_culture
 
 
 def test_holdout_accuracy_tells_signal_from_noise() -> None:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from experiments import bench_learning as bl
+from experiments.benchmarks import learning as bl
 
 EPISODES = 600
 EPISODES_PER_ITERATION = 10
@@ -271,7 +271,7 @@ def test_cli_validation(capsys):
 def test_registered_in_the_cli():
     from experiments.cli import BENCHMARKS
 
-    assert BENCHMARKS["learning"][0] == "experiments.bench_learning"
+    assert BENCHMARKS["learning"][0] == "experiments.benchmarks.learning"
 
 
 def test_feedback_control_experiments_validate_and_differ_only_where_they_should():
@@ -294,7 +294,7 @@ def test_feedback_control_experiments_validate_and_differ_only_where_they_should
 
 
 def test_control_cultures_reach_the_device_and_culture_flag_wins():
-    from bridge.simulated_culture import SimulatedCultureConfig
+    from bridge.device.simulated_culture import SimulatedCultureConfig
     from experiments.schema import experiment_from_dict
 
     default = SimulatedCultureConfig()
@@ -336,12 +336,12 @@ def test_bench_culture_flag_is_checked(capsys):
 def test_feedback_bench_registered_in_the_cli():
     from experiments.cli import BENCHMARKS
 
-    assert BENCHMARKS["feedback"][0] == "experiments.bench_feedback"
+    assert BENCHMARKS["feedback"][0] == "experiments.benchmarks.feedback"
 
 
 def test_feedback_runs_measured_apart_merge_into_one_result_without_running(tmp_path, capsys):
     """The documented split: one file per rule, then --merge writes the union (every run held: no Ray starts)."""
-    from experiments import bench_feedback
+    from experiments.benchmarks import feedback as bench_feedback
 
     seeds, budget = 2, bl.MIN_ENV_STEPS
     parts = {"dopamine": ("dopamine_on", "dopamine_off"), "none": ("none_on", "none_off")}

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from experiments.bench_protocol import main, sign_flip_p
+from experiments.benchmarks.protocol import main, sign_flip_p
 from experiments.protocol.session import OUTCOME_TAGS
 
 

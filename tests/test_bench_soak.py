@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.bench_soak import (
+from experiments.benchmarks.soak import (
     episode_numbering,
     measure_tree,
     misaligned_steps,

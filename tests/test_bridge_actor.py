@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from bridge.actor import bridge_actor_name, device_resource, find_bridge, start_bridge
-from bridge.address import DeviceAddress
-from bridge.client import BridgeClient
-from bridge.core import BridgeConfig
-from bridge.loopback_device import LoopbackDevice
-from bridge.ports import free_port
-from bridge.protocol import FeedbackCommand, FeedbackType, decode_event
+from bridge.device.loopback_device import LoopbackDevice
+from bridge.trainer.actor import bridge_actor_name, device_resource, find_bridge, start_bridge
+from bridge.trainer.client import BridgeClient
+from bridge.trainer.core import BridgeConfig
+from bridge.wire.address import DeviceAddress
+from bridge.wire.ports import free_port
+from bridge.wire.protocol import FeedbackCommand, FeedbackType, decode_event
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,7 +81,7 @@ def test_client_exchanges_sends_feedback_and_events_on_either_path(ray_with_devi
         stats = client.stats()
         assert (stats["exchanges"], stats["ok"], stats["feedback_sent"], stats["events_sent"]) == (2, 2, 2, 1)
         deadline = time.monotonic() + 5
-        # episode_end, then the bridge's own status_request (for the device's dose; bridge/core.py)
+        # episode_end, then the bridge's own status_request (for the device's dose; bridge/trainer/core.py)
         while (len(device.received_feedback), len(device.received_events)) != (2, 2) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert (len(device.received_feedback), len(device.received_events)) == (2, 2)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from bridge.loopback_device import LoopbackDevice
-from bridge.ports import free_port
-from bridge.protocol import decode_event, decode_stim
-from bridge.safety import SafetyEnvelope
+from bridge.device.loopback_device import LoopbackDevice
+from bridge.wire.ports import free_port
+from bridge.wire.protocol import decode_event, decode_stim
+from bridge.wire.safety import SafetyEnvelope
 from experiments.commands import check
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -188,7 +188,7 @@ def test_a_device_replying_from_another_port_works_and_check_names_the_port(caps
     import socket
     import threading
 
-    from bridge.protocol import SpikeCounts, encode_spikes
+    from bridge.wire.protocol import SpikeCounts, encode_spikes
 
     spike_port = free_port()
     stim = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -234,7 +234,7 @@ def test_a_device_replying_from_another_port_works_and_check_names_the_port(caps
 
 
 def test_probe_plan_is_modest_fixed_balanced_and_inside_the_envelope():
-    from bridge.channels import STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
+    from bridge.wire.channels import STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
 
     plan = check.probe_plan(SafetyEnvelope(), 40)
     assert STIM_FREQUENCY_RANGE_HZ[0] <= plan.on_hz <= STIM_FREQUENCY_RANGE_HZ[1]

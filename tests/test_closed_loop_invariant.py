@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 from ray.rllib.core.columns import Columns
 
-from bridge.actor import find_bridge
-from bridge.protocol import decode_event, decode_stim
-from experiments.closed_loop.link import DeviceLost
-from experiments.closed_loop.ppo import closed_loop_config, finish
-from experiments.closed_loop.settings import DEVICE_SLOT_RESOURCE, CultureSettings
+from bridge.trainer.actor import find_bridge
+from bridge.wire.protocol import decode_event, decode_stim
+from models.closed_loop.link import DeviceLost
+from models.closed_loop.ppo import closed_loop_config, finish
+from models.closed_loop.settings import DEVICE_SLOT_RESOURCE, CultureSettings
 from models.columns import EXCHANGE_OK, RAW_SPIKES, SPIKE_MEAN, SPIKES, STIM, STIM_TIMESTAMP
 from tests.support.closed_loop_helpers import SMALL_MODEL, cl1_device, sample_and_replay, start_loopback
 
@@ -93,7 +93,7 @@ def _run_on_runner(algo, fn):
 
 
 def _link_counts(runner) -> dict:
-    from experiments.closed_loop.link import current_link
+    from models.closed_loop.link import current_link
 
     return dict(current_link().counts)
 

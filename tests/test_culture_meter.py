@@ -1,4 +1,4 @@
-"""The live information meter (experiments/closed_loop/meter.py) on ticks whose answer is known.
+"""The live information meter (models/closed_loop/meter.py) on ticks whose answer is known.
 
 Synthetic ticks fed one at a time, as the culture connector feeds them: counts that follow the stimulation's
 strongest electrode, the observation's most varying feature or the action must show up in that variable's
@@ -13,9 +13,9 @@ import math
 import numpy as np
 import pytest
 
-from bridge.channels import N_ENCODING, STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
-from experiments.closed_loop.meter import CultureMeter, MeterSettings, feature_classes
+from bridge.wire.channels import N_ENCODING, STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
 from experiments.schema import ExperimentError, experiment_from_dict
+from models.closed_loop.meter import CultureMeter, MeterSettings, feature_classes
 
 GROUPS = 8
 N_FEATURES = 5

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bridge.channels import GOOD_NEWS_ELECTRODES, N_ENCODING, POSITIVE_FEEDBACK_ELECTRODES
-from bridge.device import Device
-from bridge.ports import free_port
-from bridge.protocol import FeedbackCommand, FeedbackType, StimCommand, decode_spikes, encode_feedback, encode_stim
-from bridge.simulated_culture import SimulatedCultureConfig, knob_table
+from bridge.device.program import Device
+from bridge.device.simulated_culture import SimulatedCultureConfig, knob_table
+from bridge.wire.channels import GOOD_NEWS_ELECTRODES, N_ENCODING, POSITIVE_FEEDBACK_ELECTRODES
+from bridge.wire.ports import free_port
+from bridge.wire.protocol import FeedbackCommand, FeedbackType, StimCommand, decode_spikes, encode_feedback, encode_stim
 from experiments.schema import ExperimentError, experiment_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,7 +79,7 @@ def test_the_docs_carry_the_knob_table_of_the_dataclass() -> None:
     table = knob_table()
     assert len(table.splitlines()) == 2 + len(dataclasses.fields(SimulatedCultureConfig))
     assert table in (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"), (
-        "docs/architecture.md must carry bridge.simulated_culture.knob_table() verbatim (regenerate it)"
+        "docs/architecture.md must carry bridge.device.simulated_culture.knob_table() verbatim (regenerate it)"
     )
 
 
@@ -207,7 +207,7 @@ def test_plasticity_false_in_the_experiment_keeps_the_device_cultures_weights() 
 
 
 def test_reward_sites_default_to_where_good_news_lands() -> None:
-    from experiments.closed_loop.feedback import EVENT_SURPRISE_REFERENCE, FeedbackSettings
+    from models.closed_loop.feedback import EVENT_SURPRISE_REFERENCE, FeedbackSettings
 
     settings = FeedbackSettings()
     good = set(settings.step_positive.channels) | {

@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bridge.address import DeviceAddress
-from bridge.backends.transparent import TRANSPARENT_MAX_COUNT, transparent_counts
-from bridge.channels import N_ENCODING
-from bridge.device import Device, DeviceConfig, build_parser
-from bridge.ports import free_port
-from bridge.protocol import (
+from bridge.device.backends.transparent import TRANSPARENT_MAX_COUNT, transparent_counts
+from bridge.device.program import Device, DeviceConfig, build_parser
+from bridge.wire.address import DeviceAddress
+from bridge.wire.channels import N_ENCODING
+from bridge.wire.ports import free_port
+from bridge.wire.protocol import (
     FEEDBACK_STRUCT,
     EventMessage,
     FeedbackCommand,
@@ -427,7 +427,7 @@ def test_another_host_is_ignored_unless_the_device_is_opened(
 
 
 def test_accept_from_flag_reaches_the_config() -> None:
-    from bridge.device import config_from_args
+    from bridge.device.program import config_from_args
 
     args = build_parser().parse_args(["--accept-from", "spike-port", "--max-pulses", "50", "--forbid-electrode", "9"])
     config = config_from_args(args)

@@ -1,4 +1,4 @@
-"""The trainer's bridge (`bridge.core.BridgeCore`) against the device program, every backend.
+"""The trainer's bridge (`bridge.trainer.core.BridgeCore`) against the device program, every backend.
 
 1,000 exchanges per backend, as fast as possible, interleaved with feedback,
 events and fuzzed datagrams on every device port: zero misaligned replies, zero
@@ -12,11 +12,11 @@ import time
 import numpy as np
 import pytest
 
-from bridge.address import DeviceAddress
-from bridge.channels import FEEDBACK_REFERENCE, N_ENCODING
-from bridge.core import BridgeConfig, BridgeCore
-from bridge.device import Device, DeviceConfig
-from bridge.protocol import FeedbackCommand, FeedbackType
+from bridge.device.program import Device, DeviceConfig
+from bridge.trainer.core import BridgeConfig, BridgeCore
+from bridge.wire.address import DeviceAddress
+from bridge.wire.channels import FEEDBACK_REFERENCE, N_ENCODING
+from bridge.wire.protocol import FeedbackCommand, FeedbackType
 
 EXCHANGES = 1000
 

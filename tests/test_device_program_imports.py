@@ -22,9 +22,9 @@ FORBIDDEN_LIBRARIES = ("_raylet", "libtorch", "vizdoom")
 
 IMPORT_DEVICE_SIDE = """
 import json, sys
-import bridge.device, bridge.backends.sim, bridge.backends.random_counts, bridge.backends.zero
-import bridge.backends.transparent, bridge.simulated_culture, bridge.dose, bridge.reply_clock
-print(json.dumps(sorted({name.split(".")[0] for name in sys.modules})))
+import bridge.device.program, bridge.device.backends.sim, bridge.device.backends.random_counts, bridge.device.backends.zero
+import bridge.device.backends.transparent, bridge.device.simulated_culture, bridge.device.dose
+print(json.dumps(sorted(sys.modules)))
 """
 
 
@@ -33,9 +33,13 @@ def test_importing_the_device_program_and_its_backends_loads_nothing_of_the_trai
         [sys.executable, "-c", IMPORT_DEVICE_SIDE], cwd=REPO, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr
-    loaded = set(json.loads(proc.stdout.strip().splitlines()[-1]))
+    modules = set(json.loads(proc.stdout.strip().splitlines()[-1]))
+    loaded = {name.split(".")[0] for name in modules}
     assert "bridge" in loaded and "numpy" in loaded, "the check must see what it imported"
     assert loaded.isdisjoint(FORBIDDEN), f"the device side imported {sorted(loaded & set(FORBIDDEN))}"
+    trainer_side = sorted(m for m in modules if m.startswith("bridge.trainer"))
+    assert trainer_side == [], f"the device side imported the trainer's side: {trainer_side}"
+    assert "bridge.wire.protocol" in modules, "the device side speaks the wire through bridge.wire"
 
 
 def test_a_running_device_program_maps_no_trainer_library(tmp_path: Path) -> None:

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from bridge.address import DeviceAddress
-from bridge.core import BridgeConfig, BridgeCore
-from bridge.device import build_parser
-from bridge.ports import free_port
-from bridge.protocol import FeedbackCommand, FeedbackType, StimCommand, encode_stim
+from bridge.device.program import build_parser
+from bridge.trainer.core import BridgeConfig, BridgeCore
+from bridge.wire.address import DeviceAddress
+from bridge.wire.ports import free_port
+from bridge.wire.protocol import FeedbackCommand, FeedbackType, StimCommand, encode_stim
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -22,11 +22,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bridge.backends import burst_charge_nc, stim_charge_nc
-from bridge.channels import ENCODING_ELECTRODES, N_ENCODING
-from bridge.dose import DOSE_WINDOW_S, DoseBudget, DoseMeter, DoseRefusal, status_metrics
-from bridge.ports import free_port
-from bridge.protocol import (
+from bridge.device.backends import burst_charge_nc, stim_charge_nc
+from bridge.device.dose import DOSE_WINDOW_S, DoseBudget, DoseMeter, DoseRefusal, status_metrics
+from bridge.wire.channels import ENCODING_ELECTRODES, N_ENCODING
+from bridge.wire.ports import free_port
+from bridge.wire.protocol import (
     EventMessage,
     FeedbackCommand,
     FeedbackType,
@@ -37,7 +37,7 @@ from bridge.protocol import (
     encode_feedback,
     encode_stim,
 )
-from bridge.safety import CEILINGS
+from bridge.wire.safety import CEILINGS
 from experiments.commands import check
 from experiments.schema import ExperimentError, load_experiment
 

@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from bridge.channels import NEGATIVE_FEEDBACK_ELECTRODES, POSITIVE_FEEDBACK_ELECTRODES
-from bridge.protocol import FeedbackType, encode_feedback
-from bridge.safety import SafetyEnvelope
-from experiments.closed_loop.feedback import (
+from bridge.wire.channels import NEGATIVE_FEEDBACK_ELECTRODES, POSITIVE_FEEDBACK_ELECTRODES
+from bridge.wire.protocol import FeedbackType, encode_feedback
+from bridge.wire.safety import SafetyEnvelope
+from models.closed_loop.feedback import (
     FeedbackPolicy,
     FeedbackSettings,
     RunningBaseline,
@@ -124,7 +124,7 @@ def test_reward_feedback_or_the_event_table_never_both():
 
 def _named(names: str) -> list:
     """Commands by letter; a lower-case letter is an interrupt that goes with the next command."""
-    from bridge.protocol import FeedbackCommand
+    from bridge.wire.protocol import FeedbackCommand
 
     return [
         FeedbackCommand(

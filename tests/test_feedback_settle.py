@@ -7,11 +7,11 @@ import socket
 import numpy as np
 import pytest
 
-from bridge.address import DeviceAddress
-from bridge.channels import FEEDBACK_REFERENCE, N_ENCODING
-from bridge.device import Device, DeviceConfig
-from bridge.protocol import FeedbackCommand, FeedbackType, StimCommand, decode_spikes, encode_feedback, encode_stim
-from bridge.simulated_culture import SimulatedCultureConfig
+from bridge.device.program import Device, DeviceConfig
+from bridge.device.simulated_culture import SimulatedCultureConfig
+from bridge.wire.address import DeviceAddress
+from bridge.wire.channels import FEEDBACK_REFERENCE, N_ENCODING
+from bridge.wire.protocol import FeedbackCommand, FeedbackType, StimCommand, decode_spikes, encode_feedback, encode_stim
 
 TRIALS = 30
 SILENT = (tuple([0.0] * N_ENCODING), tuple([0.0] * N_ENCODING))

@@ -2,7 +2,7 @@
 
 Each test drives the feedback policy as an env runner does (step feedback queued, the budget applied, sent ahead
 of the next stimulation) and reads the datagrams back from the device's feedback socket: what is checked is what
-a culture would get. The reference values are bridge/channels.py's (docs/protocol.md, channel map).
+a culture would get. The reference values are bridge/wire/channels.py's (docs/protocol.md, channel map).
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from dataclasses import replace
 
 import pytest
 
-from bridge.address import DeviceAddress
-from bridge.channels import NEGATIVE_FEEDBACK_ELECTRODES, POSITIVE_FEEDBACK_ELECTRODES
-from bridge.core import BridgeConfig, BridgeCore
-from bridge.loopback_device import LoopbackDevice
-from bridge.protocol import FeedbackCommand, FeedbackType, decode_feedback
+from bridge.device.loopback_device import LoopbackDevice
+from bridge.trainer.core import BridgeConfig, BridgeCore
+from bridge.wire.address import DeviceAddress
+from bridge.wire.channels import NEGATIVE_FEEDBACK_ELECTRODES, POSITIVE_FEEDBACK_ELECTRODES
+from bridge.wire.protocol import FeedbackCommand, FeedbackType, decode_feedback
 from envs.rewards import EVENTS
-from experiments.closed_loop.feedback import EventFeedbackSpec, FeedbackPolicy, FeedbackSettings, within_budget
 from experiments.schema import experiment_from_dict
+from models.closed_loop.feedback import EventFeedbackSpec, FeedbackPolicy, FeedbackSettings, within_budget
 
 INTERRUPT, EVENT, REWARD = FeedbackType.INTERRUPT, FeedbackType.EVENT, FeedbackType.REWARD
 STIM = ([4.0] * 8, [1.0] * 8)  # the encoder's minimum: what is stimulated does not matter here

@@ -1,4 +1,4 @@
-"""The culture information meter (bridge/information.py) against channels whose answer is known.
+"""The culture information meter (bridge/trainer/information.py) against channels whose answer is known.
 
 The estimator must find what is there and nothing where nothing is: the perfect `transparent` channel carries
 most of the 3 bits the stimulation's class holds, the `zero` and `random` controls carry none (within the
@@ -12,11 +12,11 @@ import math
 import numpy as np
 import pytest
 
-from bridge.backends import make_backend
-from bridge.backends.sim import SimBackend
-from bridge.bench_culture import information_about_stimulation
-from bridge.channels import N_ENCODING, TICK_FREQUENCY_HZ
-from bridge.information import confusion_information_bits, decoded_information
+from bridge.device.backends import make_backend
+from bridge.device.backends.sim import SimBackend
+from bridge.trainer.information import confusion_information_bits, decoded_information
+from bridge.wire.channels import N_ENCODING, TICK_FREQUENCY_HZ
+from experiments.benchmarks.culture import information_about_stimulation
 
 TICKS = 1000
 SIM_TICKS = 500  # the simulated culture costs about 5 ms of CPU per tick; the channels nothing

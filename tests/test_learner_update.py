@@ -13,7 +13,7 @@ from ray.rllib.core.learner.learner import DEFAULT_OPTIMIZER
 from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
-from bridge.channels import SPIKE_GROUP_NAMES
+from bridge.wire.channels import SPIKE_GROUP_NAMES
 from models.closed_loop_module import ClosedLoopRLModule
 from models.columns import SPIKES, STIM_TIMESTAMP
 from models.learner import DECODER_OPTIMIZER, ENCODER_OPTIMIZER, ClosedLoopPPOLearner, _scaled_lr

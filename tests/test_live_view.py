@@ -15,11 +15,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from bridge.causality import CausalityMeter
-from bridge.channels import LIVE_VIEW_PORT, SPIKE_GROUP_NAMES, STIM_FREQUENCY_RANGE_HZ
-from bridge.ports import free_port
-from bridge.safety import SafetyEnvelope
-from experiments.closed_loop.meter import CultureMeter, MeterSettings
+from bridge.trainer.causality import CausalityMeter
+from bridge.wire.channels import LIVE_VIEW_PORT, SPIKE_GROUP_NAMES, STIM_FREQUENCY_RANGE_HZ
+from bridge.wire.ports import free_port
+from bridge.wire.safety import SafetyEnvelope
 from experiments.live_view.announce import LIVE_VIEW_FILE, announce
 from experiments.live_view.progress import LearningLog
 from experiments.live_view.publisher import Publisher
@@ -28,6 +27,7 @@ from experiments.live_view.server import LiveViewServer
 from experiments.live_view.settings import ViewSettings
 from experiments.live_view.state import tick_state
 from experiments.schema import ExperimentError, experiment_from_dict
+from models.closed_loop.meter import CultureMeter, MeterSettings
 from tests.support.live_view_run import TINY_RUN, training_with_view
 
 
@@ -153,7 +153,7 @@ def test_state_carries_the_reply_check_when_a_culture_link_gives_one():
     drives = np.random.default_rng(0).permutation([240.0] * 20 + [4.0] * 20)
     for i, drive in enumerate(drives):
         meter.observe(drive, float(drives[i - 1]) if i else 0.0)  # each reply: the one before's response
-    dose = {"device_dose_max_nc_per_min": 2.88, "device_dose_refused_stim": 2.0}  # bridge.dose.status_metrics
+    dose = {"device_dose_max_nc_per_min": 2.88, "device_dose_refused_stim": 2.0}  # bridge.device.dose.status_metrics
     publisher = Publisher(
         runner_index=1,
         reply_check=lambda: {"causality": meter.snapshot().as_dict(), "unsolicited": 3, "dose": dose},

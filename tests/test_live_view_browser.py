@@ -26,10 +26,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from bridge.causality import CausalityMeter
-from bridge.channels import STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
-from bridge.ports import free_port
-from bridge.safety import SafetyEnvelope
+from bridge.trainer.causality import CausalityMeter
+from bridge.wire.channels import STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
+from bridge.wire.ports import free_port
+from bridge.wire.safety import SafetyEnvelope
 from experiments.live_view.announce import served_views
 from experiments.live_view.publisher import Publisher
 from experiments.live_view.server import LiveViewServer
@@ -307,7 +307,7 @@ def test_dashboard_flags_a_late_and_chatty_device():
     drives = np.random.default_rng(0).permutation([240.0] * 20 + [4.0] * 20)
     for i, drive in enumerate(drives):
         meter.observe(drive, float(drives[i - 1]) if i else 0.0)
-    # The device's own account (bridge.dose.status_metrics of its device_status): 3 commands refused for its dose.
+    # The device's own account (bridge.device.dose.status_metrics of its device_status): 3 commands refused for its dose.
     dose = {
         "device_dose_max_nc_per_min": 2.88,
         "device_dose_max_nc_session": 4.0,

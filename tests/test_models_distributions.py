@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from bridge.channels import N_ENCODING, STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
+from bridge.wire.channels import N_ENCODING, STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
 from models.distributions import TorchRangedBeta
 
 D = 2 * N_ENCODING

@@ -8,7 +8,7 @@ import pytest
 import torch
 from ray.rllib.core.columns import Columns
 
-from bridge.channels import N_ENCODING, N_SPIKE_GROUPS, STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
+from bridge.wire.channels import N_ENCODING, N_SPIKE_GROUPS, STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
 from models.closed_loop_module import ClosedLoopRLModule
 from models.columns import SPIKE_MEAN, SPIKE_STD, SPIKES, STIM_DIST_INPUTS
 from models.module_config import ClosedLoopModelConfig

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
-from bridge.channels import N_SPIKE_GROUPS, SPIKE_GROUP_NAMES
+from bridge.wire.channels import N_SPIKE_GROUPS, SPIKE_GROUP_NAMES
 from experiments.protocol.session import OUTCOME_TAGS
 from models.decoder import motor_map
 from tests.support.hardware_rig import DevicePorts, DeviceProgram

@@ -10,8 +10,8 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from bridge.backends import make_backend
-from bridge.channels import N_SPIKE_GROUPS, SPIKE_GROUP_NAMES
+from bridge.device.backends import make_backend
+from bridge.wire.channels import N_SPIKE_GROUPS, SPIKE_GROUP_NAMES
 from envs.actions import action_buttons
 from experiments.protocol.settings import CONDITIONS, FROZEN_MODEL
 from experiments.schema import ExperimentError, experiment_from_dict, load_experiment, set_path

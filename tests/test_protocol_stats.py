@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from bridge.channels import N_SPIKE_GROUPS, SPIKE_GROUP_NAMES
+from bridge.wire.channels import N_SPIKE_GROUPS, SPIKE_GROUP_NAMES
 from experiments.protocol.rest import RestRecord
 from experiments.protocol.stats import (
     block_means,

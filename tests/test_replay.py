@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from experiments.analysis.replay import load_session
-from experiments.session_record import RecordError, read_record
+from models.closed_loop.session_record import RecordError, read_record
 from tests.support import replay_sessions
 from tests.support.spikeloop_cli import REPO, cli_env, run_spikeloop
 from tests.support.tensorboard_events import event_scalars

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.address import DeviceAddress
-from bridge.channels import ENCODING_ELECTRODES, FORBIDDEN_ELECTRODES
-from bridge.core import BridgeConfig, BridgeCore
-from bridge.loopback_device import LoopbackDevice
-from bridge.protocol import (
+from bridge.device.loopback_device import LoopbackDevice
+from bridge.trainer.core import BridgeConfig, BridgeCore
+from bridge.wire.address import DeviceAddress
+from bridge.wire.channels import ENCODING_ELECTRODES, FORBIDDEN_ELECTRODES
+from bridge.wire.protocol import (
     FeedbackCommand,
     FeedbackType,
     ProtocolError,
@@ -21,7 +21,7 @@ from bridge.protocol import (
     decode_feedback,
     decode_stim,
 )
-from bridge.safety import SafetyEnvelope, SafetyViolation
+from bridge.wire.safety import SafetyEnvelope, SafetyViolation
 
 ENVELOPE = SafetyEnvelope(
     min_frequency_hz=2.0,

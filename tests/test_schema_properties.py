@@ -18,9 +18,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.address import PORTS
+from bridge.wire.address import PORTS
 from envs.scenarios import available_scenarios
-from experiments.closed_loop.settings import DEVICE_ID_CHARACTERS, MAX_SEED
 from experiments.dotted import get_path
 from experiments.schema import (
     MAX_DEPTH,
@@ -34,6 +33,7 @@ from experiments.schema import (
     experiment_from_dict,
     load_experiment,
 )
+from models.closed_loop.settings import DEVICE_ID_CHARACTERS, MAX_SEED
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ID_ALPHABET = "ABCXYZabcxyz0189_.-"
@@ -297,7 +297,7 @@ def _yaml_text(value: object) -> str:
 
 
 CANONICAL = {
-    # The simulated culture's old boolean switch, kept as an alias (bridge/simulated_culture.py).
+    # The simulated culture's old boolean switch, kept as an alias (bridge/device/simulated_culture.py).
     "devices.0.culture.plasticity": lambda v: {True: "stdp", False: "none"}.get(v, v) if isinstance(v, int) else v,
 }
 """Settings that take a documented alias and keep its canonical form."""

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.protocol import FeedbackCommand, FeedbackType
-from bridge.safety import SafetyEnvelope
-from experiments.closed_loop.sent_feedback import SentFeedback
+from bridge.wire.protocol import FeedbackCommand, FeedbackType
+from bridge.wire.safety import SafetyEnvelope
 from experiments.live_view.publisher import Publisher
 from experiments.live_view.state import feedback_rows, tick_state
+from models.closed_loop.sent_feedback import SentFeedback
 
 
 def command(name: str, hz: float, ua: float, pulses: float = 30, kind=FeedbackType.REWARD) -> FeedbackCommand:

@@ -1,4 +1,4 @@
-"""The session record's writer (experiments/session_record.py) and `spikeloop export nwb`'s refusals.
+"""The session record's writer (models/closed_loop/session_record.py) and `spikeloop export nwb`'s refusals.
 
 Fast cases for the default suite: rows reach the file on the writer's own timer (read by another process while
 the writer still runs), a `kill -9` of a writing process leaves a file that opens and holds every row up to the
@@ -22,7 +22,7 @@ import h5py
 import numpy as np
 import pytest
 
-from experiments.session_record import COMMITTED, FORMAT, TABLES, SessionRecord, find_records, read_record
+from models.closed_loop.session_record import COMMITTED, FORMAT, TABLES, SessionRecord, find_records, read_record
 from tests.support.hardware_rig import REPO, spikeloop_export_nwb, user_env
 
 FLUSH_S = 0.3
@@ -42,7 +42,7 @@ def stim_row(i: int) -> dict:
 def read_elsewhere(path: Path) -> dict:
     """Read a record in another process (as `spikeloop export` or a notebook would): committed rows per table."""
     code = (
-        "import json, sys; from experiments.session_record import read_record; "
+        "import json, sys; from models.closed_loop.session_record import read_record; "
         "a, t = read_record(sys.argv[1]); "
         "print(json.dumps({k: len(v['wall_time_s']) for k, v in t.items()} | {'_stamps': t['stim']['stim_timestamp_us'].tolist()}))"
     )
@@ -118,7 +118,7 @@ WRITER = textwrap.dedent(
     import sys, time
     from pathlib import Path
     import numpy as np
-    from experiments.session_record import SessionRecord
+    from models.closed_loop.session_record import SessionRecord
     record = SessionRecord(Path(sys.argv[1]), {"device_id": "sim-1"}, flush_s=float(sys.argv[2]))
     print("open", flush=True)
     i = 0

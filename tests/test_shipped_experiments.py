@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.closed_loop.sampling import STEP_ALLOWANCE_S
 from experiments.schema import load_experiment
+from models.closed_loop.sampling import STEP_ALLOWANCE_S
 
 SHIPPED = sorted((Path(__file__).resolve().parents[1] / "experiments").glob("*.yaml"))
 

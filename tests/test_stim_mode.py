@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bridge.address import DeviceAddress
-from bridge.backends import STIM_MODES, stim_charge_nc, stim_pulses
-from bridge.channels import (
+from bridge.device.backends import STIM_MODES, stim_charge_nc, stim_pulses
+from bridge.device.program import Device, DeviceConfig, build_parser, config_from_args
+from bridge.wire.address import DeviceAddress
+from bridge.wire.channels import (
     ENCODING_ELECTRODES,
     FORBIDDEN_ELECTRODES,
     N_ENCODING,
@@ -28,16 +29,15 @@ from bridge.channels import (
     STIMULABLE_ELECTRODES,
     TICK_FREQUENCY_HZ,
 )
-from bridge.device import Device, DeviceConfig, build_parser, config_from_args
-from bridge.ports import free_port
-from bridge.protocol import (
+from bridge.wire.ports import free_port
+from bridge.wire.protocol import (
     EventMessage,
     FeedbackCommand,
     FeedbackType,
     encode_event,
     encode_feedback,
 )
-from bridge.safety import SafetyEnvelope
+from bridge.wire.safety import SafetyEnvelope
 from experiments.schema import ExperimentError, experiment_from_dict, load_experiment
 from tests.support.loopback_trainer import LoopbackTrainer
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bridge.safety import SafetyEnvelope
+from bridge.wire.safety import SafetyEnvelope
 from envs.rewards import EVENTS
-from experiments.closed_loop.feedback import FeedbackSettings
+from models.closed_loop.feedback import FeedbackSettings
 from tests.support.spikeloop_cli import run_spikeloop
 from tests.support.tensorboard_events import event_scalars
 

@@ -9,9 +9,9 @@ import torch
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-from bridge.channels import N_SPIKE_GROUPS
-from bridge.core import SpikeReply
-from experiments.closed_loop.tick import tick
+from bridge.trainer.core import SpikeReply
+from bridge.wire.channels import N_SPIKE_GROUPS
+from models.closed_loop.tick import tick
 from models.closed_loop_module import ClosedLoopRLModule
 from models.columns import EXCHANGE_OK, RAW_SPIKES, SPIKES, STIM, STIM_DIST_INPUTS, STIM_TIMESTAMP
 from models.encoder import N_STIM

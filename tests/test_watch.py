@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 import yaml
 
-from bridge.loopback_device import LoopbackDevice
-from bridge.ports import free_port
-from bridge.protocol import decode_event
+from bridge.device.loopback_device import LoopbackDevice
+from bridge.wire.ports import free_port
+from bridge.wire.protocol import decode_event
 from experiments.commands import checkpoint as checkpoint_command
 from experiments.commands import watch as watch_command
 from experiments.runner import CHECKPOINT_REQUEST
@@ -78,7 +78,7 @@ def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
 def events_received(device: LoopbackDevice) -> list:
     """The event datagrams the device received, decoded (after a moment for the last to land)."""
     time.sleep(0.3)
-    # The bridge's own status_request events (the device's dose, bridge/core.py) are not the trainer's events.
+    # The bridge's own status_request events (the device's dose, bridge/trainer/core.py) are not the trainer's events.
     return [e for e in map(decode_event, device.received_events) if e.event_type != "status_request"]
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from experiments.analysis import stats, sweep
 from experiments.analysis.power import ALPHAS, DRAWS, MAX_SEEDS, POWER, seeds_needed
-from experiments.bench_conditions import experiment_dict
+from experiments.benchmarks.conditions import experiment_dict
 
 REPO = Path(__file__).resolve().parents[2]
 LEARNING_JSON = REPO / "docs" / "benchmarks" / "learning.json"

@@ -2,7 +2,7 @@
 
 Per trial of a run directory, in episode order, from one of two sources:
 
-- the session record (`record/*.h5`, experiments/session_record.py), written by default and crash-safe: every
+- the session record (`record/*.h5`, models/closed_loop/session_record.py), written by default and crash-safe: every
   stimulation, reply and step of each env runner. The primary source: a trial that has one is replayed from
   it. Only committed rows are read, so a record cut short by `kill -9` replays up to its last flush; steps of
   an episode that never ended (the one under way at a kill or at the end of the run) are left out and counted.
@@ -10,7 +10,7 @@ Per trial of a run directory, in episode order, from one of two sources:
 
 `--source record|steps` picks one; the report's `source` says which was read. From either, the same report:
 
-- `information`: the culture information meter (bridge/information.py) over the session, in chunks of
+- `information`: the culture information meter (bridge/trainer/information.py) over the session, in chunks of
   consecutive ticks: bits per tick that the culture's counts carry about the stimulation's class (its
   strongest encoding electrode, first round) and about the action taken.
 - `fresh_decoder`: a decoder trained offline on the first 80% of episodes, from the decoder's input (the
@@ -41,15 +41,15 @@ from typing import Any
 import numpy as np
 import yaml
 
-from bridge.channels import N_ENCODING
-from bridge.information import (
+from bridge.trainer.information import (
     confusion_information_bits,
     decoded_information,
     fit_and_predict,
     strongest_electrode,
 )
+from bridge.wire.channels import N_ENCODING
 from experiments.run_log import STEPS_DIR
-from experiments.session_record import RECORD_DIR, RecordError, read_record
+from models.closed_loop.session_record import RECORD_DIR, RecordError, read_record
 
 CHUNKS = 5
 MIN_CHUNK_TICKS = 50

@@ -17,7 +17,7 @@ envelope's minimum frequency and amplitude on every encoding electrode) and
 the encoder's range and the envelope), printed exactly, and reports from the
 replies: timeouts; replies per stimulation and unsolicited datagrams (any one
 fails); the correlation of the counts with the stimulation they answer and
-with the ones before it (`bridge.causality`: counts that follow an earlier
+with the ones before it (`bridge.trainer.causality`: counts that follow an earlier
 stimulation fail; counts that follow none, as the zero and random ablations',
 pass with a note); latency against the configured windows. `--minimum-only`
 stimulates at the envelope minimum only and skips the correlations. No
@@ -35,14 +35,14 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from bridge.causality import ALPHA, MAX_LAG, MIN_PAIRS, Causality, CausalityMeter, stim_drive
-from bridge.channels import ENCODING_ELECTRODES, N_ENCODING, STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
-from bridge.core import BridgeConfig, BridgeCore
-from bridge.safety import SafetyEnvelope
-from experiments.closed_loop.feedback import EventFeedbackSpec, feedback_rows, row_commands
-from experiments.closed_loop.settings import DeviceSettings
+from bridge.trainer.causality import ALPHA, MAX_LAG, MIN_PAIRS, Causality, CausalityMeter, stim_drive
+from bridge.trainer.core import BridgeConfig, BridgeCore
+from bridge.wire.channels import ENCODING_ELECTRODES, N_ENCODING, STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
+from bridge.wire.safety import SafetyEnvelope
 from experiments.commands.common import add_experiment_arguments, load_or_exit
 from experiments.schema import Experiment
+from models.closed_loop.feedback import EventFeedbackSpec, feedback_rows, row_commands
+from models.closed_loop.settings import DeviceSettings
 
 DEFAULT_EXCHANGES = 40
 """Enough for the correlations to tell (ALPHA 0.001) a responding culture's own answer from a late one: a
@@ -239,7 +239,7 @@ def _bridge_config(experiment: Experiment, dev: DeviceSettings) -> BridgeConfig:
 
 def _start_local_device(dev: DeviceSettings, envelope):
     """A simulated/ablation device of this process on free ports (the trainer side binds its own)."""
-    from bridge.device import Device
+    from bridge.device.program import Device
 
     device = Device(dev.device_config(spike_port=0, envelope=envelope))
     address = replace(
@@ -438,7 +438,7 @@ def _r(value: float) -> str:
 
 
 def causality_lines(label: str, causality: Causality, plan: ProbePlan) -> tuple[list[str], str | None]:
-    """(lines, failure or None): which stimulation the counts follow, decided with every lag (bridge.causality)."""
+    """(lines, failure or None): which stimulation the counts follow, decided with every lag (bridge.trainer.causality)."""
     c = causality
     before = ", ".join(f"{_r(r)} with {_lag(k)}" for k, r in enumerate(c.r_lags[1:], start=1))
     measured = f"r {_r(c.r_current)} with the stimulation each reply answers, {before} ({c.n:.0f} replies)"

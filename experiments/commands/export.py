@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from experiments.export_nwb import CultureSubject
-from experiments.session_record import RECORD_DIR, RecordError, find_records
+from models.closed_loop.session_record import RECORD_DIR, RecordError, find_records
 
 FORMATS = ("nwb",)
 

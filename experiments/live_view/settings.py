@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bridge.channels import LIVE_VIEW_PORT
+from bridge.wire.channels import LIVE_VIEW_PORT
 from experiments.live_view.progress import RunBudget
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from bridge.channels import (
+from bridge.wire.channels import (
     ENCODING_ELECTRODES,
     EVENT_FEEDBACK_ELECTRODES,
     FORBIDDEN_ELECTRODES,

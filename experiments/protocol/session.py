@@ -189,8 +189,8 @@ def _play_steps(algo) -> dict[int, dict[str, int]]:
     """Per env runner that drives a culture: env steps it took (in this process) and those of its running episode."""
 
     def here(_runner) -> tuple[int, dict[str, int]] | None:
-        from experiments.closed_loop.callbacks import step_accounting
-        from experiments.closed_loop.link import current_link
+        from models.closed_loop.callbacks import step_accounting
+        from models.closed_loop.link import current_link
 
         try:
             link = current_link()

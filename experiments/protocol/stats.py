@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from bridge.channels import SPIKE_GROUP_NAMES
+from bridge.wire.channels import SPIKE_GROUP_NAMES
 from experiments.protocol.rest import RestRecord
 
 EXACT_WORK_LIMIT = 2e9

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
-from bridge.address import DeviceAddress
-from bridge.channels import N_ENCODING
-from bridge.device import Device, DeviceConfig
-from bridge.protocol import (
+from bridge.device.program import Device, DeviceConfig
+from bridge.wire.address import DeviceAddress
+from bridge.wire.channels import N_ENCODING
+from bridge.wire.protocol import (
     EventMessage,
     FeedbackCommand,
     FeedbackType,

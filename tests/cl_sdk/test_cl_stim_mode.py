@@ -15,10 +15,10 @@ import socket
 import time
 from pathlib import Path
 
-from bridge.address import DeviceAddress
-from bridge.channels import ENCODING_ELECTRODES, N_ENCODING, POSITIVE_FEEDBACK_ELECTRODES
-from bridge.device import Device, DeviceConfig
-from bridge.protocol import (
+from bridge.device.program import Device, DeviceConfig
+from bridge.wire.address import DeviceAddress
+from bridge.wire.channels import ENCODING_ELECTRODES, N_ENCODING, POSITIVE_FEEDBACK_ELECTRODES
+from bridge.wire.protocol import (
     EventMessage,
     FeedbackCommand,
     FeedbackType,

@@ -14,12 +14,12 @@ import sys
 import numpy as np
 import ray
 
-from bridge.actor import start_bridge
-from bridge.address import DeviceAddress
-from bridge.client import BridgeClient
-from bridge.core import BridgeConfig
-from bridge.loopback_device import LoopbackDevice
-from bridge.ports import free_port
+from bridge.device.loopback_device import LoopbackDevice
+from bridge.trainer.actor import start_bridge
+from bridge.trainer.client import BridgeClient
+from bridge.trainer.core import BridgeConfig
+from bridge.wire.address import DeviceAddress
+from bridge.wire.ports import free_port
 
 
 def main(path: str) -> int:

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bridge.channels import N_ENCODING, POSITIVE_FEEDBACK_ELECTRODES
-from bridge.device import Device
-from bridge.protocol import (
+from bridge.device.program import Device
+from bridge.wire.channels import N_ENCODING, POSITIVE_FEEDBACK_ELECTRODES
+from bridge.wire.protocol import (
     EVENT_HEADER_STRUCT,
     FEEDBACK_SIZE,
     FEEDBACK_STRUCT,
@@ -39,7 +39,7 @@ from bridge.protocol import (
     encode_feedback,
     encode_stim,
 )
-from bridge.safety import SafetyEnvelope
+from bridge.wire.safety import SafetyEnvelope
 
 FOREIGN_HOST = "127.0.0.2"
 """Another loopback address: a sender on this machine that is not the training host."""

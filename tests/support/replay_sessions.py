@@ -19,7 +19,7 @@ import numpy as np
 import yaml
 
 from experiments.run_log import write_step_log
-from experiments.session_record import SessionRecord
+from models.closed_loop.session_record import SessionRecord
 
 EPISODES = 6
 LENGTH = 40

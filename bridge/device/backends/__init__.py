@@ -1,0 +1,88 @@
+"""Device backends behind one interface (`Backend`): sim, cl, random, zero and transparent.
+
+`make_backend` builds one by name; only `cl` needs the optional `cl` package,
+and it is imported only when asked for.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bridge.device.backends.base import (
+    STIM_MODES,
+    Backend,
+    JsonlRecorder,
+    burst_charge_nc,
+    burst_pulses,
+    group_matrix,
+    stim_charge_nc,
+    stim_pulses,
+)
+
+if TYPE_CHECKING:
+    from bridge.device.simulated_culture import SimulatedCultureConfig
+
+BACKEND_NAMES = ("sim", "cl", "random", "zero", "transparent")
+
+__all__ = [
+    "BACKEND_NAMES",
+    "STIM_MODES",
+    "Backend",
+    "JsonlRecorder",
+    "burst_charge_nc",
+    "burst_pulses",
+    "group_matrix",
+    "make_backend",
+    "stim_charge_nc",
+    "stim_pulses",
+]
+
+
+def make_backend(
+    name: str,
+    *,
+    tick_frequency_hz: float,
+    seed: int = 0,
+    realtime: bool = True,
+    random_spike_rate_hz: float = 5.0,
+    cl_sim_culture: bool = False,
+    max_pulses: int | None = None,
+    culture: SimulatedCultureConfig | None = None,
+    stim_mode: str = "burst",
+) -> Backend:
+    """Build the named backend with the device's settings (`max_pulses`: the cl backend's burst cap;
+    `culture`: the sim backend's culture knobs, None for the defaults).
+
+    `stim_mode` (STIM_MODES) reaches the backends that stimulate tissue, sim and cl; random, zero and
+    transparent stimulate nothing, so it changes nothing there.
+    """
+    if stim_mode not in STIM_MODES:
+        raise ValueError(f"unknown stim_mode {stim_mode!r}; choose from {', '.join(STIM_MODES)}")
+    if culture is not None and name != "sim":
+        raise ValueError(f"culture settings are for the sim backend's simulated culture, not backend {name!r}")
+    if name == "sim":
+        from bridge.device.backends.sim import SimBackend
+
+        return SimBackend(tick_frequency_hz, seed=seed, realtime=realtime, culture_config=culture, stim_mode=stim_mode)
+    if name == "cl":
+        from bridge.device.backends.cl import ClBackend
+
+        return ClBackend(
+            tick_frequency_hz,
+            sim_culture_seed=seed if cl_sim_culture else None,
+            max_pulses=max_pulses,
+            stim_mode=stim_mode,
+        )
+    if name == "random":
+        from bridge.device.backends.random_counts import RandomBackend
+
+        return RandomBackend(tick_frequency_hz, spike_rate_hz=random_spike_rate_hz, seed=seed, realtime=realtime)
+    if name == "zero":
+        from bridge.device.backends.zero import ZeroBackend
+
+        return ZeroBackend(tick_frequency_hz, realtime=realtime)
+    if name == "transparent":
+        from bridge.device.backends.transparent import TransparentBackend
+
+        return TransparentBackend(tick_frequency_hz, realtime=realtime)
+    raise ValueError(f"unknown backend {name!r}; choose from {', '.join(BACKEND_NAMES)}")

@@ -1,0 +1,162 @@
+"""Stimulation dose: the charge a device delivers per electrode, and the lab's budget on it.
+
+The device (`spikeloop device`) books every stimulation and feedback burst it applies: per electrode, the charge
+in one phase polarity (`bridge.device.backends.stim_charge_nc` and `burst_charge_nc`; every pulse is biphasic and
+charge-balanced, so both phases move twice this), over the last minute (a sliding 60 s on the device's clock) and
+over the session (since the device program started). A burst an interrupt cuts short is booked whole: the
+figures are an upper bound on what reached the tissue, which is the safe side for a budget.
+
+A budget (`--dose-budget-nc-per-min`, `--dose-budget-nc-per-session`, per electrode) refuses any command that
+would take one of its electrodes past either limit. Refused whole rather than clamped: a command with some
+electrodes turned down is a stimulus the agent never chose, and the trainer could not tell which; the device's
+envelope refuses the same way, and a refused stimulation is still answered, so the loop keeps its timing.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bridge.device.backends import burst_charge_nc, stim_charge_nc
+from bridge.wire.channels import ENCODING_ELECTRODES, N_ELECTRODES
+from bridge.wire.protocol import FeedbackCommand, FeedbackType, StimCommand
+from bridge.wire.safety import SafetyViolation
+
+DOSE_WINDOW_S = 60.0
+"""The per-minute figure: charge in the last this many seconds on the device's clock."""
+
+
+class DoseRefusal(SafetyViolation):
+    """A command that would take an electrode past the device's dose budget."""
+
+
+@dataclass(frozen=True)
+class DoseBudget:
+    """Per-electrode charge limits (nC, one phase polarity); None: no limit."""
+
+    nc_per_min: float | None = None
+    nc_per_session: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("nc_per_min", "nc_per_session"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{name}={value!r}: a dose budget must be a finite number of nC > 0 (or unset)")
+
+    def as_dict(self) -> dict[str, float | None]:
+        """The budget as plain JSON."""
+        return {"nc_per_min": self.nc_per_min, "nc_per_session": self.nc_per_session}
+
+
+def stim_charges_nc(cmd: StimCommand, tick_frequency_hz: float, stim_mode: str) -> np.ndarray:
+    """Charge per electrode (64 values, nC) one stimulation command delivers."""
+    charges = np.zeros(N_ELECTRODES)
+    for electrode, freq, amp in zip(ENCODING_ELECTRODES, cmd.frequencies_hz, cmd.amplitudes_ua):
+        if freq > 0 and amp > 0:
+            charges[electrode] += stim_charge_nc(amp, freq, tick_frequency_hz, stim_mode)
+    return charges
+
+
+def feedback_charges_nc(cmd: FeedbackCommand) -> np.ndarray:
+    """Charge per electrode (64 values, nC) one feedback command delivers (an interrupt: none)."""
+    charges = np.zeros(N_ELECTRODES)
+    if cmd.feedback_type != FeedbackType.INTERRUPT and cmd.frequency_hz > 0:
+        for channel in cmd.channels:
+            charges[channel] += burst_charge_nc(cmd.amplitude_ua, int(cmd.pulses))
+    return charges
+
+
+class DoseMeter:
+    """Books delivered charge per electrode and checks commands against a `DoseBudget`."""
+
+    def __init__(self, budget: DoseBudget) -> None:
+        self.budget = budget
+        self.session_nc = np.zeros(N_ELECTRODES)
+        self._recent: collections.deque[tuple[float, np.ndarray]] = collections.deque()
+        self._recent_nc = np.zeros(N_ELECTRODES)  # the sum of _recent, kept up to date
+
+    def per_min_nc(self, now_s: float) -> np.ndarray:
+        """Charge per electrode in the last DOSE_WINDOW_S up to `now_s`."""
+        while self._recent and self._recent[0][0] <= now_s - DOSE_WINDOW_S:
+            _, charges = self._recent.popleft()
+            self._recent_nc -= charges
+        np.maximum(self._recent_nc, 0.0, out=self._recent_nc)  # float subtraction must not leave -1e-17
+        if not self._recent:
+            self._recent_nc[:] = 0.0
+        return self._recent_nc.copy()
+
+    def check(self, now_s: float, charges: np.ndarray, what: str) -> None:
+        """Raise DoseRefusal if delivering `charges` at `now_s` would exceed the budget."""
+        for limit, booked, flag in (
+            (self.budget.nc_per_min, self.per_min_nc(now_s), "--dose-budget-nc-per-min"),
+            (self.budget.nc_per_session, self.session_nc, "--dose-budget-nc-per-session"),
+        ):
+            if limit is None:
+                continue
+            after = booked + charges
+            over = np.flatnonzero((charges > 0) & (after > limit * (1 + 1e-12)))
+            if over.size:
+                e = int(over[np.argmax(after[over])])
+                raise DoseRefusal(
+                    f"{what} would take electrode {e} to {after[e]:.4g} nC, above the dose budget "
+                    f"{flag} {limit:g} (already {booked[e]:.4g} nC)"
+                )
+
+    def deliver(self, now_s: float, charges: np.ndarray) -> None:
+        """Book `charges` as delivered at `now_s`."""
+        if not charges.any():
+            return
+        self.per_min_nc(now_s)
+        self._recent.append((now_s, charges))
+        self._recent_nc += charges
+        self.session_nc += charges
+
+    def summary(self, now_s: float | None) -> dict[str, Any]:
+        """The dose as plain JSON: the most-dosed electrode per minute and per session, and the session's total.
+
+        `now_s` None (no clock to read): the last minute's figures are None, the session's are whole.
+        """
+        per_min = self.per_min_nc(now_s) if now_s is not None else None
+        return {
+            "max_nc_per_min": float(per_min.max()) if per_min is not None else None,
+            "max_nc_per_min_electrode": int(per_min.argmax()) if per_min is not None else None,
+            "max_nc_session": float(self.session_nc.max()),
+            "max_nc_session_electrode": int(self.session_nc.argmax()),
+            "total_nc_session": float(self.session_nc.sum()),
+        }
+
+
+def status_metrics(status: dict[str, Any] | None) -> dict[str, float]:
+    """The figures of a device's `device_status` as env-runner metrics (TensorBoard `device/*`); {} if none.
+
+    The status comes off the network: only finite numbers are taken.
+    """
+    if not isinstance(status, dict):
+        return {}
+    dose: Any = status.get("dose")
+    refused: Any = status.get("refused")
+    dose = dose if isinstance(dose, dict) else {}
+    refused = refused if isinstance(refused, dict) else {}
+
+    def number(table: dict[str, Any], key: str) -> float | None:
+        value = table.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return None
+        return float(value)
+
+    figures = {
+        "device_dose_max_nc_per_min": number(dose, "max_nc_per_min"),
+        "device_dose_max_nc_session": number(dose, "max_nc_session"),
+        "device_dose_total_nc_session": number(dose, "total_nc_session"),
+        "device_dose_refused_stim": number(refused, "dose_refused_stim"),
+        "device_dose_refused_feedback": number(refused, "dose_refused_feedback"),
+        "device_refused_stim": number(refused, "refused_stim"),
+        "device_refused_feedback": number(refused, "refused_feedback"),
+    }
+    return {key: value for key, value in figures.items() if value is not None}

@@ -1,0 +1,104 @@
+"""The learning benchmark's conditions: what each one runs, as an (unvalidated) experiment dict.
+
+Apart from the benchmark itself (experiments/benchmarks/learning.py) so that the analysis package can read a condition's
+policy and device without importing the benchmark, which imports the analysis.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+CONDITIONS = ("direct", "transparent", "sim", "zero", "random")
+"""The default conditions."""
+EXTRA_CONDITIONS = ("sim_reference",)
+"""Conditions run only when asked for (the feedback controls below too)."""
+SCENARIO = "basic"
+
+FEEDBACK_ON: dict[str, Any] = {
+    "use_reward_feedback": False,
+    "use_episode_feedback": False,
+    "surprise": {"enabled": False},
+}
+"""Feedback in the "on" controls: the event table at its base values. On `basic` with the shaped reward every step
+reward and every episode return is below 0 (each shot costs 10, the episode's end 5 per HP left), so reward-sign and
+episode feedback carry no good news at all; the event table sends enemy_kill (good news) on a kill and ammo_waste
+(bad news) on a missed shot, whatever the TD error."""
+FEEDBACK_SETTLE_MS = 100.0
+"""The settle time of the "_settle" controls: with the 50 ms artifact wait, a collection window starts 150 ms or
+more after the last feedback pulse, past the network burst a pulse sets off (docs/architecture.md)."""
+FEEDBACK_CONDITIONS: dict[str, tuple[str, bool, bool]] = {
+    "dopamine_on_settle": ("dopamine_stdp", True, True),
+    "dopamine_on": ("dopamine_stdp", True, False),
+    "dopamine_off": ("dopamine_stdp", False, False),
+    "stdp_on": ("stdp", True, False),
+    "stdp_off": ("stdp", False, False),
+    "none_on": ("none", True, False),
+    "none_on_settle": ("none", True, True),
+    "none_off": ("none", False, False),
+}
+"""Feedback controls: condition -> (the culture's plasticity rule, feedback on, device feedback_settle_ms on)."""
+CONTROL_CULTURES: dict[str, dict[str, Any]] = {
+    "dopamine_stdp": {"excitatory_weight_mv": 6.0, "maturation_ms": 0.0},
+    "stdp": {},
+    "none": {},
+}
+"""Culture knobs of each rule's feedback controls beyond the rule (`--culture` goes on top).
+
+The positive control runs a fresh (no maturation), over-excited culture (excitatory weights 6 mV, not 4) so that
+feedback has room to matter: on today's culture the decoder learns without any culture plasticity (pilot: `none_off`
+seed 0 kill rate 0.99; `dopamine_off` seed 0 0.97 at 16,896 env steps). In the over-excited culture a stimulation
+sets off a network-wide burst, and a ridge readout of one window's spike-group counts recovers none of the
+stimulation while the weights stay frozen, as they do under `dopamine_off` (held-out R^2 summed over the 16 inputs,
+at most 16; seeds 0-4: -0.10 to 0.29). With kill feedback releasing dopamine its weights fell (mean 6.0 -> 4.3 mV)
+and the R^2 rose from -0.44 to 1.05 within 10 kills; without feedback it stayed at -0.43 (seed 0; open loop, outside
+training). That is a global calming, not shown to be reward-specific, and whether it becomes a difference in
+learning is what `spikeloop bench feedback` measures: not measured yet (docs/benchmarks.md, "feedback controls").
+The negative controls run today's culture."""
+ALL_CONDITIONS = CONDITIONS + EXTRA_CONDITIONS + tuple(FEEDBACK_CONDITIONS)
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `base` with `over` merged in (nested dicts merged, everything else replaced)."""
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+BASE_EXPERIMENT: dict[str, Any] = {"env": {"scenario": SCENARIO}, "resources": {"num_env_runners": 1}}
+"""What every condition starts from: the default learner, model and device settings (models/ppo_config.py,
+models/module_config.py, the sim device's reference timing), so the benchmark measures what a user gets.
+An optional "sim_device" key is merged into the sim device entry."""
+
+
+def experiment_dict(
+    condition: str, seed: int, scenario: str = SCENARIO, base: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The (unvalidated) experiment of one condition and seed."""
+    if condition not in ALL_CONDITIONS:
+        raise ValueError(f"unknown condition {condition!r}; choose from {', '.join(ALL_CONDITIONS)}")
+    data = copy.deepcopy(BASE_EXPERIMENT if base is None else base)
+    sim_device = {"device_id": "sim", "backend": "sim", "realtime": False, "seed": seed}
+    sim_device |= data.pop("sim_device", None) or {}
+    if condition in FEEDBACK_CONDITIONS:
+        rule, feedback_on, settle = FEEDBACK_CONDITIONS[condition]
+        device = deep_merge({"culture": CONTROL_CULTURES[rule]}, sim_device)
+        device = deep_merge(device, {"culture": {"plasticity": rule}})
+        device["feedback_settle_ms"] = FEEDBACK_SETTLE_MS if settle else 0.0
+        own = {"devices": [device], "feedback": FEEDBACK_ON if feedback_on else {"enabled": False}}
+    else:
+        own = {
+            "direct": {"policy": "direct"},
+            "transparent": {"devices": [{"device_id": "transparent", "backend": "transparent", "seed": seed}]},
+            "sim": {"devices": [sim_device]},
+            "sim_reference": {"devices": [sim_device | {"stim_mode": "reference"}]},
+            "zero": {"devices": [sim_device], "ablation": "zero"},
+            "random": {"devices": [sim_device], "ablation": "random"},
+        }[condition]
+    data = deep_merge(data, own | {"name": f"learning-{condition}-{seed}", "seed": seed})
+    data.setdefault("env", {})["scenario"] = scenario
+    return data

@@ -1,0 +1,893 @@
+"""`spikeloop bench learning`: learning curves over seeds, with statistics that can say yes or no.
+
+Five conditions, each trained for the same env-step budget with several seeds:
+
+  direct       features straight to actions, no culture (the no-neurons control)
+  transparent  the perfect-channel device: the culture path with a lossless culture
+  sim          the simulated culture
+  zero         the simulated culture with the decoder input set to zeros (chance)
+  random       the simulated culture with the decoder input set to Poisson noise
+
+and, on request (`--conditions`), not by default:
+
+  sim_reference  the simulated culture stimulated as the reference device does (`stim_mode: reference`:
+                 every stimulable electrode interrupted, then one pulse per encoding electrode); `sim` is
+                 spikeloop's default (`stim_mode: burst`, a burst lasting one tick)
+
+Runs are interleaved (for each seed, every condition), so that drift in machine
+load hits every condition alike. The result file is rewritten after every
+finished run, and `--resume` skips the runs it already holds.
+
+Per condition the summary gives the final return and kill rate (last 100
+episodes, per seed and pooled), the env steps to reach 90% of the way from
+chance to `direct`'s final return, and a one-sided exact Mann-Whitney test
+against `zero` (decides at alpha 0.01). `targets` reads the issue's targets
+from the data, each with `met` true, false or null (not run).
+
+The feedback controls (`FEEDBACK_CONDITIONS`, run by `spikeloop bench feedback`)
+are further conditions of the same benchmark: the simulated culture with one
+plasticity rule (`stdp`, `dopamine_stdp`, `none`), feedback on or off, and on
+with the device's `feedback_settle_ms` (no feedback-evoked spike in a
+collection window). `feedback_effects` compares each "on" with its "off" (and
+the direct path with and without the settle time): the difference of final
+returns, paired by seed, with its 95% interval, and the exact tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from experiments.analysis.sweep import FINAL_EPISODES
+from experiments.benchmarks.conditions import (  # noqa: F401  (re-exported: the benchmark's conditions)
+    ALL_CONDITIONS,
+    BASE_EXPERIMENT,
+    CONDITIONS,
+    CONTROL_CULTURES,
+    EXTRA_CONDITIONS,
+    FEEDBACK_CONDITIONS,
+    FEEDBACK_ON,
+    FEEDBACK_SETTLE_MS,
+    SCENARIO,
+    experiment_dict,
+)
+from experiments.benchmarks.record import provenance, write_result
+
+DEFAULT_OUTPUT = Path("docs/benchmarks/learning.json")
+WINDOW = FINAL_EPISODES
+"""Episodes in the rolling and final windows (the sweep analysis' final window)."""
+ALPHA = 0.01
+"""Significance level of the tests against `zero`."""
+TARGET_KILL_RATE = 0.95
+TARGET_RETURN = -425.0
+TARGET_STEPS_RATIO = 1.5
+MIN_ENV_STEPS = 1000
+DEFAULT_ENV_STEPS = 20_000
+"""Where direct and transparent are at their best: longer runs drift down (measured:
+docs/benchmarks.md, learning, "Longer runs drift"; run times there too)."""
+
+FEEDBACK_COMPARISONS: tuple[tuple[str, str], ...] = (
+    ("dopamine_on_settle", "dopamine_off"),
+    ("dopamine_on", "dopamine_off"),
+    ("stdp_on", "stdp_off"),
+    ("none_on", "none_off"),
+    ("none_on_settle", "none_off"),
+    ("none_on", "none_on_settle"),
+)
+"""(a, b) pairs read in `feedback_effects`: feedback's effect per rule, and the direct path with and without settle."""
+
+
+Episode = tuple[float, float, bool]
+"""(env steps at the end of the episode's iteration, return, killed anything)."""
+Runs = dict[str, dict[str, list[Episode]]]
+"""condition -> seed (str) -> episodes in order."""
+
+
+# --- the experiments -------------------------------------------------------------
+
+
+def _rolling(values: Sequence[float], window: int = WINDOW) -> tuple[list[float], int]:
+    """Trailing means over `window` values (all values when fewer), from the first full window on; and that window."""
+    n = len(values)
+    w = min(window, n)
+    if not w:
+        return [], 0
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= w:
+            total -= values[i - w]
+        if i >= w - 1:
+            out.append(total / w)
+    return out, w
+
+
+def _progress(condition: str, seed: int, episodes: list[Episode], steps: int, t0: float) -> str:
+    tail = episodes[-WINDOW:]
+    mean = sum(e[1] for e in tail) / len(tail) if tail else math.nan
+    kills = sum(e[2] for e in tail) / len(tail) if tail else math.nan
+    return (
+        f"[learning] {condition:>11} seed {seed}: {steps:>7} env steps, {len(episodes):>5} episodes, "
+        f"return(last {len(tail)}) {mean:8.1f}, kill rate {kills:.2f}, {time.monotonic() - t0:6.0f} s"
+    )
+
+
+def train_run(
+    condition: str, seed: int, budget: int, scenario: str, culture: dict[str, Any] | None = None
+) -> tuple[list[Episode], dict[str, Any]]:
+    """Train one condition and seed until `budget` env steps (`culture`: knobs for its sim device); its episodes
+    and run facts."""
+    from experiments.runner import _pull_episode_records
+    from experiments.schema import experiment_from_dict
+    from models.closed_loop.ppo import finish
+
+    base = BASE_EXPERIMENT | ({"sim_device": {"culture": culture}} if culture else {})
+    experiment = experiment_from_dict(
+        experiment_dict(condition, seed, scenario, base), source=f"bench learning {condition}"
+    )
+    t0 = time.monotonic()
+    algo = experiment.algorithm_config().build_algo()
+    episodes: list[Episode] = []
+    steps = iterations = 0
+    try:
+        while steps < budget:
+            result = algo.train()
+            iterations += 1
+            steps = int(
+                result.get("num_env_steps_sampled_lifetime")
+                or result.get("env_runners", {}).get("num_env_steps_sampled_lifetime", 0)
+            )
+            for record in _pull_episode_records(algo):
+                episodes.append((float(steps), float(record["episode_reward"]), int(record.get("kill_count", 0)) > 0))
+            print(_progress(condition, seed, episodes, steps, t0), file=sys.stderr, flush=True)
+    finally:
+        try:
+            finish(algo, reason="benchmark")
+        finally:
+            algo.stop()
+    return episodes, {"iterations": iterations, "env_steps_total": steps, "wall_s": round(time.monotonic() - t0, 1)}
+
+
+# --- statistics (pure: no Ray) ---------------------------------------------------
+
+
+def _finite(x: float | None) -> float | None:
+    return float(x) if x is not None and math.isfinite(x) else None
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(values) / len(values) if values else None
+
+
+def _per_seed(by_seed: dict[str, list[Episode]], fn) -> dict[str, Any]:
+    per_seed = {seed: _finite(fn(eps)) if eps else None for seed, eps in by_seed.items()}
+    return {"per_seed": per_seed, "pooled": _mean([v for v in per_seed.values() if v is not None])}
+
+
+def _final_return(eps: list[Episode]) -> float:
+    tail = eps[-WINDOW:]
+    return sum(e[1] for e in tail) / len(tail)
+
+
+def _final_kill_rate(eps: list[Episode]) -> float:
+    tail = eps[-WINDOW:]
+    return sum(e[2] for e in tail) / len(tail)
+
+
+def steps_to_mark(eps: list[Episode], mark: float) -> tuple[float | None, bool]:
+    """Env steps at which the rolling-100 mean return first reaches `mark` (None: never); and whether the window was short."""
+    rolling, w = _rolling([e[1] for e in eps])
+    for i, value in enumerate(rolling):
+        if value >= mark:
+            return eps[i + w - 1][0], w < WINDOW
+    return None, bool(eps) and w < WINDOW
+
+
+def _median_or_never(values: list[float | None]) -> float | None:
+    """Median over seeds with "never" as infinitely late; None if that median is "never" (or no seeds)."""
+    if not values:
+        return None
+    median = statistics.median([math.inf if v is None else v for v in values])
+    return float(median) if math.isfinite(median) else None
+
+
+def chance(runs: Runs) -> tuple[float | None, str]:
+    """The return of the untrained policy and where it came from."""
+    if runs.get("zero"):
+        value = _mean([sum(e[1] for e in eps) / len(eps) for eps in runs["zero"].values() if eps])
+        if value is not None:
+            return value, (
+                f"zero condition: mean over {len(runs['zero'])} seed(s) of every episode's return "
+                "(a zero-input, bias-free decoder acts uniformly and never learns)"
+            )
+    firsts = [
+        sum(e[1] for e in eps[:WINDOW]) / len(eps[:WINDOW])
+        for by_seed in runs.values()
+        for eps in by_seed.values()
+        if eps
+    ]
+    return _mean(firsts), f"no zero condition: mean over {len(firsts)} run(s) of each run's first {WINDOW} episodes"
+
+
+def summarize(runs: Runs, scenario: str = SCENARIO) -> dict[str, Any]:
+    """Per-condition statistics, chance, the 90% mark, the tests against zero, verdicts and targets.
+
+    `runs` maps condition -> seed (str) -> [(env steps, return, killed)] in episode order. The targets
+    are defined on `basic` only; another scenario gets none (and a note saying so).
+    """
+    from experiments.analysis import compare, min_seeds_per_group, verdict
+
+    order = [*ALL_CONDITIONS, *sorted(set(runs) - set(ALL_CONDITIONS))]
+    runs = {c: runs[c] for c in order if c in runs and runs[c]}
+    notes: list[str] = []
+    summary: dict[str, dict[str, Any]] = {}
+    for condition, by_seed in runs.items():
+        summary[condition] = {
+            "seeds": len(by_seed),
+            "episodes": {seed: len(eps) for seed, eps in by_seed.items()},
+            "final_return_mean": _per_seed(by_seed, _final_return),
+            "final_kill_rate": _per_seed(by_seed, _final_kill_rate),
+        }
+    chance_return, chance_from = chance(runs)
+
+    # The 90% mark: 90% of the way from chance to direct's final return.
+    direct_final = summary.get("direct", {}).get("final_return_mean", {}).get("pooled")
+    mark = None
+    if "direct" not in runs:
+        notes.append("direct was not run: no 90% mark, steps_to_90pct_direct is null")
+    elif chance_return is None or direct_final is None:
+        notes.append("no finished episodes to set the 90% mark from")
+    elif direct_final <= chance_return + 1e-9 * max(1.0, abs(chance_return)):  # rounding is not learning
+        notes.append(
+            f"direct's final return {direct_final:.1f} is not above chance {chance_return:.1f}: "
+            "no 90% mark, steps_to_90pct_direct is null"
+        )
+    else:
+        mark = chance_return + 0.9 * (direct_final - chance_return)
+    for condition, by_seed in runs.items():
+        per_seed, short = {}, []
+        for seed, eps in by_seed.items():
+            per_seed[seed], was_short = steps_to_mark(eps, mark) if mark is not None else (None, False)
+            if was_short:
+                short.append(seed)
+        summary[condition]["steps_to_90pct_direct"] = {
+            "per_seed": per_seed,
+            "median": _median_or_never(list(per_seed.values())) if mark is not None else None,
+            "reached": sum(v is not None for v in per_seed.values()),
+            "short_window_seeds": short,  # runs with fewer than WINDOW episodes: the rolling mean is over all of them
+        }
+        if short:
+            notes.append(
+                f"{condition}: seed(s) {', '.join(short)} finished fewer than {WINDOW} episodes; "
+                "their windows hold all of their episodes"
+            )
+
+    # One-sided exact Mann-Whitney against zero, on per-seed finals.
+    comparisons: dict[str, Any] = {}
+    verdicts: dict[str, str] = {}
+    zero = summary.get("zero")
+    if zero is None:
+        notes.append("zero was not run: no tests against zero")
+    for condition, s in summary.items():
+        s.update(
+            {
+                "p_value_vs_zero": None,
+                "cliffs_delta_vs_zero": None,
+                "welch_p_vs_zero": None,
+                "kill_p_value_vs_zero": None,
+                "kill_cliffs_delta_vs_zero": None,
+            }
+        )
+        if zero is None or condition == "zero":
+            continue
+        values = [v for v in s["final_return_mean"]["per_seed"].values() if v is not None]
+        zero_values = [v for v in zero["final_return_mean"]["per_seed"].values() if v is not None]
+        c = compare(condition, values, "zero", zero_values, alternative="greater")
+        k = compare(
+            condition,
+            [v for v in s["final_kill_rate"]["per_seed"].values() if v is not None],
+            "zero",
+            [v for v in zero["final_kill_rate"]["per_seed"].values() if v is not None],
+            alternative="greater",
+        )
+        s.update(
+            {
+                "p_value_vs_zero": _finite(c.mann_whitney_p),
+                "cliffs_delta_vs_zero": _finite(c.cliffs_delta),
+                "welch_p_vs_zero": _finite(c.welch_p),
+                "kill_p_value_vs_zero": _finite(k.mann_whitney_p),
+                "kill_cliffs_delta_vs_zero": _finite(k.cliffs_delta),
+            }
+        )
+        comparisons[condition] = c
+        verdicts[condition] = verdict(c, alpha=ALPHA)
+
+    # The reference device's stimulation against spikeloop's, both ways (two-sided): does the choice matter?
+    if "sim" in summary and "sim_reference" in summary:
+
+        def finals(condition: str, key: str) -> list[float]:
+            return [v for v in summary[condition][key]["per_seed"].values() if v is not None]
+
+        r, k = (
+            compare("sim_reference", finals("sim_reference", key), "sim", finals("sim", key), alternative="two-sided")
+            for key in ("final_return_mean", "final_kill_rate")
+        )
+        summary["sim_reference"]["vs_sim"] = {
+            "difference_return": _finite(r.difference),
+            "p_value": _finite(r.mann_whitney_p),
+            "cliffs_delta": _finite(r.cliffs_delta),
+            "difference_kill_rate": _finite(k.difference),
+            "kill_p_value": _finite(k.mann_whitney_p),
+            "kill_cliffs_delta": _finite(k.cliffs_delta),
+            "test": "two-sided exact Mann-Whitney on per-seed finals (last 100 episodes)",
+        }
+
+    return {
+        "summary": summary,
+        "chance_return": chance_return,
+        "chance_from": chance_from,
+        "mark_90pct_return": mark,
+        "min_seeds_per_group": min_seeds_per_group(ALPHA, "greater"),
+        "alpha": ALPHA,
+        "verdicts": verdicts,
+        "targets": _targets(summary, min_seeds_per_group(ALPHA, "greater"))
+        if scenario == SCENARIO and set(summary) & set(CONDITIONS)
+        else {},
+        "feedback_effects": feedback_effects(summary),
+        "notes": notes if scenario == SCENARIO else [*notes, f"the targets are defined on {SCENARIO}: none read"],
+    }
+
+
+def feedback_effects(summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Each pair of `FEEDBACK_COMPARISONS` that ran: a - b in final return and kill rate, paired by seed.
+
+    Per pair: the per-seed differences (seeds both ran), their mean with a 95% t interval, the exact one-sided
+    Mann-Whitney p that a scores higher than b (unpaired, the test the positive control must pass at alpha 0.01)
+    and its two-sided p, the exact Wilcoxon signed-rank p on the paired differences (one- and two-sided), and
+    Cliff's delta.
+    """
+    from scipy import stats
+
+    from experiments.analysis import compare
+
+    out: dict[str, Any] = {}
+    for a, b in FEEDBACK_COMPARISONS:
+        if a not in summary or b not in summary:
+            continue
+        entry: dict[str, Any] = {}
+        for metric, key in (("final_return", "final_return_mean"), ("kill_rate", "final_kill_rate")):
+            va, vb = summary[a][key]["per_seed"], summary[b][key]["per_seed"]
+            seeds = sorted(set(va) & set(vb), key=int)
+            diffs = [va[s] - vb[s] for s in seeds if va[s] is not None and vb[s] is not None]
+            ra = [v for v in va.values() if v is not None]
+            rb = [v for v in vb.values() if v is not None]
+            mean = _mean(diffs)
+            low = high = None
+            if len(diffs) >= 2:
+                half = float(stats.t.ppf(0.975, len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs)))
+                low, high = mean - half, mean + half  # type: ignore[operator]
+            wilcoxon = {"greater": None, "two-sided": None}
+            if diffs and any(diffs):
+                for alternative in wilcoxon:
+                    wilcoxon[alternative] = _finite(float(stats.wilcoxon(diffs, alternative=alternative).pvalue))
+            entry[metric] = {
+                "per_seed_difference": dict(zip(seeds, diffs, strict=False)),
+                "mean_difference": _finite(mean),
+                "ci95_paired": [_finite(low), _finite(high)] if low is not None else None,
+                "mann_whitney_p_greater": _finite(compare(a, ra, b, rb, "greater").mann_whitney_p),
+                "mann_whitney_p_two_sided": _finite(compare(a, ra, b, rb, "two-sided").mann_whitney_p),
+                "wilcoxon_p_greater": wilcoxon["greater"],
+                "wilcoxon_p_two_sided": wilcoxon["two-sided"],
+                "cliffs_delta": _finite(compare(a, ra, b, rb).cliffs_delta),
+            }
+        out[f"{a} - {b}"] = entry
+    return out
+
+
+def _targets(summary: dict[str, dict[str, Any]], min_seeds: int) -> dict[str, Any]:
+    """The issue's targets, read from the summary: measured values and `met` (None: cannot be read)."""
+    targets: dict[str, Any] = {}
+
+    # (a) direct and transparent solve the scenario in every seed.
+    a: dict[str, Any] = {
+        "description": f"direct and transparent: kill rate >= {TARGET_KILL_RATE} and final return "
+        f">= {TARGET_RETURN} (last {WINDOW} episodes) in every seed",
+        "conditions": {},
+        "met": None,
+        "reason": None,
+    }
+    missing = [c for c in ("direct", "transparent") if c not in summary]
+    for condition in ("direct", "transparent"):
+        if condition not in summary:
+            continue
+        returns = summary[condition]["final_return_mean"]["per_seed"]
+        kills = summary[condition]["final_kill_rate"]["per_seed"]
+        per_seed = {
+            seed: {
+                "final_return": returns[seed],
+                "kill_rate": kills[seed],
+                "met": returns[seed] is not None
+                and kills[seed] is not None
+                and returns[seed] >= TARGET_RETURN
+                and kills[seed] >= TARGET_KILL_RATE,
+            }
+            for seed in returns
+        }
+        a["conditions"][condition] = {"per_seed": per_seed, "met": all(v["met"] for v in per_seed.values())}
+    if missing:
+        a["reason"] = f"{' and '.join(missing)} not run"
+    else:
+        a["met"] = all(v["met"] for v in a["conditions"].values())
+    targets["a_direct_transparent_solve"] = a
+
+    # (b) transparent reaches the 90% mark within 1.5x direct's env steps (medians over seeds).
+    b: dict[str, Any] = {
+        "description": f"transparent reaches the 90% mark (median over seeds) within "
+        f"{TARGET_STEPS_RATIO}x the env steps direct needs (median)",
+        "direct_median_steps": None,
+        "transparent_median_steps": None,
+        "ratio": None,
+        "met": None,
+        "reason": None,
+    }
+    missing = [c for c in ("direct", "transparent") if c not in summary]
+    if missing:
+        b["reason"] = f"{' and '.join(missing)} not run"
+    else:
+        d = summary["direct"]["steps_to_90pct_direct"]["median"]
+        t = summary["transparent"]["steps_to_90pct_direct"]["median"]
+        b["direct_median_steps"], b["transparent_median_steps"] = d, t
+        if d is None:
+            b["reason"] = "direct does not reach the 90% mark (median over seeds), or there is no mark"
+        elif t is None:
+            b["met"], b["reason"] = False, "transparent does not reach the 90% mark (median over seeds)"
+        else:
+            b["ratio"] = t / d if d > 0 else math.inf if t > 0 else 1.0
+            b["met"] = t <= TARGET_STEPS_RATIO * d
+            b["ratio"] = _finite(b["ratio"])
+    targets["b_transparent_speed"] = b
+
+    # (c) sim beats zero: one-sided exact Mann-Whitney p < alpha with enough seeds.
+    c: dict[str, Any] = {
+        "description": f"sim beats zero: one-sided Mann-Whitney p < {ALPHA} on per-seed final "
+        f"returns with >= {min_seeds} seeds per condition",
+        "p_value": None,
+        "seeds_sim": None,
+        "seeds_zero": None,
+        "min_seeds": min_seeds,
+        "met": None,
+        "reason": None,
+    }
+    missing = [x for x in ("sim", "zero") if x not in summary]
+    if missing:
+        c["reason"] = f"{' and '.join(missing)} not run"
+    else:
+        c["seeds_sim"], c["seeds_zero"] = summary["sim"]["seeds"], summary["zero"]["seeds"]
+        c["p_value"] = summary["sim"]["p_value_vs_zero"]
+        enough = min(c["seeds_sim"], c["seeds_zero"]) >= min_seeds
+        c["met"] = bool(enough and c["p_value"] is not None and c["p_value"] < ALPHA)
+        if not enough:
+            c["reason"] = f"fewer than {min_seeds} seeds per condition: no outcome could be significant"
+    targets["c_sim_beats_zero"] = c
+    return targets
+
+
+# --- curves as JSON ----------------------------------------------------------------
+
+
+def curves_from_episodes(episodes: list[Episode]) -> dict[str, list]:
+    """One run's episodes as compact parallel arrays."""
+    return {
+        "env_steps": [int(e[0]) for e in episodes],
+        "return": [round(float(e[1]), 4) for e in episodes],
+        "kill": [int(bool(e[2])) for e in episodes],
+    }
+
+
+def episodes_from_curves(curves: dict[str, list]) -> list[Episode]:
+    """The inverse of `curves_from_episodes`."""
+    return [
+        (float(s), float(r), bool(k))
+        for s, r, k in zip(curves["env_steps"], curves["return"], curves["kill"], strict=True)
+    ]
+
+
+def runs_from_result(result: dict[str, Any]) -> Runs:
+    """The episodes of every run in a result JSON."""
+    return {
+        condition: {seed: episodes_from_curves(curves) for seed, curves in by_seed.items()}
+        for condition, by_seed in result.get("runs", {}).items()
+    }
+
+
+def check_resume(existing: dict[str, Any], settings: dict[str, Any]) -> Runs:
+    """The runs an earlier result file holds, if it was measured with the same settings; ValueError if not."""
+    old = existing.get("settings")
+    if not isinstance(old, dict) or "runs" not in existing:
+        raise ValueError("--resume: the existing output is not a `bench learning` result (no settings or runs)")
+    differences = [
+        (what, old.get(key), settings.get(key))
+        for key, what in (
+            ("scenario", "scenario"),
+            ("env_steps_per_run", "env-step budget"),
+            ("base_experiment", "base experiment (experiments.schema learning settings)"),
+        )
+        if old.get(key) != settings.get(key)
+    ]
+    # Feedback controls: what they were run with, for the conditions both hold (a tuned dopamine culture must not
+    # be pooled with runs of the old one).
+    for key, what in (("feedback_on", "feedback of the feedback controls"), ("feedback_settle_ms", "settle time")):
+        if key in old and key in settings and old[key] != settings[key]:
+            differences.append((what, old[key], settings[key]))
+    old_cultures, new_cultures = old.get("culture", {}), settings.get("culture", {})
+    for condition in sorted(set(old_cultures) & set(new_cultures)):
+        if old_cultures[condition] != new_cultures[condition]:
+            changed = {
+                k: (old_cultures[condition].get(k), v)
+                for k, v in new_cultures[condition].items()
+                if old_cultures[condition].get(k) != v
+            }
+            differences.append((f"culture for {condition} (old, now)", changed, None))
+    for what, was, now in differences:
+        raise ValueError(
+            f"--resume: the existing output was measured with a different {what}: "
+            f"{was!r}, now {now!r}; use another --output or drop --resume"
+        )
+    return runs_from_result(existing)
+
+
+SIM_CONDITIONS = ("sim", "zero", "random", *FEEDBACK_CONDITIONS)
+"""The conditions that run the simulated culture (`--culture` applies to these)."""
+
+
+def _culture(condition: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The culture knobs a condition runs with (the dopamine knobs only where the rule uses them)."""
+    from bridge.device.simulated_culture import DOPAMINE_KNOBS, SimulatedCultureConfig
+
+    rule = FEEDBACK_CONDITIONS[condition][0] if condition in FEEDBACK_CONDITIONS else "stdp"
+    control = CONTROL_CULTURES[rule] if condition in FEEDBACK_CONDITIONS else {}
+    knobs = dataclasses.asdict(SimulatedCultureConfig.from_mapping(control | (overrides or {}) | {"plasticity": rule}))
+    used = {k: v for k, v in knobs.items() if rule == "dopamine_stdp" or k not in DOPAMINE_KNOBS}
+    return json.loads(json.dumps(used))  # tuples as lists, as read back
+
+
+def _settings(
+    scenario: str, conditions: Sequence[str], seeds: int, budget: int, culture: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    recorded = [c for c in conditions if c in FEEDBACK_CONDITIONS or (culture and c in SIM_CONDITIONS)]
+    return (
+        {
+            "scenario": scenario,
+            "conditions": list(conditions),
+            "seeds": seeds,
+            "env_steps_per_run": budget,
+            "base_experiment": BASE_EXPERIMENT,
+            "window_episodes": WINDOW,
+        }
+        | (
+            {
+                "feedback_conditions": {c: FEEDBACK_CONDITIONS[c] for c in conditions if c in FEEDBACK_CONDITIONS},
+                "feedback_on": FEEDBACK_ON,
+                "feedback_settle_ms": FEEDBACK_SETTLE_MS,
+            }
+            if set(conditions) & set(FEEDBACK_CONDITIONS)
+            else {}
+        )
+        | ({"culture": {c: _culture(c, culture) for c in recorded}} if recorded else {})
+    )
+
+
+def build_result(
+    settings: dict[str, Any], runs: Runs, run_facts: dict[str, dict[str, Any]], wall_s: float
+) -> dict[str, Any]:
+    """The whole result JSON (without provenance) from the runs so far."""
+    stats = summarize(runs, settings["scenario"])
+    curves = {
+        c: {seed: curves_from_episodes(eps) | run_facts.get(c, {}).get(seed, {}) for seed, eps in runs[c].items()}
+        for c in stats["summary"]
+    }
+    return {"settings": settings, "runs": curves} | stats | {"wall_s": round(wall_s, 1)}
+
+
+def _write_atomic(path: Path, result: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    write_result(tmp, _json_safe(result))
+    os.replace(tmp, path)
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN and infinities as null (JSON has no such numbers)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+# --- the figure ---------------------------------------------------------------------
+
+
+def _grid_curve(steps: Sequence[float], values: Sequence[float], grid) -> Any:
+    """A run's rolling-100 curve on the grid: NaN before its first point, held after its last."""
+    import numpy as np
+
+    rolling, w = _rolling(list(values))
+    out = np.full(len(grid), np.nan)
+    if not rolling:
+        return out
+    x = np.asarray(steps[w - 1 :], dtype=float)
+    y = np.asarray(rolling, dtype=float)
+    # Episodes of one iteration share its env-step stamp: keep the last value at each stamp.
+    last = np.r_[x[1:] != x[:-1], True]
+    x, y = x[last], y[last]
+    inside = grid >= x[0]
+    out[inside] = np.interp(grid[inside], x, y)
+    return out
+
+
+def draw_figure(result: dict[str, Any], path: Path) -> None:
+    """Rolling-100 return and kill rate against env steps, mean over seeds and min..max band; from the JSON alone."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    settings = result.get("settings", {})
+    budget = float(settings.get("env_steps_per_run") or 1)
+    # Runs stop at the end of the iteration that crosses the budget: the grid reaches their last point too.
+    end = max(
+        [
+            budget,
+            *(
+                max(c["env_steps"])
+                for by_seed in result.get("runs", {}).values()
+                for c in by_seed.values()
+                if c["env_steps"]
+            ),
+        ]
+    )
+    grid = np.linspace(0, end, 200)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), dpi=100)
+    for condition, by_seed in result.get("runs", {}).items():
+        for ax, key in zip(axes, ("return", "kill"), strict=True):
+            stacked = np.array(
+                [_grid_curve(c["env_steps"], [float(v) for v in c[key]], grid) for c in by_seed.values()]
+            ).reshape(len(by_seed), len(grid))
+            covered = np.isfinite(stacked).any(axis=0)
+            if not covered.any():
+                continue
+            mean = np.full(len(grid), np.nan)
+            low, high = mean.copy(), mean.copy()
+            mean[covered] = np.nanmean(stacked[:, covered], axis=0)
+            low[covered] = np.nanmin(stacked[:, covered], axis=0)
+            high[covered] = np.nanmax(stacked[:, covered], axis=0)
+            (line,) = ax.plot(
+                grid,
+                mean,
+                marker="o" if covered.sum() < 2 else None,  # one point: show it
+                label=f"{condition} ({len(by_seed)} seed{'s' if len(by_seed) != 1 else ''})",
+            )
+            ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+    if result.get("chance_return") is not None:
+        axes[0].axhline(result["chance_return"], color="grey", linestyle=":", linewidth=1, label="chance")
+    axes[0].set_ylabel(f"return (rolling {WINDOW} episodes)")
+    axes[1].set_ylabel(f"kill rate (rolling {WINDOW} episodes)")
+    axes[1].set_ylim(-0.02, 1.02)
+    for ax in axes:
+        ax.set_xlabel("env steps")
+        ax.set_xlim(0, end)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="best", fontsize=8)
+    fig.suptitle(
+        f"{settings.get('scenario', '?')}: learning curves, {int(budget)} env steps per run "
+        "(mean over seeds, band min..max)"
+    )
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+# --- the command --------------------------------------------------------------------
+
+
+def _culture_overrides(pairs: list[str]) -> dict[str, Any]:
+    """`--culture KNOB=VALUE` pairs as a mapping, checked against SimulatedCultureConfig."""
+    from bridge.device.program import culture_from_args
+
+    culture_from_args(pairs, None)  # ValueError names a bad knob or value
+    import yaml
+
+    return {key.strip(): yaml.safe_load(raw) for key, _, raw in (pair.partition("=") for pair in pairs)}
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    width = spec.split(".")[0]
+    return format("-", f">{width}") if value is None else format(value, spec)
+
+
+def table(result: dict[str, Any]) -> str:
+    """A short plain-text table of the summary."""
+    lines = [
+        f"{'condition':>11}  {'seeds':>5}  {'final return':>12}  {'kill rate':>9}  {'steps to 90%':>12}  "
+        f"{'p vs zero':>9}"
+    ]
+    for condition, s in result["summary"].items():
+        lines.append(
+            f"{condition:>11}  {s['seeds']:>5}  {_fmt(s['final_return_mean']['pooled'], '12.1f')}  "
+            f"{_fmt(s['final_kill_rate']['pooled'], '9.2f')}  "
+            f"{_fmt(s['steps_to_90pct_direct']['median'], '12.0f')}  {_fmt(s['p_value_vs_zero'], '9.3g')}"
+        )
+    lines.append(f"chance return {_fmt(result.get('chance_return'), '.1f')} ({result.get('chance_from')})")
+    vs_sim = result["summary"].get("sim_reference", {}).get("vs_sim")
+    if vs_sim:
+        lines.append(
+            f"sim_reference - sim: return {_fmt(vs_sim['difference_return'], '+.1f')} "
+            f"(p {_fmt(vs_sim['p_value'], '.3g')}, Cliff's delta {_fmt(vs_sim['cliffs_delta'], '+.2f')}), kill rate "
+            f"{_fmt(vs_sim['difference_kill_rate'], '+.2f')} (p {_fmt(vs_sim['kill_p_value'], '.3g')}), two-sided"
+        )
+    for name, target in result.get("targets", {}).items():
+        met = {True: "met", False: "NOT met", None: "not read"}[target["met"]]
+        lines.append(f"target {name}: {met}" + (f" ({target['reason']})" if target.get("reason") else ""))
+    for pair, effect in result.get("feedback_effects", {}).items():
+        r = effect["final_return"]
+        ci = r["ci95_paired"] or [None, None]
+        lines.append(
+            f"{pair}: return {_fmt(r['mean_difference'], '.1f')} (95% CI {_fmt(ci[0], '.1f')} .. "
+            f"{_fmt(ci[1], '.1f')}), Mann-Whitney p(greater) {_fmt(r['mann_whitney_p_greater'], '.3g')}, "
+            f"kill rate {_fmt(effect['kill_rate']['mean_difference'], '.2f')}"
+        )
+    return "\n".join(lines)
+
+
+def main(
+    argv: list[str] | None = None,
+    *,
+    name: str = "learning",
+    description: str = __doc__,
+    default_conditions: Sequence[str] = CONDITIONS,
+    default_output: Path = DEFAULT_OUTPUT,
+) -> int:
+    """Run the benchmark, write its JSON and figure (`bench ablation` runs it with its own defaults)."""
+    parser = argparse.ArgumentParser(
+        prog=f"spikeloop bench {name}", description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--scenario", default=SCENARIO, help=f"VizDoom scenario (default {SCENARIO})")
+    parser.add_argument(
+        "--conditions",
+        nargs="+",
+        choices=ALL_CONDITIONS,
+        default=list(default_conditions),
+        help=f"conditions to run (default: {' '.join(default_conditions)}; sim_reference: the sim culture "
+        "stimulated as the reference device does)",
+    )
+    parser.add_argument("--seeds", type=int, default=5, help="seeds per condition, 0..N-1 (default 5)")
+    parser.add_argument(
+        "--env-steps",
+        type=int,
+        default=DEFAULT_ENV_STEPS,
+        help=f"env-step budget per run (default {DEFAULT_ENV_STEPS}: about 40 minutes for 5 seeds on 2 cores)",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help=f"result file (default {default_output}; {default_output.stem}-SCENARIO.json for another scenario)",
+    )
+    parser.add_argument("--figure", type=Path, default=None, help="figure file (default: the output path with .png)")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip the (condition, seed) runs the output file already holds (same settings only)",
+    )
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="take the runs of another result file too (same settings only; e.g. conditions run in parallel "
+        "into separate files), as if resumed from it (repeatable)",
+    )
+    parser.add_argument(
+        "--culture",
+        action="append",
+        default=[],
+        metavar="KNOB=VALUE",
+        help="set a knob of the simulated culture in every condition that runs one (repeatable; recorded in the "
+        "result; `spikeloop device --culture-help` lists the knobs), e.g. --culture dopamine_tau_ms=300",
+    )
+    args = parser.parse_args(argv)
+    try:
+        culture = _culture_overrides(args.culture)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.seeds < 1:
+        parser.error(f"--seeds must be >= 1 (got {args.seeds})")
+    if args.env_steps < MIN_ENV_STEPS:
+        parser.error(f"--env-steps must be >= {MIN_ENV_STEPS} (got {args.env_steps}): too few steps for any episode")
+    conditions = [c for c in ALL_CONDITIONS if c in set(args.conditions)]
+    if args.output is None:
+        args.output = (
+            default_output
+            if args.scenario == SCENARIO
+            else default_output.with_name(f"{default_output.stem}-{args.scenario}{default_output.suffix}")
+        )
+    figure = args.figure or args.output.with_suffix(".png")
+    settings = _settings(args.scenario, conditions, args.seeds, args.env_steps, culture)
+
+    runs: Runs = {}
+    run_facts: dict[str, dict[str, Any]] = {}
+    wall_before = 0.0
+    sources = ([args.output] if args.resume and args.output.is_file() else []) + list(args.merge)
+    held, seeds = list(conditions), args.seeds
+    for source in sources:
+        try:
+            existing = json.loads(source.read_text())
+            earlier = check_resume(existing, settings)
+        except (OSError, ValueError) as exc:
+            parser.error(f"{source}: {exc}")
+        for condition, by_seed in earlier.items():
+            for seed, episodes in by_seed.items():
+                if seed in runs.get(condition, {}):
+                    parser.error(f"{source}: {condition} seed {seed} is also in an earlier file; merge each run once")
+                runs.setdefault(condition, {})[seed] = episodes
+                facts = existing["runs"][condition][seed]
+                run_facts.setdefault(condition, {})[seed] = {
+                    k: v for k, v in facts.items() if k not in ("env_steps", "return", "kill")
+                }
+        wall_before += float(existing.get("wall_s") or 0.0)
+        # The file keeps every run it held: settings cover the union.
+        held += existing["settings"].get("conditions", [])
+        seeds = max(seeds, int(existing["settings"].get("seeds", 0)))
+        print(f"[learning] {source}: {sum(len(v) for v in earlier.values())} run(s) already done", file=sys.stderr)
+    if sources:
+        held_conditions = [c for c in ALL_CONDITIONS if c in set(held)]
+        settings = _settings(args.scenario, held_conditions, seeds, args.env_steps, culture)
+
+    # Interleaved (for each seed, every condition) so that drift in machine load hits every condition.
+    todo = [(c, seed) for seed in range(args.seeds) for c in conditions if str(seed) not in runs.get(c, {})]
+    result: dict[str, Any] | None = None
+    t0 = time.monotonic()
+    if todo:
+        import ray
+
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+        try:
+            for n, (condition, seed) in enumerate(todo, 1):
+                print(f"[learning] run {n}/{len(todo)}: {condition} seed {seed}", file=sys.stderr, flush=True)
+                episodes, facts = train_run(condition, seed, args.env_steps, args.scenario, culture)
+                runs.setdefault(condition, {})[str(seed)] = episodes
+                run_facts.setdefault(condition, {})[str(seed)] = facts
+                result = build_result(settings, runs, run_facts, wall_before + time.monotonic() - t0)
+                result |= provenance(name, argv)
+                _write_atomic(args.output, result)
+        finally:
+            ray.shutdown()
+    if result is None:  # every run was there already
+        result = build_result(settings, runs, run_facts, wall_before) | provenance(name, argv)
+        _write_atomic(args.output, result)
+    draw_figure(result, figure)
+    print(table(result))
+    for note in result["notes"]:
+        print(f"note: {note}")
+    print(f"written to {args.output} and {figure}")
+    return 0
