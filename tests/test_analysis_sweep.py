@@ -244,7 +244,12 @@ def test_check_plans_the_sweep() -> None:
     assert (p.configurations, p.seeds, p.trials) == (16, 10, 160)
     data = json.loads((REPO / "docs" / "benchmarks" / "learning.json").read_text())
     rate = float(np.median([r["env_steps_total"] / r["wall_s"] for r in data["runs"]["sim"].values()]))
-    assert p.seconds == pytest.approx(160 * 20_480 / rate)  # the stop at 20,000 is reached at whole batches of 1,024
+    # the stop at 20,000 is reached at whole batches of 1,024; its trials sample in their own process (no env
+    # runners: one CPU each), so two run side by side on 2 cores
+    assert experiment.resources.num_env_runners == 0 and plan.cpus_per_trial(experiment) == 1
+    assert p.seconds == pytest.approx(160 * 20_480 / rate / 2)
+    one_runner = load_experiment(REPO / "experiments" / "sweep_feedback.yaml", ["resources.num_env_runners=1"])
+    assert plan.plan(one_runner, cpus=2).seconds == pytest.approx(2 * plan.plan(one_runner, cpus=4).seconds)
     assert "sim` trains at" in p.basis and "learning.json" in p.basis
     lines = plan.lines(experiment, cpus=2)
     assert lines[0].startswith("[info] sweep: 16 configuration(s)") and "= 160 trial(s)" in lines[0]

@@ -8,9 +8,8 @@
   scenario): `direct`, `transparent`, `sim`, or the `zero` / `random` ablation. A real-time device
   (a CL1, or `realtime: true`) steps at most as fast as the paced loop (docs/benchmarks/loop.json).
   A trial's budget is its first stop condition: env steps, iterations x the train batch, episodes x
-  the condition's mean episode length, or `time_s`. Trials run side by side only as far as this
-  machine has cores beyond the reference machine's (a CPU-bound trial gains nothing from sharing
-  two cores); hardware devices serve one trial at a time. Ray's start and each trial's own start
+  the condition's mean episode length, or `time_s`. Trials run side by side as far as this machine's
+  cores hold the CPUs each asks for (`cpus_per_trial`); hardware devices serve one trial at a time. Ray's start and each trial's own start
   (tens of seconds on 2 cores) are not included.
 - **Power**: the smallest difference in final return (and kill rate) that `tune.seeds` paired seeds
   detect with 80% power at alpha 0.05 divided by the comparisons against the baseline (Holm's first
@@ -135,13 +134,26 @@ def _wall_time(experiment, trials: int, cpus: float | None) -> tuple[float | Non
         return None, "no estimate: no stop condition that can be turned into env steps"
     per_trial, budget = min(budgets)
     here = cpus if cpus is not None else float(os.cpu_count() or 1)
-    side_by_side = 1 if hardware else max(1, int(here // bench_cpus))
+    trial_cpus = cpus_per_trial(experiment)
+    side_by_side = 1 if hardware else max(1, int(here // trial_cpus))
     side_by_side = min(side_by_side, experiment.tune.max_concurrent_trials or trials, trials)
     seconds = trials * per_trial / side_by_side
     return seconds, (
         f"{trials} trial(s) x {budget} (first stop reached) at that rate, {side_by_side} at a time on "
-        f"{here:g} cores ({bench_cpus} in the benchmark); {source}; Ray's and each trial's start not included"
+        f"{here:g} cores ({trial_cpus:g} per trial; the benchmark ran one at a time on {bench_cpus}); {source}; "
+        "Ray's and each trial's start not included"
     )
+
+
+def cpus_per_trial(experiment) -> float:
+    """CPUs one trial holds: its own process (which samples when it has no env runners), one per env runner and learner.
+
+    PPO samples and learns in turn, so a trial keeps about one core busy however its work is spread: the benchmark's
+    rate (one env runner beside the trial, alone on the machine) holds for each of the trials that fit side by side.
+    Measured: `sweep_feedback.yaml`'s trials (no env runners) took about 340 s each for 20,480 env steps, two at a time
+    on a quiet 2-core machine (docs/benchmarks.md, "feedback sweep"), the benchmark's rate about 400 s alone."""
+    r = experiment.resources
+    return float(1 + r.num_env_runners + r.num_learners)
 
 
 def _default_scenario() -> str:
