@@ -21,6 +21,7 @@ import numpy as np
 
 from bridge.channels import N_ELECTRODES, N_SPIKE_GROUPS, PHASE_WIDTH_US, electrode_to_group
 from bridge.protocol import EventMessage, FeedbackCommand
+from bridge.settings import STIM_MODE
 
 
 def group_matrix() -> np.ndarray:
@@ -31,7 +32,7 @@ def group_matrix() -> np.ndarray:
     return m
 
 
-STIM_MODES = ("burst", "reference")
+STIM_MODES = STIM_MODE.choices
 """How a device turns one stimulation command into pulses on the encoding electrodes.
 
 `burst` (spikeloop's default): each electrode gets a burst lasting one hardware tick at its frequency
