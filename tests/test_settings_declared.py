@@ -19,10 +19,14 @@ from typing import Any
 
 import pytest
 
+from bridge import bench_device
 from bridge import settings as declared
 from bridge.backends import make_backend
 from bridge.backends.cl import ClBackend
+from bridge.backends.random_counts import RandomBackend
 from bridge.backends.sim import SimBackend
+from bridge.backends.transparent import TransparentBackend
+from bridge.backends.zero import ZeroBackend
 from bridge.core import BridgeConfig
 from bridge.device import DeviceConfig, build_parser
 from bridge.settings import SETTINGS, Setting, settings_table
@@ -42,8 +46,13 @@ HOLDERS: tuple[Any, ...] = (
     make_backend,
     SimBackend.__init__,
     ClBackend.__init__,
+    ZeroBackend.__init__,
+    RandomBackend.__init__,
+    TransparentBackend.__init__,
+    bench_device.main,
 )
-"""Every class, function and parser that holds declared settings (found by their qualified names in their files)."""
+"""Every class, function and parser that holds declared settings (found by their qualified names in their files):
+the schema validates a `devices` entry straight into DeviceSettings, so that is the schema's device section."""
 
 NAMES = {name: s for s in SETTINGS for name in (s.name, *s.also_named)}
 FLAGS = {s.flag for s in SETTINGS if s.flag}
@@ -211,21 +220,21 @@ def build_parser():
 
 def test_the_scan_names_file_holder_and_field_of_a_second_declaration() -> None:
     holders = {"BridgeConfig", "LoopSection", "make_backend", "build_parser"}
-    problems, found = second_declarations(PLANTED, "bridge/planted.py", holders)
+    problems, found = second_declarations(PLANTED, "<planted>", holders)
     assert found == holders
     assert [p.split(": a second")[0] for p in problems] == [
-        "bridge/planted.py:8: BridgeConfig.reply_spin_ms = 1.0",
-        "bridge/planted.py:12: LoopSection.max_wait_s = 700.0",
-        "bridge/planted.py:14: make_backend.seed = 0",
-        "bridge/planted.py:18: build_parser.--seed = 0",
-        "bridge/planted.py:19: build_parser.--stim-mode = nothing (argparse's None)",
+        "<planted>:8: BridgeConfig.reply_spin_ms = 1.0",
+        "<planted>:12: LoopSection.max_wait_s = 700.0",
+        "<planted>:14: make_backend.seed = 0",
+        "<planted>:18: build_parser.--seed = 0",
+        "<planted>:19: build_parser.--stim-mode = nothing (argparse's None)",
     ]
     # The same source with the defaults taken from the declarations passes.
     fixed = PLANTED.replace("reply_spin_ms: float = 1.0", "reply_spin_ms: float = TIMEOUT_S.default")
     fixed = fixed.replace(", default=700.0", ", default=None").replace("seed: int = 0", "seed: int = TIMEOUT_S.default")
     fixed = fixed.replace('"--seed", type=int, default=0', '"--seed", default=TIMEOUT_S.default')
     fixed = fixed.replace('choices=("burst", "reference")', "default=TIMEOUT_S.default")
-    assert second_declarations(fixed, "bridge/planted.py", holders)[0] == []
+    assert second_declarations(fixed, "<planted>", holders)[0] == []
 
 
 def test_each_setting_is_declared_once_and_listed() -> None:
