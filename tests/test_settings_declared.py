@@ -13,6 +13,7 @@ import argparse
 import ast
 import dataclasses
 import inspect
+import re
 import typing
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from bridge.backends.random_counts import RandomBackend
 from bridge.backends.sim import SimBackend
 from bridge.backends.transparent import TransparentBackend
 from bridge.backends.zero import ZeroBackend
+from bridge.client import BridgeClient
 from bridge.core import BridgeConfig
 from bridge.device import DeviceConfig, build_parser
 from bridge.settings import SETTINGS, Setting, settings_table
@@ -50,6 +52,7 @@ HOLDERS: tuple[Any, ...] = (
     RandomBackend.__init__,
     TransparentBackend.__init__,
     bench_device.main,
+    BridgeClient.__init__,
 )
 """Every class, function and parser that holds declared settings (found by their qualified names in their files):
 the schema validates a `devices` entry straight into DeviceSettings, so that is the schema's device section."""
@@ -292,6 +295,24 @@ def test_the_docs_carry_the_generated_settings_table() -> None:
         "docs/architecture.md's settings table differs from bridge/settings.py: run "
         "`python -m bridge.settings --update-docs docs/architecture.md`"
     )
+
+
+# "`loop.max_wait_s` (default 600 s", "`status_requests` (..., default `true`", "`timeout_policy`: `"zeros"` (default)"
+PROSE_DEFAULT = re.compile(r"`(?:loop\.|devices\.\d+\.)?(\w+)` \([^)]*?default `?([\w.]+)")
+PROSE_DEFAULT_BEFORE = re.compile(r"`(?:loop\.|devices\.\d+\.)?(\w+)`: `\"?([\w.]+)\"?` \(default\)")
+
+
+def test_defaults_the_prose_of_the_docs_names_are_the_declarations() -> None:
+    said = []
+    for doc in (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))):
+        text = doc.read_text(encoding="utf-8")
+        for pattern in (PROSE_DEFAULT, PROSE_DEFAULT_BEFORE):
+            said += [(doc.name, *m.groups()) for m in pattern.finditer(text) if m.group(1) in NAMES]
+    assert len(said) >= 3, f"the scan must find the defaults the README states, found {said}"
+    for doc, name, value in said:
+        options = {declared._cell(s.default) for s in SETTINGS if name in (s.name, *s.also_named)}
+        number = {declared._cell(float(value))} if re.fullmatch(r"\d+(\.\d+)?", value) else set()
+        assert ({value} | number) & options, f"{doc}: `{name}` said to default to {value}; declared: {options}"
 
 
 def test_a_declaration_refuses_a_default_outside_its_own_bounds() -> None:
