@@ -111,6 +111,7 @@ from bridge.settings import (
     FEEDBACK_SETTLE_MS,
     RANDOM_SPIKE_RATE_HZ,
     SEED,
+    SETTINGS,
     STIM_MODE,
     TICK_FREQUENCY_HZ,
 )
@@ -1097,6 +1098,26 @@ def config_from_args(args: argparse.Namespace) -> DeviceConfig:
     except ValueError as exc:
         field_name, _, rest = str(exc).partition("=")
         raise ValueError(f"{ADDRESS_FLAGS.get(field_name, field_name)} {rest}") from None
+    culture = culture_from_args(args.culture, args.culture_file)
+    try:
+        return _device_config(args, address, envelope, dose_budget, culture)
+    except ValueError as exc:  # a declared setting's check names its field: say which flag sets it
+        field_name = str(exc).removeprefix("device ").partition("=")[0]
+        setting_flag = SETTING_FLAGS.get(field_name)
+        raise ValueError(f"{setting_flag}: {exc}" if setting_flag else str(exc)) from None
+
+
+SETTING_FLAGS = {s.name: s.flag for s in SETTINGS if s.flag}
+"""The flag that sets each declared setting of the device program (bridge/settings.py)."""
+
+
+def _device_config(
+    args: argparse.Namespace,
+    address: DeviceAddress,
+    envelope: SafetyEnvelope,
+    dose_budget: DoseBudget,
+    culture: SimulatedCultureConfig | None,
+) -> DeviceConfig:
     return DeviceConfig(
         address=address,
         tick_frequency_hz=args.tick_frequency,
@@ -1117,7 +1138,7 @@ def config_from_args(args: argparse.Namespace) -> DeviceConfig:
         reply_from=args.reply_from.replace("-", "_"),
         answer_previous=args.answer_previous,
         chatty=args.chatty,
-        culture=culture_from_args(args.culture, args.culture_file),
+        culture=culture,
         feedback_settle_ms=args.feedback_settle_ms,
         stim_mode=args.stim_mode,
         exit_on_error_complete=args.exit_on_error_complete,

@@ -30,7 +30,7 @@ from bridge.backends.transparent import TransparentBackend
 from bridge.backends.zero import ZeroBackend
 from bridge.client import BridgeClient
 from bridge.core import BridgeConfig
-from bridge.device import DeviceConfig, build_parser
+from bridge.device import DeviceConfig, build_parser, config_from_args
 from bridge.settings import SETTINGS, Setting, settings_table
 from experiments.closed_loop.settings import CultureSettings, DeviceSettings
 from experiments.commands import check
@@ -286,6 +286,15 @@ def test_the_device_programs_flags_take_default_and_help_from_the_declarations()
             assert setting.allowed() in action.help, f"{setting.flag}: its help names what is allowed"
     assert PROGRAM_FIELDS.keys() == {s.name for s in SETTINGS if s.flag}
     assert isinstance(actions["--as-fast-as-possible"], argparse.Action)
+
+
+@pytest.mark.parametrize("setting", [s for s in SETTINGS if s.flag and s.bounds()], ids=lambda s: s.flag)
+def test_the_device_program_refuses_a_value_outside_the_declaration_naming_the_flag(setting: Setting) -> None:
+    value = _outside(setting)
+    with pytest.raises(ValueError) as info:
+        config_from_args(build_parser().parse_args([setting.flag, str(value)]))
+    assert str(info.value).startswith(f"{setting.flag}: device {setting.name}="), info.value
+    assert str(info.value).endswith(f"must be {setting.rule()}"), info.value
 
 
 def test_the_docs_carry_the_generated_settings_table() -> None:
