@@ -31,7 +31,7 @@ class Setting:
     """One setting: its key, type, default, bounds (or choices), unit and what it means."""
 
     name: str
-    """The key: a YAML key, a dataclass field and (with `_` as `-`) a flag, unless `flag` says otherwise."""
+    """The key: the YAML key and the holders' field name (two declarations may share one: see `meaning`)."""
     type: type
     default: Any
     meaning: str
@@ -119,9 +119,7 @@ class Setting:
 
     def help(self, more: str = "") -> str:
         """Help text of the setting's flag: its meaning, `more`, and what is allowed (argparse adds the default)."""
-        bounds = (
-            "" if self.choices or self.type is bool else f"; {self.allowed()}" + (f" {self.unit}" if self.unit else "")
-        )
+        bounds = "" if self.choices or self.type is bool else f"; {self.rule()}"
         return (self.meaning + (f"; {more}" if more else "") + bounds).replace("%", "%%")
 
     def add_flag(self, parser: argparse._ActionsContainer, more: str = "", **kwargs: Any) -> argparse.Action:
@@ -271,7 +269,7 @@ DEVICE_REALTIME = Setting(
     bool,
     True,
     "a device program started by hand: its culture time follows the wall clock, as a CL1's does "
-    "(--as-fast-as-possible: simulate the windows at once and reply as soon as computed)",
+    "(--as-fast-as-possible: each reply as soon as it is computed)",
     ("spikeloop device --realtime / --as-fast-as-possible",),
     flag="--realtime",
 )

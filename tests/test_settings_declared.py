@@ -283,7 +283,7 @@ def test_the_device_programs_flags_take_default_and_help_from_the_declarations()
         assert getattr(args, action.dest) == setting.default, setting.flag
         assert action.help is not None and setting.meaning in action.help, setting.flag
         if setting.type in (int, float) and setting.bounds():
-            assert setting.allowed() in action.help, f"{setting.flag}: its help names what is allowed"
+            assert setting.rule() in action.help, f"{setting.flag}: its help names what is allowed"
     assert PROGRAM_FIELDS.keys() == {s.name for s in SETTINGS if s.flag}
     assert isinstance(actions["--as-fast-as-possible"], argparse.Action)
 
