@@ -132,6 +132,10 @@ class Setting:
         return parser.add_argument(self.flag, default=self.default, help=self.help(more), **kwargs)
 
 
+SEED_LIMIT = 2**32
+"""Seeds numpy's legacy seeding (which RLlib uses), torch and vizdoom all take are below this."""
+
+
 def _num(value: float) -> str:
     """A bound as written: whole numbers in full (4294967296, not 4.29497e+09)."""
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
@@ -280,7 +284,7 @@ SEED = Setting(
     "seed of the simulated culture or the random counts (an experiment's env runner i adds i)",
     (_DEVICE + "seed", "spikeloop device --seed"),
     ge=0,
-    lt=2**32,
+    lt=SEED_LIMIT,
     flag="--seed",
 )
 TICK_FREQUENCY_HZ = Setting(

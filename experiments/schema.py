@@ -50,6 +50,7 @@ from bridge.settings import (
     MAX_WAIT_S,
     ON_DEVICE_LOSS,
     REPLY_SPIN_MS,
+    SEED_LIMIT,
     TIMEOUT_POLICY,
     TIMEOUT_S,
     Setting,
@@ -67,9 +68,7 @@ from experiments.closed_loop.feedback import (
 from experiments.closed_loop.meter import MeterSettings
 from experiments.closed_loop.sampling import SamplePace
 from experiments.closed_loop.settings import (
-    DEFAULT_MAX_WAIT_S,
     MAX_SEED,
-    SEED_LIMIT,
     CultureSettings,
     DeviceSettings,
 )
@@ -171,7 +170,7 @@ class LoopSection(BaseModel):
     @model_validator(mode="after")
     def _default_wait(self) -> LoopSection:
         if self.on_device_loss == "wait" and self.max_wait_s is None:
-            self.max_wait_s = DEFAULT_MAX_WAIT_S  # written out in the resolved experiment
+            self.max_wait_s = MAX_WAIT_S.default  # written out in the resolved experiment
         return self
 
 
@@ -526,7 +525,7 @@ class Experiment(BaseModel):
             timeout_policy=self.loop.timeout_policy,
             max_consecutive_timeouts=self.loop.max_consecutive_timeouts,
             on_device_loss=self.loop.on_device_loss,
-            max_wait_s=self.loop.max_wait_s or DEFAULT_MAX_WAIT_S,
+            max_wait_s=self.loop.max_wait_s or MAX_WAIT_S.default,
             feedback=protocol_settings.condition_feedback(self.protocol, self.feedback),
             fast_path=self.loop.fast_path,
             reply_spin_ms=self.loop.reply_spin_ms,

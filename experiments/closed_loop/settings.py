@@ -44,11 +44,9 @@ SIMULATED_BACKENDS = tuple(b for b in BACKEND.choices if b != "cl1")
 DEVICE_ID_CHARACTERS = "A-Za-z0-9_.-"
 DEVICE_ID = re.compile(f"[{DEVICE_ID_CHARACTERS}]+")
 """A device id names a Ray actor, a node resource (`cl1:<id>`) and files: no separators, spaces or quotes."""
-SEED_LIMIT = int(SEED.lt or 0)
-"""Seeds numpy's legacy seeding (which RLlib uses), torch and vizdoom all take are below this."""
 MAX_SEED = 2**31 - 1
 """The largest seed an experiment may set: the seeds derived from it (plus a sweep's seed number, plus an env
-runner's index) stay below SEED_LIMIT."""
+runner's index) stay below bridge.settings.SEED_LIMIT."""
 UNPACED_REPLY_TIMEOUT_S = 30.0
 """The reply timeout of an unpaced simulated device (`realtime: false`), whatever `loop.timeout_s` says. Its reply
 costs computation only, so a late one means a starved CPU, not a slow culture: acting on zeros then would make the
@@ -56,10 +54,6 @@ run depend on the machine's load (docs/architecture.md, "Unpaced simulated runs 
 finite, so that a device that died is reported."""
 DEVICE_SLOT_RESOURCE = "cl1_slot"
 """Every node that owns CL1 devices advertises one of these per device; each env runner takes one."""
-DEFAULT_MAX_WAIT_S = MAX_WAIT_S.default
-"""`loop.on_device_loss: wait`: how long a trial waits for a lost device to answer again before it stops."""
-MAX_WAIT_S_LIMIT = float(MAX_WAIT_S.le or 0)
-"""The longest wait an experiment may set (a day): past it, stop and `--resume` when the device is back."""
 
 
 @dataclass(frozen=True)
