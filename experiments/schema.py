@@ -44,6 +44,18 @@ from bridge.device.simulated_culture import SimulatedCultureConfig
 from bridge.wire.address import DeviceAddress
 from bridge.wire.channels import ENCODING_ELECTRODES, N_ELECTRODES
 from bridge.wire.safety import SafetyEnvelope, SafetyViolation
+from bridge.wire.settings import (
+    ENVELOPE_POLICY,
+    FAST_PATH,
+    MAX_CONSECUTIVE_TIMEOUTS,
+    MAX_WAIT_S,
+    ON_DEVICE_LOSS,
+    REPLY_SPIN_MS,
+    SEED_LIMIT,
+    TIMEOUT_POLICY,
+    TIMEOUT_S,
+    Setting,
+)
 from experiments.dotted import get_path
 from experiments.live_view.progress import RunBudget
 from experiments.live_view.settings import ViewSettings
@@ -61,10 +73,7 @@ from models.closed_loop.meter import MeterSettings
 from models.closed_loop.sampling import SamplePace
 from models.closed_loop.session_record import DEFAULT_FLUSH_S
 from models.closed_loop.settings import (
-    DEFAULT_MAX_WAIT_S,
     MAX_SEED,
-    MAX_WAIT_S_LIMIT,
-    SEED_LIMIT,
     CultureSettings,
     DeviceSettings,
 )
@@ -115,30 +124,25 @@ MAX_VALUES = 100_000
 """Values (mappings, lists, scalars) in one experiment; YAML aliases count once per use."""
 
 
+def setting_field(setting: Setting, **overrides: Any) -> Any:
+    """A pydantic Field from a declared setting (bridge/wire/settings.py): its default, bounds and meaning."""
+    kwargs: dict[str, Any] = {"default": setting.default, **setting.bounds(), "description": setting.meaning}
+    return Field(**(kwargs | overrides))
+
+
 class LoopSection(BaseModel):
-    """How env runners treat their device: timeouts, device loss, safety policy."""
+    """How env runners treat their device: timeouts, device loss, safety policy (declared in bridge/wire/settings.py)."""
 
     model_config = STRICT
-    timeout_s: float = Field(0.5, gt=0, le=10, description="wait for a spike reply this long")
-    timeout_policy: Literal["zeros", "raise"] = "zeros"
-    max_consecutive_timeouts: int = Field(20, ge=1)
-    on_device_loss: Literal["continue", "stop", "wait"] = Field(
-        "stop",
-        description="after max_consecutive_timeouts in a row: continue on zero spikes, stop the trial (resumable), "
-        "or wait (the env step blocks, probing the device, up to max_wait_s; then stop)",
-    )
-    max_wait_s: float | None = Field(
-        None,
-        gt=0,
-        le=MAX_WAIT_S_LIMIT,
-        description=f"on_device_loss: wait only: how long to wait for a lost device to answer again before the "
-        f"trial stops as with stop (default {DEFAULT_MAX_WAIT_S:g})",
-    )
-    envelope_policy: Literal["clamp", "raise"] = "clamp"
-    fast_path: bool = True
-    reply_spin_ms: float = Field(
-        1.0, ge=0, le=20, description="the bridge polls for a reply this long either side of its expected arrival"
-    )
+    timeout_s: float = setting_field(TIMEOUT_S)
+    timeout_policy: Literal[TIMEOUT_POLICY.choices] = setting_field(TIMEOUT_POLICY)  # type: ignore[valid-type]
+    max_consecutive_timeouts: int = setting_field(MAX_CONSECUTIVE_TIMEOUTS)
+    on_device_loss: Literal[ON_DEVICE_LOSS.choices] = setting_field(ON_DEVICE_LOSS)  # type: ignore[valid-type]
+    # Unset unless on_device_loss is wait: then its declared default is written in (_default_wait).
+    max_wait_s: float | None = setting_field(MAX_WAIT_S, default=None)
+    envelope_policy: Literal[ENVELOPE_POLICY.choices] = setting_field(ENVELOPE_POLICY)  # type: ignore[valid-type]
+    fast_path: bool = setting_field(FAST_PATH)
+    reply_spin_ms: float = setting_field(REPLY_SPIN_MS)
     sample_timeout_s: float | Literal["auto"] = Field(
         "auto",
         description="how long RLlib waits for an env runner's sample before training without it; auto: the "
@@ -166,7 +170,7 @@ class LoopSection(BaseModel):
     @model_validator(mode="after")
     def _default_wait(self) -> LoopSection:
         if self.on_device_loss == "wait" and self.max_wait_s is None:
-            self.max_wait_s = DEFAULT_MAX_WAIT_S  # written out in the resolved experiment
+            self.max_wait_s = MAX_WAIT_S.default  # written out in the resolved experiment
         return self
 
 
@@ -521,7 +525,7 @@ class Experiment(BaseModel):
             timeout_policy=self.loop.timeout_policy,
             max_consecutive_timeouts=self.loop.max_consecutive_timeouts,
             on_device_loss=self.loop.on_device_loss,
-            max_wait_s=self.loop.max_wait_s or DEFAULT_MAX_WAIT_S,
+            max_wait_s=self.loop.max_wait_s or MAX_WAIT_S.default,
             feedback=protocol_settings.condition_feedback(self.protocol, self.feedback),
             fast_path=self.loop.fast_path,
             reply_spin_ms=self.loop.reply_spin_ms,

@@ -84,7 +84,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from bridge.device.backends import BACKEND_NAMES, STIM_MODES, Backend, make_backend
+from bridge.device.backends import Backend, make_backend
 from bridge.device.dose import DoseBudget, DoseMeter, DoseRefusal, feedback_charges_nc, stim_charges_nc
 from bridge.device.simulated_culture import SimulatedCultureConfig, knob_table
 from bridge.wire import channels
@@ -104,6 +104,18 @@ from bridge.wire.protocol import (
     now_us,
 )
 from bridge.wire.safety import Policy, SafetyEnvelope, SafetyViolation
+from bridge.wire.settings import (
+    ARTIFACT_WAIT_MS,
+    COLLECT_WINDOW_MS,
+    DEVICE_BACKEND,
+    DEVICE_REALTIME,
+    FEEDBACK_SETTLE_MS,
+    RANDOM_SPIKE_RATE_HZ,
+    SEED,
+    SETTINGS,
+    STIM_MODE,
+    TICK_FREQUENCY_HZ,
+)
 
 log = logging.getLogger("spikeloop.device")
 
@@ -169,14 +181,15 @@ class DeviceConfig:
     address: DeviceAddress = field(default_factory=DeviceAddress)
     """Read from the device's end (bridge/wire/address.py): it binds its stimulation, event and feedback ports on
     `host` and replies to `bind_host:spike_port`, the training host."""
-    tick_frequency_hz: float = channels.TICK_FREQUENCY_HZ
-    artifact_wait_ms: float = channels.ARTIFACT_WAIT_MS
-    collect_window_ms: float = channels.COLLECT_WINDOW_MS
+    tick_frequency_hz: float = TICK_FREQUENCY_HZ.default
+    artifact_wait_ms: float = ARTIFACT_WAIT_MS.default
+    collect_window_ms: float = COLLECT_WINDOW_MS.default
     recording_path: Path | None = None
-    backend: str = "sim"
-    seed: int = 0
-    random_spike_rate_hz: float = 5.0
-    realtime: bool = True
+    backend: str = DEVICE_BACKEND.default
+    seed: int = SEED.default
+    random_spike_rate_hz: float = RANDOM_SPIKE_RATE_HZ.default
+    realtime: bool = DEVICE_REALTIME.default
+    """A device program's default; an experiment's simulated device passes its own (`SIM_REALTIME`)."""
     cl_sim_culture: bool = False
     envelope: SafetyEnvelope = field(default_factory=SafetyEnvelope)
     """The device's own limits: stimulation or feedback outside them is refused, whatever the trainer sent."""
@@ -195,12 +208,12 @@ class DeviceConfig:
     """Fault: besides the replies, send one spike datagram per tick that answers no stimulation."""
     culture: SimulatedCultureConfig | None = None
     """The sim backend's culture knobs (None: the defaults); refused for other backends."""
-    feedback_settle_ms: float = 0.0
+    feedback_settle_ms: float = FEEDBACK_SETTLE_MS.default
     """0: a stimulation is applied when it arrives. > 0: a stimulation that arrives while feedback is still being
     delivered, or less than this long after its last pulse, is held until then (its windows start then), so that
     no feedback pulse and none of its immediate echo falls in a collection window (docs/architecture.md)."""
-    stim_mode: Literal["burst", "reference"] = "burst"
-    """What one stimulation command does (bridge.device.backends.base.STIM_MODES): `burst`, a burst lasting one tick per
+    stim_mode: Literal["burst", "reference"] = STIM_MODE.default
+    """What one stimulation command does (bridge.wire.settings.STIM_MODE): `burst`, a burst lasting one tick per
     encoding electrode; `reference`, the reference device's: interrupt every stimulable electrode, then one pulse
     per encoding electrode."""
     exit_on_error_complete: bool = False
@@ -213,22 +226,16 @@ class DeviceConfig:
             raise ValueError(f"device dose_budget={self.dose_budget!r}: give a bridge.device.dose.DoseBudget")
         if not isinstance(self.address, DeviceAddress):
             raise ValueError(f"device address={self.address!r}: give a bridge.wire.address.DeviceAddress")
-        if not (math.isfinite(self.tick_frequency_hz) and self.tick_frequency_hz > 0):
-            raise ValueError(f"device tick_frequency_hz={self.tick_frequency_hz!r}: must be a finite number > 0")
-        for name in ("artifact_wait_ms", "collect_window_ms", "random_spike_rate_hz"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"device {name}={value!r}: must be a finite number >= 0")
-        if self.backend not in BACKEND_NAMES:
-            raise ValueError(f"device backend {self.backend!r}: choose from {', '.join(BACKEND_NAMES)}")
+        for setting in (TICK_FREQUENCY_HZ, ARTIFACT_WAIT_MS, COLLECT_WINDOW_MS, RANDOM_SPIKE_RATE_HZ, SEED):
+            setting.require(getattr(self, setting.name), f"device {setting.name}")
+        DEVICE_BACKEND.require(self.backend, "device backend")
         if self.accept_from not in ACCEPT_FROM:
             raise ValueError(f"device accept_from={self.accept_from!r}: choose from {', '.join(ACCEPT_FROM)}")
         if self.reply_stamp not in REPLY_STAMPS:
             raise ValueError(f"device reply_stamp={self.reply_stamp!r}: choose from {', '.join(REPLY_STAMPS)}")
         if self.reply_from not in REPLY_FROM:
             raise ValueError(f"device reply_from={self.reply_from!r}: choose from {', '.join(REPLY_FROM)}")
-        if self.stim_mode not in STIM_MODES:
-            raise ValueError(f"device stim_mode={self.stim_mode!r}: choose from {', '.join(STIM_MODES)}")
+        STIM_MODE.require(self.stim_mode, "device stim_mode")
         if not (math.isfinite(self.clock_resolution_ms) and self.clock_resolution_ms >= 0):
             raise ValueError(f"device clock_resolution_ms={self.clock_resolution_ms!r}: must be a finite number >= 0")
         if self.culture is not None and self.backend != "sim":
@@ -236,8 +243,7 @@ class DeviceConfig:
                 f"device culture settings are for the sim backend's simulated culture; backend {self.backend!r} "
                 "has none (remove them, or use --backend sim)"
             )
-        if not (math.isfinite(self.feedback_settle_ms) and self.feedback_settle_ms >= 0):
-            raise ValueError(f"device feedback_settle_ms={self.feedback_settle_ms!r}: must be a finite number >= 0")
+        FEEDBACK_SETTLE_MS.require(self.feedback_settle_ms, "device feedback_settle_ms")
         if self.feedback_settle_ms > 0 and (self.tick_quantised or self.backend == "cl"):
             raise ValueError(
                 "device feedback_settle_ms: holding a stimulation is implemented for the sim, random, zero and "
@@ -794,13 +800,7 @@ def build_parser() -> argparse.ArgumentParser:
         "datagrams, answers each stimulation with spike counts per channel group.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument(
-        "--backend",
-        choices=BACKEND_NAMES,
-        default="sim",
-        help="sim: simulated culture; cl: Cortical Labs cl API (CL1 or cl-sdk); "
-        "random: Poisson counts; zero: all-zero counts",
-    )
+    DEVICE_BACKEND.add_flag(p)
     p.add_argument(
         "--training-host",
         default="127.0.0.1",
@@ -844,33 +844,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=channels.FEEDBACK_PORT,
         help="UDP port for feedback commands (device binds; 0 = any free port)",
     )
-    p.add_argument(
-        "--tick-frequency",
-        type=float,
-        default=channels.TICK_FREQUENCY_HZ,
-        help="hardware tick rate in Hz; with --stim-mode burst a stimulation command's burst lasts one tick "
-        "(pulses = frequency / tick rate, at least one)",
-    )
-    p.add_argument(
-        "--stim-mode",
-        choices=STIM_MODES,
-        default="burst",
-        help="what one stimulation command does on the encoding electrodes (sim and cl backends): burst = a "
-        "burst lasting one tick each, nothing else stopped; reference = the reference trainer's device: "
-        "interrupt every stimulable electrode (feedback bursts too), then one pulse each",
-    )
-    p.add_argument(
-        "--artifact-wait-ms",
-        type=float,
-        default=channels.ARTIFACT_WAIT_MS,
-        help="milliseconds skipped after a stimulation before counting spikes",
-    )
-    p.add_argument(
-        "--collect-window-ms",
-        type=float,
-        default=channels.COLLECT_WINDOW_MS,
-        help="milliseconds of spikes counted after the artifact wait; the reply leaves at its end",
-    )
+    TICK_FREQUENCY_HZ.add_flag(p, "pulses of a burst = frequency / tick rate, at least one", dest="tick_frequency")
+    STIM_MODE.add_flag(p, "sim and cl backends (feedback bursts are interrupted too with reference)")
+    ARTIFACT_WAIT_MS.add_flag(p)
+    COLLECT_WINDOW_MS.add_flag(p)
     p.add_argument(
         "--recording-path",
         type=Path,
@@ -878,17 +855,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="directory for the recording (cl: HDF5 with data streams; others: JSONL of "
         "stim/spikes/feedback plus a .events.jsonl beside it); default: no recording",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the simulated culture or the random counts")
-    p.add_argument(
-        "--random-spike-rate-hz", type=float, default=5.0, help="random backend: Poisson rate per recorded electrode"
-    )
+    SEED.add_flag(p)
+    RANDOM_SPIKE_RATE_HZ.add_flag(p)
     pace = p.add_mutually_exclusive_group()
     pace.add_argument(
         "--realtime",
         dest="realtime",
         action="store_true",
-        default=True,
-        help="sim, transparent, random, zero: culture time follows the wall clock, replies wait for the windows",
+        default=DEVICE_REALTIME.default,
+        help=DEVICE_REALTIME.help("sim, transparent, random, zero; replies wait for the windows"),
     )
     pace.add_argument(
         "--as-fast-as-possible",
@@ -913,15 +888,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--culture-help", action=_CultureHelp, help="list the culture knobs (default, range, meaning) and exit"
     )
-    p.add_argument(
-        "--feedback-settle-ms",
-        type=float,
-        default=0.0,
-        metavar="MS",
-        help="hold a stimulation that arrives while feedback is being delivered until MS after the feedback's "
-        "last pulse, so no feedback-evoked spike falls in its collection window (0: apply it at once); "
-        "sim, random, zero and transparent only",
-    )
+    FEEDBACK_SETTLE_MS.add_flag(p, "sim, random, zero and transparent only", metavar="MS")
     p.add_argument(
         "--cl-sim-culture",
         action="store_true",
@@ -1131,6 +1098,26 @@ def config_from_args(args: argparse.Namespace) -> DeviceConfig:
     except ValueError as exc:
         field_name, _, rest = str(exc).partition("=")
         raise ValueError(f"{ADDRESS_FLAGS.get(field_name, field_name)} {rest}") from None
+    culture = culture_from_args(args.culture, args.culture_file)
+    try:
+        return _device_config(args, address, envelope, dose_budget, culture)
+    except ValueError as exc:  # a declared setting's check names its field: say which flag sets it
+        field_name = str(exc).removeprefix("device ").partition("=")[0]
+        setting_flag = SETTING_FLAGS.get(field_name)
+        raise ValueError(f"{setting_flag}: {exc}" if setting_flag else str(exc)) from None
+
+
+SETTING_FLAGS = {s.name: s.flag for s in SETTINGS if s.flag}
+"""The flag that sets each declared setting of the device program (bridge/wire/settings.py)."""
+
+
+def _device_config(
+    args: argparse.Namespace,
+    address: DeviceAddress,
+    envelope: SafetyEnvelope,
+    dose_budget: DoseBudget,
+    culture: SimulatedCultureConfig | None,
+) -> DeviceConfig:
     return DeviceConfig(
         address=address,
         tick_frequency_hz=args.tick_frequency,
@@ -1151,7 +1138,7 @@ def config_from_args(args: argparse.Namespace) -> DeviceConfig:
         reply_from=args.reply_from.replace("-", "_"),
         answer_previous=args.answer_previous,
         chatty=args.chatty,
-        culture=culture_from_args(args.culture, args.culture_file),
+        culture=culture,
         feedback_settle_ms=args.feedback_settle_ms,
         stim_mode=args.stim_mode,
         exit_on_error_complete=args.exit_on_error_complete,

@@ -23,6 +23,7 @@ import ray
 from bridge.trainer.core import SpikeReply
 from bridge.trainer.local_channel import ChannelLost, LocalChannelClient
 from bridge.wire.protocol import FeedbackCommand
+from bridge.wire.settings import FAST_PATH
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,9 @@ log = logging.getLogger(__name__)
 class BridgeClient:
     """Caller-side handle to a `CL1Bridge` actor."""
 
-    def __init__(self, actor: ray.actor.ActorHandle, *, fast_path: bool = True, restart_wait_s: float = 60.0) -> None:
+    def __init__(
+        self, actor: ray.actor.ActorHandle, *, fast_path: bool = FAST_PATH.default, restart_wait_s: float = 60.0
+    ) -> None:
         self.actor = actor
         self.fast_path = fast_path
         self.restart_wait_s = restart_wait_s

@@ -93,6 +93,7 @@ from bridge.wire.protocol import (
     now_us,
 )
 from bridge.wire.safety import Policy, SafetyEnvelope
+from bridge.wire.settings import ENVELOPE_POLICY, REPLY_PORT, REPLY_SPIN_MS, STATUS_REQUESTS, TIMEOUT_POLICY, TIMEOUT_S
 
 RECV_BYTES = 4096
 REMEMBERED_STIMS = 4096  # how many past stimulation timestamps are kept for attributing late replies
@@ -133,40 +134,38 @@ class BridgeConfig:
     device_id: str = "cl1-0"
     address: DeviceAddress = field(default_factory=DeviceAddress)
     """Where the device is, and where the bridge binds its spike port (`spike_port` 0 picks a free one)."""
-    device_reply_port: int | Literal["stim_port", "auto"] | None = "auto"
+    device_reply_port: int | Literal["stim_port", "auto"] | None = REPLY_PORT.default
     """Replies must come from the device host and: "auto" (the default) the port of the first reply that answers a
     stimulation, pinned from then on (see the module docstring); "stim_port" the stimulation port, where `spikeloop
     device` replies from; a port number; or None, any port."""
-    timeout_s: float = 0.5
-    timeout_policy: Literal["zeros", "raise"] = "zeros"
+    timeout_s: float = TIMEOUT_S.default
+    """Its lower bound only: an unpaced simulated device's bridge waits longer than an experiment may set."""
+    timeout_policy: Literal["zeros", "raise"] = TIMEOUT_POLICY.default
     correlation: Literal["auto", "echo", "arrival"] = "auto"
     late_grace_s: float | None = None
     """Plain devices: a reply is owed until timeout_s + this after its stimulation, its horizon (default: timeout_s)."""
     envelope: SafetyEnvelope = field(default_factory=SafetyEnvelope)
-    envelope_policy: Policy = "clamp"
-    status_requests: bool = True
+    envelope_policy: Policy = ENVELOPE_POLICY.default
+    status_requests: bool = STATUS_REQUESTS.default
     """Ask the device for its status (`status_request` events: after each episode end until three go unanswered, and
     from `spikeloop check`). False: never send one, for a device whose program should see only the trainer's own
     events; its dose and limits are then not read."""
-    reply_spin_ms: float = 1.0
+    reply_spin_ms: float = REPLY_SPIN_MS.default
     """Poll for the reply without sleeping from this long before it is expected until as long after.
 
     A thread woken from sleep by a datagram starts late on small VMs, every tick (measured:
     docs/benchmarks.md, loop); polling costs at most 2 x this much CPU per exchange. 0 always sleeps."""
 
     def __post_init__(self) -> None:
-        if not self.timeout_s > 0:
-            raise ValueError(f"bridge timeout_s={self.timeout_s}: must be > 0 seconds")
+        TIMEOUT_S.require(self.timeout_s, "bridge timeout_s", upper=False)
         if self.late_grace_s is not None and not self.late_grace_s >= 0:
             raise ValueError(f"bridge late_grace_s={self.late_grace_s}: must be >= 0 seconds (or None: timeout_s)")
-        if not 0 <= self.reply_spin_ms <= 20:
-            raise ValueError(f"bridge reply_spin_ms={self.reply_spin_ms}: use 0 (off) to 20 ms")
-        if self.timeout_policy not in ("zeros", "raise"):
-            raise ValueError(f"bridge timeout_policy={self.timeout_policy!r}: use 'zeros' or 'raise'")
+        REPLY_SPIN_MS.require(self.reply_spin_ms, "bridge reply_spin_ms")
+        TIMEOUT_POLICY.require(self.timeout_policy, "bridge timeout_policy")
         if self.correlation not in ("auto", "echo", "arrival"):
             raise ValueError(f"bridge correlation={self.correlation!r}: use 'auto', 'echo' or 'arrival'")
-        if self.envelope_policy not in ("clamp", "raise"):
-            raise ValueError(f"bridge envelope_policy={self.envelope_policy!r}: use 'clamp' or 'raise'")
+        ENVELOPE_POLICY.require(self.envelope_policy, "bridge envelope_policy")
+        STATUS_REQUESTS.require(self.status_requests, "bridge status_requests")
         if not isinstance(self.address, DeviceAddress):
             raise ValueError(f"bridge address={self.address!r}: give a bridge.wire.address.DeviceAddress")
         try:

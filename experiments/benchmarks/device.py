@@ -24,6 +24,7 @@ from bridge.device.simulated_culture import PLASTICITY_RULES, Plasticity, Simula
 from bridge.wire.address import DeviceAddress
 from bridge.wire.channels import N_ENCODING
 from bridge.wire.protocol import StimCommand, decode_spikes, encode_stim
+from bridge.wire.settings import ARTIFACT_WAIT_MS, COLLECT_WINDOW_MS
 from experiments.benchmarks.record import provenance, write_result
 
 
@@ -78,8 +79,10 @@ def main(argv: list[str]) -> int:
         prog="spikeloop bench device", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--exchanges", type=int, default=200, help="stimulations for the latency measurement")
-    p.add_argument("--artifact-wait-ms", type=float, default=50.0, help="device artifact wait")
-    p.add_argument("--collect-window-ms", type=float, default=50.0, help="device collection window")
+    p.add_argument("--artifact-wait-ms", type=float, default=ARTIFACT_WAIT_MS.default, help="device artifact wait")
+    p.add_argument(
+        "--collect-window-ms", type=float, default=COLLECT_WINDOW_MS.default, help="device collection window"
+    )
     p.add_argument("--culture-seconds", type=float, default=60.0, help="culture time simulated for the speed figure")
     p.add_argument("--output", type=Path, default=Path("docs/benchmarks/device.json"), help="where to write")
     args = p.parse_args(argv)

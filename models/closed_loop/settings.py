@@ -7,7 +7,6 @@ and each env runner's `CultureLink` reads them.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -16,20 +15,38 @@ from bridge.device.simulated_culture import SimulatedCultureConfig
 from bridge.trainer.actor import DEVICE_RESOURCE_SHARE, device_resource
 from bridge.trainer.core import BridgeConfig
 from bridge.wire.address import PORTS, DeviceAddress
-from bridge.wire.channels import ARTIFACT_WAIT_MS, COLLECT_WINDOW_MS, TICK_FREQUENCY_HZ
 from bridge.wire.safety import Policy, SafetyEnvelope
+from bridge.wire.settings import (
+    ARTIFACT_WAIT_MS,
+    BACKEND,
+    COLLECT_WINDOW_MS,
+    ENVELOPE_POLICY,
+    FAST_PATH,
+    FEEDBACK_SETTLE_MS,
+    MAX_CONSECUTIVE_TIMEOUTS,
+    MAX_WAIT_S,
+    ON_DEVICE_LOSS,
+    RANDOM_SPIKE_RATE_HZ,
+    REPLY_PORT,
+    REPLY_SPIN_MS,
+    SEED,
+    SIM_REALTIME,
+    STATUS_REQUESTS,
+    STIM_MODE,
+    TICK_FREQUENCY_HZ,
+    TIMEOUT_POLICY,
+    TIMEOUT_S,
+)
 from models.closed_loop.feedback import FeedbackSettings
 from models.closed_loop.meter import MeterSettings
 
-SIMULATED_BACKENDS = ("sim", "random", "zero", "transparent")
+SIMULATED_BACKENDS = tuple(b for b in BACKEND.choices if b != "cl1")
 DEVICE_ID_CHARACTERS = "A-Za-z0-9_.-"
 DEVICE_ID = re.compile(f"[{DEVICE_ID_CHARACTERS}]+")
 """A device id names a Ray actor, a node resource (`cl1:<id>`) and files: no separators, spaces or quotes."""
-SEED_LIMIT = 2**32
-"""Seeds numpy's legacy seeding (which RLlib uses), torch and vizdoom all take are below this."""
 MAX_SEED = 2**31 - 1
 """The largest seed an experiment may set: the seeds derived from it (plus a sweep's seed number, plus an env
-runner's index) stay below SEED_LIMIT."""
+runner's index) stay below bridge.wire.settings.SEED_LIMIT."""
 UNPACED_REPLY_TIMEOUT_S = 30.0
 """The reply timeout of an unpaced simulated device (`realtime: false`), whatever `loop.timeout_s` says. Its reply
 costs computation only, so a late one means a starved CPU, not a slow culture: acting on zeros then would make the
@@ -37,12 +54,6 @@ run depend on the machine's load (docs/architecture.md, "Unpaced simulated runs 
 finite, so that a device that died is reported."""
 DEVICE_SLOT_RESOURCE = "cl1_slot"
 """Every node that owns CL1 devices advertises one of these per device; each env runner takes one."""
-ON_DEVICE_LOSS = ("continue", "stop", "wait")
-"""What a trial does when its device stops answering (`loop.on_device_loss`; docs/architecture.md)."""
-DEFAULT_MAX_WAIT_S = 600.0
-"""`loop.on_device_loss: wait`: how long a trial waits for a lost device to answer again before it stops."""
-MAX_WAIT_S_LIMIT = 86_400.0
-"""The longest wait an experiment may set (a day): past it, stop and `--resume` when the device is back."""
 
 
 @dataclass(frozen=True)
@@ -50,37 +61,38 @@ class DeviceSettings:
     """One culture: a real CL1 reached over the network, or a simulated one started for you."""
 
     device_id: str = "sim"
-    backend: Literal["cl1", "sim", "random", "zero", "transparent"] = "sim"
+    backend: Literal["cl1", "sim", "random", "zero", "transparent"] = BACKEND.default
     """`cl1`: a device program already running at `host` (real hardware or cl-sdk); others are started here.
     `transparent` is the perfect-channel control (bridge/device/backends/transparent.py)."""
     address: DeviceAddress = field(default_factory=DeviceAddress)
     """Where the device is and where the trainer binds its spike port (`spike_port` 0: any free port). The YAML
     writes its fields flat under the device (`host:`, `stim_port:`, ...); the experiment schema nests them."""
-    reply_port: int | Literal["auto", "stim_port", "any"] = "auto"
+    reply_port: int | Literal["auto", "stim_port", "any"] = REPLY_PORT.default
     """Source port of the device host that replies must come from: "auto" (the port of the first reply that answers
     a stimulation, pinned from then on: a third-party program may reply from any socket of its own), "stim_port"
     (pinned from the start: where `spikeloop device` replies from), a port number, or "any" (any process on the
     device host could then answer for it). `spikeloop check` names the port replies came from."""
-    status_requests: bool = True
+    status_requests: bool = STATUS_REQUESTS.default
     """Ask the device for its status (dose, limits, refusals) after each episode end and in `spikeloop check`
     (`status_request` events, docs/protocol.md). False: the device program sees only the trainer's own events."""
     node_resource: str | None = None
     """Custom resource of the node that owns the device (default for cl1: `cl1:<device_id>`)."""
     # Simulated devices only (defaults: the reference device timing, run as fast as possible):
-    seed: int = 0
-    realtime: bool = False
-    tick_frequency_hz: float = TICK_FREQUENCY_HZ
-    artifact_wait_ms: float = ARTIFACT_WAIT_MS
-    collect_window_ms: float = COLLECT_WINDOW_MS
-    random_spike_rate_hz: float = 5.0
+    seed: int = SEED.default
+    realtime: bool = SIM_REALTIME.default
+    """Not the device program's default (`DEVICE_REALTIME`): an experiment's simulated device runs unpaced."""
+    tick_frequency_hz: float = TICK_FREQUENCY_HZ.default
+    artifact_wait_ms: float = ARTIFACT_WAIT_MS.default
+    collect_window_ms: float = COLLECT_WINDOW_MS.default
+    random_spike_rate_hz: float = RANDOM_SPIKE_RATE_HZ.default
     culture: SimulatedCultureConfig | None = None
     """backend sim only: the simulated culture's knobs (`bridge.device.simulated_culture.SimulatedCultureConfig`, listed
     in docs/architecture.md); absent: the defaults. Other backends hold None and refuse a section that sets a knob."""
-    feedback_settle_ms: float = 0.0
+    feedback_settle_ms: float = FEEDBACK_SETTLE_MS.default
     """Simulated devices: hold each stimulation until this long after the last pulse of the feedback before it, so
     the decoder never reads feedback-evoked spikes (0: off; see `bridge.device.program.DeviceConfig`)."""
-    stim_mode: Literal["burst", "reference"] = "burst"
-    """What one stimulation command does (bridge.device.backends.base.STIM_MODES): `burst`, a burst lasting one tick per
+    stim_mode: Literal["burst", "reference"] = STIM_MODE.default
+    """What one stimulation command does (bridge.wire.settings.STIM_MODE): `burst`, a burst lasting one tick per
     encoding electrode; `reference`, the reference device's interrupt of every stimulable electrode, then one
     pulse per encoding electrode. A cl1 device's program takes it as `spikeloop device --stim-mode`."""
 
@@ -101,23 +113,23 @@ class DeviceSettings:
                     f"{name}={port}: the same port as this device's {same[0]}; each of a device's ports "
                     f"({', '.join(PORTS)}) must be its own"
                 )
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < SEED_LIMIT:
-            raise ValueError(f"seed={self.seed!r}: must be a whole number 0-{MAX_SEED}")
+        SEED.require(self.seed)
         reply = self.reply_port
         if reply not in ("auto", "stim_port", "any") and (
             isinstance(reply, bool) or not isinstance(reply, int) or not 1 <= reply <= 65535
         ):
             raise ValueError(f"reply_port={reply!r}: use auto, stim_port, any or a UDP port 1-65535")
-        if not isinstance(self.status_requests, bool):
-            raise ValueError(f"status_requests={self.status_requests!r}: must be true or false")
+        STATUS_REQUESTS.require(self.status_requests)
         if self.node_resource is not None and not self.node_resource.strip():
             raise ValueError("node_resource is empty: leave it out for the default cl1:<device_id>")
-        if not (math.isfinite(self.tick_frequency_hz) and self.tick_frequency_hz > 0):
-            raise ValueError(f"tick_frequency_hz={self.tick_frequency_hz!r}: must be a finite number > 0")
-        for name in ("artifact_wait_ms", "collect_window_ms", "random_spike_rate_hz", "feedback_settle_ms"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"{name}={value!r}: must be a finite number >= 0")
+        for setting in (
+            TICK_FREQUENCY_HZ,
+            ARTIFACT_WAIT_MS,
+            COLLECT_WINDOW_MS,
+            RANDOM_SPIKE_RATE_HZ,
+            FEEDBACK_SETTLE_MS,
+        ):
+            setting.require(getattr(self, setting.name))
         # A sim device always holds its knobs (written out in the resolved experiment, so a sweep can reach them);
         # another backend holds none, and refuses a section that sets one.
         if self.backend == "sim" and self.culture is None:
@@ -190,16 +202,16 @@ class CultureSettings:
 
     devices: tuple[DeviceSettings, ...] = (DeviceSettings(),)
     envelope: SafetyEnvelope = field(default_factory=SafetyEnvelope)
-    envelope_policy: Policy = "clamp"
-    timeout_s: float = 0.5
-    timeout_policy: Literal["zeros", "raise"] = "zeros"
-    max_consecutive_timeouts: int = 20
-    on_device_loss: Literal["continue", "stop", "wait"] = "stop"
-    max_wait_s: float = DEFAULT_MAX_WAIT_S
+    envelope_policy: Policy = ENVELOPE_POLICY.default
+    timeout_s: float = TIMEOUT_S.default
+    timeout_policy: Literal["zeros", "raise"] = TIMEOUT_POLICY.default
+    max_consecutive_timeouts: int = MAX_CONSECUTIVE_TIMEOUTS.default
+    on_device_loss: Literal["continue", "stop", "wait"] = ON_DEVICE_LOSS.default
+    max_wait_s: float = MAX_WAIT_S.default
     """With `on_device_loss: wait`: how long the env step waits, probing, for the device to answer again."""
     feedback: FeedbackSettings = field(default_factory=FeedbackSettings)
-    fast_path: bool = True
-    reply_spin_ms: float = 1.0
+    fast_path: bool = FAST_PATH.default
+    reply_spin_ms: float = REPLY_SPIN_MS.default
     step_log: bool = False
     """Keep each exchange's latency so episodes can carry a per-step log (`output.step_log`)."""
     meter: MeterSettings = field(default_factory=MeterSettings)
@@ -254,12 +266,18 @@ class CultureSettings:
         )
 
     def __post_init__(self) -> None:
-        if self.on_device_loss not in ON_DEVICE_LOSS:
-            raise ValueError(f"on_device_loss={self.on_device_loss!r}: use one of {', '.join(ON_DEVICE_LOSS)}")
-        if not (math.isfinite(self.max_wait_s) and 0 < self.max_wait_s <= MAX_WAIT_S_LIMIT):
-            raise ValueError(
-                f"max_wait_s={self.max_wait_s!r}: must be a number of seconds > 0 and <= {MAX_WAIT_S_LIMIT:g}"
-            )
+        # timeout_s: its lower bound only, as the bridge's (an unpaced device's bridge waits longer).
+        TIMEOUT_S.require(self.timeout_s, upper=False)
+        for setting in (
+            ENVELOPE_POLICY,
+            TIMEOUT_POLICY,
+            MAX_CONSECUTIVE_TIMEOUTS,
+            ON_DEVICE_LOSS,
+            MAX_WAIT_S,
+            FAST_PATH,
+            REPLY_SPIN_MS,
+        ):
+            setting.require(getattr(self, setting.name))
         if not self.devices:
             raise ValueError("devices is empty: list at least one device")
         if any(d.simulated for d in self.devices) and len(self.devices) > 1:

@@ -18,11 +18,12 @@ from bridge.device.backends.base import (
     stim_charge_nc,
     stim_pulses,
 )
+from bridge.wire.settings import DEVICE_BACKEND, DEVICE_REALTIME, RANDOM_SPIKE_RATE_HZ, SEED, STIM_MODE
 
 if TYPE_CHECKING:
     from bridge.device.simulated_culture import SimulatedCultureConfig
 
-BACKEND_NAMES = ("sim", "cl", "random", "zero", "transparent")
+BACKEND_NAMES = DEVICE_BACKEND.choices
 
 __all__ = [
     "BACKEND_NAMES",
@@ -42,13 +43,13 @@ def make_backend(
     name: str,
     *,
     tick_frequency_hz: float,
-    seed: int = 0,
-    realtime: bool = True,
-    random_spike_rate_hz: float = 5.0,
+    seed: int = SEED.default,
+    realtime: bool = DEVICE_REALTIME.default,
+    random_spike_rate_hz: float = RANDOM_SPIKE_RATE_HZ.default,
     cl_sim_culture: bool = False,
     max_pulses: int | None = None,
     culture: SimulatedCultureConfig | None = None,
-    stim_mode: str = "burst",
+    stim_mode: str = STIM_MODE.default,
 ) -> Backend:
     """Build the named backend with the device's settings (`max_pulses`: the cl backend's burst cap;
     `culture`: the sim backend's culture knobs, None for the defaults).

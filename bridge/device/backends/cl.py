@@ -40,6 +40,7 @@ from bridge.wire.channels import (
 )
 from bridge.wire.protocol import EventMessage, FeedbackCommand, FeedbackType
 from bridge.wire.safety import SafetyEnvelope
+from bridge.wire.settings import STIM_MODE
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ class ClBackend(Backend):
         tick_frequency_hz: float,
         sim_culture_seed: int | None = None,
         max_pulses: int | None = None,
-        stim_mode: str = "burst",
+        stim_mode: str = STIM_MODE.default,
     ) -> None:
         super().__init__(tick_frequency_hz)
         stim_pulses(1.0, tick_frequency_hz, stim_mode)  # refuses an unknown mode before the device is opened

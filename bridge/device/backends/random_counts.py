@@ -13,7 +13,7 @@ class RandomBackend(ZeroBackend):
 
     name = "random"
 
-    def __init__(self, tick_frequency_hz: float, spike_rate_hz: float, seed: int, realtime: bool = True) -> None:
+    def __init__(self, tick_frequency_hz: float, spike_rate_hz: float, seed: int, realtime: bool) -> None:
         super().__init__(tick_frequency_hz, realtime=realtime)
         self.spike_rate_hz = spike_rate_hz
         self._rng = np.random.default_rng(seed)

@@ -20,6 +20,7 @@ from bridge.device.backends.base import Backend, group_matrix, stim_pulses
 from bridge.device.simulated_culture import DT_MS, SimulatedCulture, SimulatedCultureConfig
 from bridge.wire.channels import ENCODING_ELECTRODES, FORBIDDEN_ELECTRODES, N_ELECTRODES, STIMULABLE_ELECTRODES
 from bridge.wire.protocol import FeedbackCommand, FeedbackType
+from bridge.wire.settings import STIM_MODE
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ class SimBackend(Backend):
         seed: int,
         realtime: bool,
         culture_config: SimulatedCultureConfig | None = None,
-        stim_mode: str = "burst",
+        stim_mode: str = STIM_MODE.default,
     ) -> None:
         super().__init__(tick_frequency_hz)
         stim_pulses(1.0, tick_frequency_hz, stim_mode)  # refuses an unknown mode here, not at the first stimulation

@@ -8,8 +8,9 @@ lost, delayed or added: whatever the encoder puts on the wire reaches the decode
 A closed loop through it shows what the learner can do with a culture that passes
 everything on; a real or simulated culture lies between it and the `zero` ablation.
 
-As fast as possible by default (`paced=False`: the clock is moved by the device,
-exactly one window per stimulation); on the wall clock with `realtime=True`.
+As fast as possible with `realtime=False` (`paced=False`: the clock is moved by the device,
+exactly one window per stimulation); on the wall clock with `realtime=True` (its default is the device's:
+bridge/wire/settings.py).
 Feedback is accepted and ignored (a channel has nothing to learn).
 """
 
@@ -47,7 +48,7 @@ class TransparentBackend(Backend):
 
     name = "transparent"
 
-    def __init__(self, tick_frequency_hz: float, realtime: bool = False) -> None:
+    def __init__(self, tick_frequency_hz: float, realtime: bool) -> None:
         super().__init__(tick_frequency_hz)
         self.paced = realtime
         self._clock_s = 0.0

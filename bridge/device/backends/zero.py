@@ -22,7 +22,7 @@ class ZeroBackend(Backend):
 
     name = "zero"
 
-    def __init__(self, tick_frequency_hz: float, realtime: bool = True) -> None:
+    def __init__(self, tick_frequency_hz: float, realtime: bool) -> None:
         super().__init__(tick_frequency_hz)
         self.paced = realtime
         self._clock_s = 0.0
