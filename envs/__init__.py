@@ -8,7 +8,7 @@ RAY_ENV_NAME = "spikeloop-doom"
 
 def _make_env(config: dict | None = None):
     """Ray Tune env creator: the env config's entries are `DoomEnv` keyword arguments."""
-    from envs.doom_env import DoomEnv
+    from spikeloop.envs.doom_env import DoomEnv
 
     return DoomEnv(**dict(config or {}))
 
@@ -18,7 +18,7 @@ def register() -> None:
     import gymnasium
 
     if GYM_ID not in gymnasium.registry:
-        gymnasium.register(id=GYM_ID, entry_point="envs.doom_env:DoomEnv")
+        gymnasium.register(id=GYM_ID, entry_point="spikeloop.envs.doom_env:DoomEnv")
     # ray is imported only here: importing the env must not pay for (or require) Ray.
     from ray.tune.registry import register_env
 

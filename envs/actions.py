@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import vizdoom
 
-from bridge.wire.channels import SPIKE_GROUP_NAMES
+from spikeloop.bridge.wire.channels import SPIKE_GROUP_NAMES
 
 MOVE = (vizdoom.Button.MOVE_FORWARD, vizdoom.Button.MOVE_BACKWARD, None)
 STRAFE = (vizdoom.Button.MOVE_LEFT, vizdoom.Button.MOVE_RIGHT, None)
@@ -65,7 +65,7 @@ def action_table(action_set: str, available: Sequence[vizdoom.Button]) -> list[l
 
 
 def motor_groups_pressed(action_set: str) -> list[tuple[int, ...]]:
-    """Per action, the indices of the culture's motor groups (bridge.wire.channels.SPIKE_GROUPS) whose buttons it presses.
+    """Per action, the indices of the culture's motor groups (spikeloop.bridge.wire.channels.SPIKE_GROUPS) whose buttons it presses.
 
     Motor group and button share a name ("turn_left" is TURN_LEFT), so the map follows the channel map, whatever
     its order; the decoder's fixed `motor_map` readout is built from it.
@@ -74,5 +74,7 @@ def motor_groups_pressed(action_set: str) -> list[tuple[int, ...]]:
     buttons = [b for b in SINGLE if b is not None]
     missing = [b.name for b in buttons if b.name.lower() not in group_of]
     if missing:
-        raise ValueError(f"buttons {missing} have no motor group of their name in bridge.wire.channels.SPIKE_GROUPS")
+        raise ValueError(
+            f"buttons {missing} have no motor group of their name in spikeloop.bridge.wire.channels.SPIKE_GROUPS"
+        )
     return [tuple(sorted(group_of[b.name.lower()] for b in pressed)) for pressed in action_buttons(action_set)]

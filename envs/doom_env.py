@@ -1,9 +1,9 @@
 """`DoomEnv`: a Gymnasium environment over a headless vizdoom game.
 
-Observation: the feature vector of `envs.features` (Box of 59 values in [-1, 1]); with
+Observation: the feature vector of `spikeloop.envs.features` (Box of 59 values in [-1, 1]); with
 `screen=True` a Dict of that vector ("features") and a grayscale, downsampled screen
-("screen", uint8, height x width x 1). Action: `envs.actions` ("joint", 54 actions, or
-"single", 8). Reward: `envs.rewards` shaped terms, the scenario's own reward, or both.
+("screen", uint8, height x width x 1). Action: `spikeloop.envs.actions` ("joint", 54 actions, or
+"single", 8). Reward: `spikeloop.envs.rewards` shaped terms, the scenario's own reward, or both.
 Every step's info holds "events", "reward_terms" (summing to the reward), "kills", "health",
 "ammo", "scenario" and "game_reward" (the scenario's own reward this step, whatever the reward mode;
 0 after a reset).
@@ -34,11 +34,11 @@ import gymnasium as gym
 import numpy as np
 import vizdoom
 
-from envs.actions import action_buttons, action_table
-from envs.curriculum import Curriculum
-from envs.features import FeatureExtractor, FeatureSettings, feature_size
-from envs.rewards import EVENTS, REWARD_MODES, RewardSettings, RewardShaper
-from envs.scenarios import DEFAULT_SCENARIO, Scenario, resolve_scenario
+from spikeloop.envs.actions import action_buttons, action_table
+from spikeloop.envs.curriculum import Curriculum
+from spikeloop.envs.features import FeatureExtractor, FeatureSettings, feature_size
+from spikeloop.envs.rewards import EVENTS, REWARD_MODES, RewardSettings, RewardShaper
+from spikeloop.envs.scenarios import DEFAULT_SCENARIO, Scenario, resolve_scenario
 
 GAME_RESOLUTION = vizdoom.ScreenResolution.RES_320X240
 GAME_RESOLUTION_HEIGHT, GAME_RESOLUTION_WIDTH = 240, 320
@@ -176,11 +176,11 @@ class DoomEnv(gym.Env):
     """Gymnasium env over vizdoom with feature (and optional screen) observations; see module docstring.
 
     Args:
-        scenario: a scenario name (`envs.scenarios.available_scenarios()`) or a path to a .cfg.
+        scenario: a scenario name (`spikeloop.envs.scenarios.available_scenarios()`) or a path to a .cfg.
         frame_skip: tics the chosen action is held for per step (35 tics = 1 s of game time).
-        action_set: "joint" (54 actions) or "single" (8); see `envs.actions`.
+        action_set: "joint" (54 actions) or "single" (8); see `spikeloop.envs.actions`.
         screen: add a grayscale screen of screen_height x screen_width to the observation.
-        reward_mode: "shaped" (`envs.rewards` terms), "scenario" (the cfg's own reward) or "both".
+        reward_mode: "shaped" (`spikeloop.envs.rewards` terms), "scenario" (the cfg's own reward) or "both".
         reward_settings, feature_settings: the settings dataclass, a dict of overrides, or None.
         enemy_names: object names that fill enemy slots, overriding the scenario's list.
         ammo_variable: the game variable read as ammo (e.g. "AMMO2" for pistol/chaingun bullets).

@@ -14,53 +14,68 @@ from collections.abc import Sequence
 
 # name -> (module, one-line help). Order is the order shown in --help.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("experiments.commands.train", "train the closed loop from an experiment YAML"),
-    "tune": ("experiments.commands.tune", "sweep experiment settings with Ray Tune (--resume to continue)"),
-    "device": ("bridge.device.program", "run the device-side program (sim, cl, random or zero backend)"),
-    "check": ("experiments.commands.check", "preflight an experiment: config, scenario, device latency, envelope"),
-    "watch": ("experiments.commands.watch", "play episodes with a checkpoint's policy (no training), feedback on/off"),
-    "checkpoint": ("experiments.commands.checkpoint", "ask a running experiment to save a checkpoint now"),
+    "train": ("spikeloop.experiments.commands.train", "train the closed loop from an experiment YAML"),
+    "tune": ("spikeloop.experiments.commands.tune", "sweep experiment settings with Ray Tune (--resume to continue)"),
+    "device": ("spikeloop.bridge.device.program", "run the device-side program (sim, cl, random or zero backend)"),
+    "check": (
+        "spikeloop.experiments.commands.check",
+        "preflight an experiment: config, scenario, device latency, envelope",
+    ),
+    "watch": (
+        "spikeloop.experiments.commands.watch",
+        "play episodes with a checkpoint's policy (no training), feedback on/off",
+    ),
+    "checkpoint": (
+        "spikeloop.experiments.commands.checkpoint",
+        "ask a running experiment to save a checkpoint now; `checkpoint upgrade DIR`: upgrade an old checkpoint",
+    ),
     "replay": (
-        "experiments.commands.replay",
+        "spikeloop.experiments.commands.replay",
         "replay a run's session record (or step log): what the spikes carried, and how much of the policy they decided",
     ),
     "export": (
-        "experiments.commands.export",
+        "spikeloop.experiments.commands.export",
         "write a run's session records as NWB files (spikeloop export nwb RUN_DIR)",
     ),
     "analyze": (
-        "experiments.commands.analyze",
+        "spikeloop.experiments.commands.analyze",
         "compare a run's configurations over seeds (exact tests, Holm); --power: seeds a comparison needs",
     ),
 }
 
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "bridge": (
-        "experiments.benchmarks.bridge",
+        "spikeloop.experiments.benchmarks.bridge",
         "added latency of one exchange through the bridge actor vs a raw UDP round trip",
     ),
-    "device": ("experiments.benchmarks.device", "device reply latency and simulated-culture speed"),
+    "device": ("spikeloop.experiments.benchmarks.device", "device reply latency and simulated-culture speed"),
     "culture": (
-        "experiments.benchmarks.culture",
+        "spikeloop.experiments.benchmarks.culture",
         "how much of its stimulation the simulated culture passes on to the spike groups",
     ),
-    "env": ("experiments.benchmarks.env", "VizDoom env steps/s against raw DoomGame.make_action"),
-    "ablation": ("experiments.benchmarks.ablation", "the learning benchmark's sim, zero and random conditions only"),
+    "env": ("spikeloop.experiments.benchmarks.env", "VizDoom env steps/s against raw DoomGame.make_action"),
+    "ablation": (
+        "spikeloop.experiments.benchmarks.ablation",
+        "the learning benchmark's sim, zero and random conditions only",
+    ),
     "feedback": (
-        "experiments.benchmarks.feedback",
+        "spikeloop.experiments.benchmarks.feedback",
         "feedback on vs off with dopamine-STDP, STDP and fixed-weight cultures, direct path cut or not",
     ),
-    "loop": ("experiments.benchmarks.loop", "closed-loop env steps/s against a paced (50+50 ms) and an unpaced device"),
+    "loop": (
+        "spikeloop.experiments.benchmarks.loop",
+        "closed-loop env steps/s against a paced (50+50 ms) and an unpaced device",
+    ),
     "learning": (
-        "experiments.benchmarks.learning",
+        "spikeloop.experiments.benchmarks.learning",
         "learning curves: direct, transparent, sim, zero, random over seeds, with statistics",
     ),
     "protocol": (
-        "experiments.benchmarks.protocol",
+        "spikeloop.experiments.benchmarks.protocol",
         "the culture protocol's four conditions over paired seeds: early vs late play, rest before vs after",
     ),
     "soak": (
-        "experiments.benchmarks.soak",
+        "spikeloop.experiments.benchmarks.soak",
         "an hour of paced training with device faults and a device restart: memory, descriptors, lost episodes",
     ),
 }

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from models.closed_loop.session_record import TABLES, read_record
+from spikeloop.models.closed_loop.session_record import TABLES, read_record
 
 SOURCE = "spikeloop export nwb"
 

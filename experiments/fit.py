@@ -13,8 +13,8 @@ import math
 import os
 from typing import Any
 
-from experiments.schema import Experiment
-from models.ray_internals import ray_cpu_count
+from spikeloop.experiments.schema import Experiment
+from spikeloop.models.ray_internals import ray_cpu_count
 
 LOCAL = "this machine (a local Ray started by spikeloop)"
 

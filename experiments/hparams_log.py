@@ -22,8 +22,8 @@ from typing import Any
 
 from tensorboard.compat.proto.summary_pb2 import Summary
 
-from experiments.analysis.sweep import FINAL_EPISODES, final_window, format_value
-from experiments.dotted import get_path
+from spikeloop.experiments.analysis.sweep import FINAL_EPISODES, final_window, format_value
+from spikeloop.experiments.dotted import get_path
 
 FINAL_TAGS = {
     "final/return_mean": f"final return (last {FINAL_EPISODES} episodes)",
@@ -83,7 +83,7 @@ def session_start(experiment, trial_name: str, base_seed: int) -> list[Summary]:
 
 def final_figures(trial_dir: Path) -> dict[str, float]:
     """final/return_mean and final/kill_rate of a trial directory's episodes.jsonl (empty without episodes)."""
-    from experiments.analysis.runs import episode_arrays
+    from spikeloop.experiments.analysis.runs import episode_arrays
 
     arrays = episode_arrays(trial_dir, ["episode_reward", "kill_count"])
     return_mean, kill_rate = final_window(arrays["episode_reward"], arrays["kill_count"] > 0)

@@ -13,7 +13,7 @@ def init_ray(resources: dict[str, float] | None = None) -> None:
     """
     import ray
 
-    from models import rllib_notices
+    from spikeloop.models import rllib_notices
 
     rllib_notices.install()  # before Ray starts: its start-up notices too
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.trial_files import (  # noqa: F401  (re-exported: the names the writer and its readers share)
+from spikeloop.experiments.trial_files import (  # noqa: F401  (re-exported: the names the writer and its readers share)
     CURVE_FILE,
     DEVICE_LOST,
     ENDED_SHORT,
@@ -27,8 +27,8 @@ from experiments.trial_files import (  # noqa: F401  (re-exported: the names the
     SETUP_ERROR,
     STEPS_DIR,
 )
-from models.closed_loop.meter import VARIABLES as METER_VARIABLES
-from models.closed_loop.sent_feedback import FEEDBACK_BY_NAME
+from spikeloop.models.closed_loop.meter import VARIABLES as METER_VARIABLES
+from spikeloop.models.closed_loop.sent_feedback import FEEDBACK_BY_NAME
 
 # TensorBoard tag -> path in RLlib's result dict ("*" = any module id).
 RESULT_TAGS: dict[str, str] = {
@@ -125,7 +125,7 @@ def metric_tag(name: str) -> str:
 
     Raises ValueError for a name that is neither (the trial never reports it, so Tune could not rank by it).
     """
-    from bridge.wire.channels import SPIKE_GROUP_NAMES
+    from spikeloop.bridge.wire.channels import SPIKE_GROUP_NAMES
 
     if name in RESULT_TAGS or name in {f"spikes/mean_{g}" for g in SPIKE_GROUP_NAMES}:
         return name
@@ -371,7 +371,7 @@ class RunLog:
 
     def start_session(self, experiment, base_seed: int) -> None:
         """The trial's swept settings and seed for TensorBoard's HPARAMS tab (experiments/hparams_log.py)."""
-        from experiments.hparams_log import session_start
+        from spikeloop.experiments.hparams_log import session_start
 
         for summary in session_start(experiment, self.trial_dir.name, base_seed):
             self.writer.file_writer.add_summary(summary, global_step=0)
@@ -379,7 +379,7 @@ class RunLog:
 
     def close(self) -> None:
         """Write the final figures (final/return_mean, final/kill_rate: the HPARAMS tab's metrics), then close."""
-        from experiments.hparams_log import final_figures
+        from spikeloop.experiments.hparams_log import final_figures
 
         for tag, value in final_figures(self.trial_dir).items():
             self.writer.add_scalar(tag, value, global_step=self._last_step)

@@ -39,9 +39,9 @@ from typing import Any
 
 import yaml
 
-from experiments.ray_session import init_ray
-from experiments.run_log import DEVICE_LOST, FINISHED, NOTHING_TRAINED, SETUP_ERROR
-from experiments.schema import Experiment, experiment_from_dict, set_path
+from spikeloop.experiments.ray_session import init_ray
+from spikeloop.experiments.run_log import DEVICE_LOST, FINISHED, NOTHING_TRAINED, SETUP_ERROR
+from spikeloop.experiments.schema import Experiment, experiment_from_dict, set_path
 
 EMPTY_ITERATIONS = "empty_iterations"
 """Result key: iterations of the trial (in this driver) in which the learner received no env steps."""
@@ -118,7 +118,7 @@ def _request_pending(trial_dir: Path) -> bool:
 
 def _pull_episode_records(algo, accounting: dict[str, int] | None = None) -> list[dict[str, Any]]:
     """The episodes every env runner finished since the last pull; `accounting` gets where their steps went."""
-    from models.closed_loop.callbacks import pop_episode_records, step_accounting
+    from spikeloop.models.closed_loop.callbacks import pop_episode_records, step_accounting
 
     pulled = algo.env_runner_group.foreach_env_runner(
         lambda _runner: (pop_episode_records(), step_accounting()), local_env_runner=True
@@ -151,7 +151,7 @@ def _trial_dir() -> Path:
 
 def score_of(tune_config_or_experiment: dict[str, Any] | Experiment) -> tuple[str, str, float]:
     """The Tune metric key of the experiment's `tune.metric`, its mode, and the worst value it can take."""
-    from experiments.run_log import metric_key
+    from spikeloop.experiments.run_log import metric_key
 
     if isinstance(tune_config_or_experiment, Experiment):
         section = tune_config_or_experiment.tune.model_dump()
@@ -171,7 +171,7 @@ def train_trial(tune_config: dict[str, Any]) -> None:
     """
     from ray import tune
 
-    from models.closed_loop.link import DeviceLost
+    from spikeloop.models.closed_loop.link import DeviceLost
 
     start = tune.get_checkpoint()
     progress: dict[str, Any] = {"iterations": 0, "device_lost": False}
@@ -201,12 +201,19 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
     import ray
     from ray import tune
 
-    from experiments.live_view.announce import announce
-    from experiments.run_log import EPISODES_FILE, RunLog, empty_iteration_cause, last_episode_index, metric_key
-    from models.closed_loop.episode_numbers import start_counter
-    from models.closed_loop.link import DeviceLost
-    from models.closed_loop.ppo import finish, restore
-    from models.closed_loop.session_record import RecordSettings
+    from spikeloop.experiments.checkpoint_upgrade import raise_if_old_name
+    from spikeloop.experiments.live_view.announce import announce
+    from spikeloop.experiments.run_log import (
+        EPISODES_FILE,
+        RunLog,
+        empty_iteration_cause,
+        last_episode_index,
+        metric_key,
+    )
+    from spikeloop.models.closed_loop.episode_numbers import start_counter
+    from spikeloop.models.closed_loop.link import DeviceLost
+    from spikeloop.models.closed_loop.ppo import finish, restore
+    from spikeloop.models.closed_loop.session_record import RecordSettings
 
     experiment = _trial_experiment(tune_config)
     score, _, worst = score_of(experiment)
@@ -219,7 +226,7 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
         RecordSettings(str(trial_dir), experiment.output.record_flush_s, experiment.to_yaml())
         if experiment.output.record
         else None
-    )  # each env runner's session record (models.closed_loop.session_record), into the trial directory
+    )  # each env runner's session record (spikeloop.models.closed_loop.session_record), into the trial directory
     config.experiment(episode_counter_name=counter_name, session_record=record)
     try:
         algo = config.build_algo()
@@ -230,10 +237,14 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
         announce(algo, trial_dir)  # live_view.json: the URL each env runner serves, on its own node
     if start is not None:
         with start.as_directory() as path:
-            restore(algo, path)
+            try:
+                restore(algo, path)
+            except ModuleNotFoundError as exc:  # one line naming the upgrade, not RLlib's traceback
+                raise_if_old_name(exc, Path(start.path))
+                raise
         print(f"resumed from {start.path} at iteration {algo.iteration}", flush=True)
     elif tune_config.get(START_FROM):  # `--from`: a new trial on another run's weights (retries take their own)
-        from experiments.start_from import start_trial
+        from spikeloop.experiments.start_from import start_trial
 
         start_trial(algo, Path(tune_config[START_FROM]), trial_dir)
     log = RunLog(trial_dir)
@@ -247,7 +258,7 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
     finished = start is not None and stop_reached(stop, algo.iteration, steps_done, log.episodes_logged)
     protocol = None
     if experiment.protocol is not None:  # rest, play, rest (experiments/protocol/session.py)
-        from experiments.protocol.session import ProtocolSession
+        from spikeloop.experiments.protocol.session import ProtocolSession
 
         protocol = ProtocolSession(experiment, trial_dir)
     # This driver's iterations only: what reached the learner, and where the env runners' steps went.
@@ -366,7 +377,7 @@ def stop_reached(stop, iteration: int, env_steps: int, episodes: int, elapsed_s:
 
 def _train_iteration(algo) -> dict[str, Any]:
     """`algo.train()`, with a lost device named: RLlib ends the env runner, so only its report says what happened."""
-    from models.closed_loop.link import DeviceLost, device_loss_report
+    from spikeloop.models.closed_loop.link import DeviceLost, device_loss_report
 
     started = time.time()
     try:
@@ -407,7 +418,7 @@ def _tell_hardware(experiment: Experiment, reason: str, results) -> None:
         metrics = r.metrics or {}
         totals["total_episodes"] += int(metrics.get("episodes_logged", 0) or 0)
         totals["total_steps"] += int(metrics.get(LEARNER_ENV_STEPS, 0) or 0)
-    from models.closed_loop.ppo import tell_devices_training_complete
+    from spikeloop.models.closed_loop.ppo import tell_devices_training_complete
 
     for line in tell_devices_training_complete(culture, totals | {"reason": reason}):
         print(line, flush=True)
@@ -428,7 +439,7 @@ def check_fit(experiment: Experiment) -> None:
     """Before Ray starts: refuse a trial this machine's local Ray could never place (DoesNotFit says how to fit)."""
     import ray
 
-    from experiments import fit
+    from spikeloop.experiments import fit
 
     if ray.is_initialized() or os.environ.get("RAY_ADDRESS"):
         return  # a cluster: checked against it once connected (`_check_cluster_fit`)
@@ -448,7 +459,7 @@ def check_fit(experiment: Experiment) -> None:
 
 
 def _check_cluster_fit(experiment: Experiment) -> None:
-    from experiments import fit
+    from spikeloop.experiments import fit
 
     problem = fit.shortfall(experiment, fit.cluster_resources(), where="the Ray cluster (all nodes together)")
     if problem:
@@ -458,14 +469,18 @@ def _check_cluster_fit(experiment: Experiment) -> None:
 def run(experiment: Experiment, *, sweep: bool, resume: bool = False, start_from: Path | None = None) -> Path:
     """Train (one trial) or sweep (the tune section), returning the run directory.
 
-    `start_from`: a checkpoint (checked by `experiments.start_from.check_start`) whose weights every new trial
+    `start_from`: a checkpoint (checked by `spikeloop.experiments.start_from.check_start`) whose weights every new trial
     starts from.
     """
     import ray
     from ray import tune
 
-    from experiments.tune_logging import NoTuneTensorBoard
-    from models import rllib_notices
+    from spikeloop.experiments.checkpoint_upgrade import refuse_old
+    from spikeloop.experiments.tune_logging import NoTuneTensorBoard
+    from spikeloop.models import rllib_notices
+
+    if resume and (earlier := latest_run_dir(experiment)) is not None:
+        refuse_old(earlier)  # before Ray: a run written before `spikeloop.*` is upgraded first, not half restored
 
     rllib_notices.quiet_tune_output()
     check_fit(experiment)

@@ -5,7 +5,7 @@ out-of-range values fail with the key path and what is allowed. Defaults are
 not retyped here: sections that mirror a settings dataclass (safety envelope,
 feedback, devices, model, meter) validate straight into that dataclass, and the `env`
 section is derived from `DoomEnv`'s constructor, so the code stays the one
-source of truth for every default. A device's address (`bridge.wire.address.DeviceAddress`:
+source of truth for every default. A device's address (`spikeloop.bridge.wire.address.DeviceAddress`:
 host, its ports, bind_host) is written flat under the device; the fields that
 are nested into its `address` come from that dataclass, not from a list here.
 
@@ -40,11 +40,11 @@ from pydantic import (
     model_validator,
 )
 
-from bridge.device.simulated_culture import SimulatedCultureConfig
-from bridge.wire.address import DeviceAddress
-from bridge.wire.channels import ENCODING_ELECTRODES, N_ELECTRODES
-from bridge.wire.safety import SafetyEnvelope, SafetyViolation
-from bridge.wire.settings import (
+from spikeloop.bridge.device.simulated_culture import SimulatedCultureConfig
+from spikeloop.bridge.wire.address import DeviceAddress
+from spikeloop.bridge.wire.channels import ENCODING_ELECTRODES, N_ELECTRODES
+from spikeloop.bridge.wire.safety import SafetyEnvelope, SafetyViolation
+from spikeloop.bridge.wire.settings import (
     ENVELOPE_POLICY,
     FAST_PATH,
     MAX_CONSECUTIVE_TIMEOUTS,
@@ -56,11 +56,11 @@ from bridge.wire.settings import (
     TIMEOUT_S,
     Setting,
 )
-from experiments.dotted import get_path
-from experiments.live_view.progress import RunBudget
-from experiments.live_view.settings import ViewSettings
-from experiments.protocol import settings as protocol_settings
-from models.closed_loop.feedback import (
+from spikeloop.experiments.dotted import get_path
+from spikeloop.experiments.live_view.progress import RunBudget
+from spikeloop.experiments.live_view.settings import ViewSettings
+from spikeloop.experiments.protocol import settings as protocol_settings
+from spikeloop.models.closed_loop.feedback import (
     EVENT_SURPRISE_REFERENCE,
     EventFeedbackSpec,
     FeedbackSettings,
@@ -69,15 +69,15 @@ from models.closed_loop.feedback import (
     feedback_rows,
     row_commands,
 )
-from models.closed_loop.meter import MeterSettings
-from models.closed_loop.sampling import SamplePace
-from models.closed_loop.session_record import DEFAULT_FLUSH_S
-from models.closed_loop.settings import (
+from spikeloop.models.closed_loop.meter import MeterSettings
+from spikeloop.models.closed_loop.sampling import SamplePace
+from spikeloop.models.closed_loop.session_record import DEFAULT_FLUSH_S
+from spikeloop.models.closed_loop.settings import (
     MAX_SEED,
     CultureSettings,
     DeviceSettings,
 )
-from models.module_config import ClosedLoopModelConfig
+from spikeloop.models.module_config import ClosedLoopModelConfig
 
 # No NaN or infinity anywhere: no setting means either, and YAML's `.inf` is one typo away.
 STRICT = ConfigDict(extra="forbid", arbitrary_types_allowed=True, allow_inf_nan=False)
@@ -289,7 +289,7 @@ class TuneSection(BaseModel):
 
     @model_validator(mode="after")
     def _known_metric(self) -> TuneSection:
-        from experiments.run_log import metric_tag
+        from spikeloop.experiments.run_log import metric_tag
 
         self.metric = metric_tag(self.metric)  # raises ValueError naming the tags there are
         return self
@@ -337,7 +337,7 @@ SEARCH_KINDS = ("grid", "choice", "uniform", "loguniform", "randint")
 @functools.cache
 def env_section_model() -> type[BaseModel]:
     """A strict model of the `env` section, built from DoomEnv's constructor."""
-    from envs.doom_env import DoomEnv
+    from spikeloop.envs.doom_env import DoomEnv
 
     hints = typing.get_type_hints(DoomEnv.__init__)
     fields = {
@@ -535,7 +535,7 @@ class Experiment(BaseModel):
 
     def rollout_steps_per_runner(self) -> int:
         """Env steps each env runner samples per iteration (RLlib's `rollout_fragment_length: auto`)."""
-        from models.ppo_config import ClosedLoopPPOConfig
+        from spikeloop.models.ppo_config import ClosedLoopPPOConfig
 
         per_learner = self.ppo.train_batch_size_per_learner or ClosedLoopPPOConfig().train_batch_size_per_learner
         batch = per_learner * max(1, self.resources.num_learners)
@@ -580,7 +580,7 @@ class Experiment(BaseModel):
 
     def algorithm_config(self):
         """The ClosedLoopPPOConfig this experiment trains with."""
-        from models.closed_loop.ppo import closed_loop_config
+        from spikeloop.models.closed_loop.ppo import closed_loop_config
 
         return closed_loop_config(
             sample_timeout_s=self.sample_pace().timeout_s(self.loop.sample_timeout_s),
@@ -637,7 +637,7 @@ def _feedback_specs(feedback: FeedbackSettings):
 
 def _check_env(env: dict[str, Any]) -> None:
     """DoomEnv's own checks (scenario, frame skip, action set, ...) without starting a game."""
-    from envs.doom_env import DoomEnv, check_env_settings
+    from spikeloop.envs.doom_env import DoomEnv, check_env_settings
 
     parameters = inspect.signature(DoomEnv.__init__).parameters
     settings = {name: env.get(name, p.default) for name, p in parameters.items() if name != "self"}
@@ -649,7 +649,7 @@ def _check_env(env: dict[str, Any]) -> None:
 
 def _check_sizes(experiment: Experiment) -> None:
     """Sizes no machine can run: refused here, naming the bound, rather than inside Ray."""
-    from models.ppo_config import ClosedLoopPPOConfig
+    from spikeloop.models.ppo_config import ClosedLoopPPOConfig
 
     defaults = ClosedLoopPPOConfig()
     ppo = experiment.ppo
@@ -742,7 +742,7 @@ def check_before_run(experiment: Experiment, source: str = "experiment") -> None
 
 def _check_feedback(feedback: FeedbackSettings) -> None:
     """What the dataclasses do not check: values that would crash or silently mislead a run."""
-    from envs.rewards import EVENTS
+    from spikeloop.envs.rewards import EVENTS
 
     for name in feedback.events:
         if name not in EVENTS:

@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from experiments.schema import Experiment
+from spikeloop.experiments.checkpoint_upgrade import OldCheckpointError, refuse_old
+from spikeloop.experiments.schema import Experiment
 
 MODULE_COMPONENT = "learner_group/learner/rl_module/default_policy"
 """Where an RLlib checkpoint keeps the module's state, and the component name `restore_from_path` takes."""
@@ -56,7 +57,7 @@ class StartError(ValueError):
 
 def resolve_start(path: Path) -> Path:
     """The checkpoint directory for a checkpoint, trial or run directory (trial: newest; run: best)."""
-    from experiments.watch_checkpoint import resolve_checkpoint
+    from spikeloop.experiments.watch_checkpoint import resolve_checkpoint
 
     try:
         checkpoint = resolve_checkpoint(Path(path).expanduser())
@@ -120,7 +121,7 @@ def _flat(tree: Any, prefix: str) -> dict[str, Any]:
 
 def settings_differences(experiment: Experiment, trained: dict[str, Any]) -> list[str]:
     """The model-shaping settings (policy, model, env spaces) where the checkpoint's experiment differs."""
-    from experiments.schema import env_section_model
+    from spikeloop.experiments.schema import env_section_model
 
     now = experiment.plain()
     env_defaults = {k: env_section_model().model_fields[k].default for k in SPACE_KEYS}
@@ -152,7 +153,7 @@ def _text(value: Any) -> str:
 
 def _module_state(experiment: Experiment) -> dict[str, Any]:
     """A freshly built module of this experiment, as state (names and shapes are what matter)."""
-    from envs.doom_env import DoomEnv
+    from spikeloop.envs.doom_env import DoomEnv
 
     config = experiment.algorithm_config()
     env = DoomEnv(**experiment.env)  # the spaces the module is built for
@@ -167,6 +168,10 @@ def check_start(experiment: Experiment, path: Path) -> tuple[Path, str]:
     """Before Ray starts: the checkpoint to start from, and a line saying what is taken from it; StartError if it
     cannot start this experiment."""
     checkpoint = resolve_start(path)
+    try:
+        refuse_old(checkpoint)
+    except OldCheckpointError as exc:
+        raise StartError(f"--from {exc}") from None
     trained = checkpoint_settings(checkpoint)
     trained_policy = trained.get("policy", "closed_loop")
     trial_file = checkpoint.parent / RESOLVED_FILE
@@ -226,7 +231,7 @@ def start_from_checkpoint(algo, checkpoint: Path) -> dict[str, Any]:
     any env runner does not hold exactly the checkpoint's weights afterwards: nothing is stimulated until this
     returns.
     """
-    from models.closed_loop.ppo import sync_env_runners
+    from spikeloop.models.closed_loop.ppo import sync_env_runners
 
     wanted = checkpoint_state(checkpoint)
     learner_states = algo.learner_group.get_weights()

@@ -2,7 +2,7 @@
 
 Tune adds a TensorBoardX logger to every trial unless one is already in the run's callbacks; it writes each
 reported metric again as `ray/tune/*` into the trial directory, beside the tags the trial writes itself
-(`experiments.run_log`), so TensorBoard showed most metrics twice. This stand-in is such a logger and writes
+(`spikeloop.experiments.run_log`), so TensorBoard showed most metrics twice. This stand-in is such a logger and writes
 nothing; Tune's JSON and CSV logs (`result.json`, `progress.csv`), which its experiment analysis reads, stay.
 """
 

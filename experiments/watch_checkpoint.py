@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from experiments.schema import Experiment, load_experiment
+from spikeloop.experiments.schema import Experiment, load_experiment
 
 RESOLVED_FILE = "experiment.yaml"
 CHECKPOINT_MARKER = "rllib_checkpoint.json"
@@ -121,7 +121,7 @@ def init_ray_for(experiment: Experiment) -> bool:
     """Join RAY_ADDRESS, or start a local Ray that owns the experiment's cl1 devices; True if started here."""
     import ray
 
-    from experiments.ray_session import init_ray
+    from spikeloop.experiments.ray_session import init_ray
 
     if ray.is_initialized():
         return False
@@ -137,10 +137,15 @@ def build_watch_algo(experiment: Experiment, checkpoint: Path):
         .env_runners(num_env_runners=0, num_cpus_per_env_runner=1, custom_resources_per_env_runner={})
         .learners(num_learners=0, num_gpus_per_learner=0)
     )
-    from models.closed_loop.ppo import restore
+    from spikeloop.experiments.checkpoint_upgrade import raise_if_old_name
+    from spikeloop.models.closed_loop.ppo import restore
 
     algo = config.build_algo()
-    restore(algo, str(checkpoint))
+    try:
+        restore(algo, str(checkpoint))
+    except ModuleNotFoundError as exc:  # one line naming the upgrade, not RLlib's traceback
+        raise_if_old_name(exc, checkpoint)
+        raise
     return algo
 
 
@@ -173,7 +178,7 @@ def fold_spikes(runner, episodes) -> int:
     """Fold the episodes' decoder-side spikes into the acting module's running spike mean; returns the steps."""
     import torch
 
-    from models.closed_loop_module import SPIKES
+    from spikeloop.models.closed_loop_module import SPIKES
 
     module = runner.module
     if not hasattr(module, "update_spike_mean"):
@@ -188,7 +193,7 @@ def fold_spikes(runner, episodes) -> int:
 
 
 def _pop_records(algo) -> list[dict[str, Any]]:
-    from models.closed_loop.callbacks import pop_episode_records
+    from spikeloop.models.closed_loop.callbacks import pop_episode_records
 
     return pop_episode_records()
 
@@ -239,7 +244,7 @@ def _peek(node: Any) -> Any:
 def episode_scalars(record: dict[str, Any], runner_metrics: dict[str, Any]) -> dict[str, float]:
     """TensorBoard scalars of one watched episode: its own summary, and the loop's and feedback's tags as in
     training (what the env runner logged since the last episode)."""
-    from experiments.run_log import scalars
+    from spikeloop.experiments.run_log import scalars
 
     out = {
         tag: value
@@ -282,10 +287,12 @@ def watch(settings: WatchSettings, log: Callable[[str], None] = print) -> Path:
     import ray
     from torch.utils.tensorboard import SummaryWriter
 
-    from experiments.run_log import write_step_log
-    from models.closed_loop.ppo import finish
+    from spikeloop.experiments.checkpoint_upgrade import refuse_old
+    from spikeloop.experiments.run_log import write_step_log
+    from spikeloop.models.closed_loop.ppo import finish
 
     checkpoint = resolve_checkpoint(settings.checkpoint)
+    refuse_old(checkpoint)  # one written before `spikeloop.*`: a line naming the upgrade, before Ray
     experiment = watch_experiment(checkpoint, settings.overrides, settings.feedback)
     root = (settings.output_root or Path(experiment.output.root_dir)).resolve()
     out = new_watch_dir(root, experiment.name)

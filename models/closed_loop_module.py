@@ -20,14 +20,14 @@ from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from ray.rllib.utils.annotations import override
 from torch import nn
 
-from bridge.wire.channels import N_ENCODING, N_SPIKE_GROUPS
-from models.columns import SPIKE_MEAN, SPIKE_STD, SPIKES, STIM_DIST_INPUTS
-from models.decoder import SpikeDecoder
-from models.distributions import FixedStimulation, TorchRangedBeta
-from models.encoder import StimEncoder, features_and_screen, n_discrete_actions, split_observation_space
-from models.feature_norm import FeatureNormalizer
-from models.module_config import ClosedLoopModelConfig
-from models.value import NormalizedValueNet
+from spikeloop.bridge.wire.channels import N_ENCODING, N_SPIKE_GROUPS
+from spikeloop.models.columns import SPIKE_MEAN, SPIKE_STD, SPIKES, STIM_DIST_INPUTS
+from spikeloop.models.decoder import SpikeDecoder
+from spikeloop.models.distributions import FixedStimulation, TorchRangedBeta
+from spikeloop.models.encoder import StimEncoder, features_and_screen, n_discrete_actions, split_observation_space
+from spikeloop.models.feature_norm import FeatureNormalizer
+from spikeloop.models.module_config import ClosedLoopModelConfig
+from spikeloop.models.value import NormalizedValueNet
 
 MODE_DEPENDENT_LAYERS = (
     nn.Dropout,

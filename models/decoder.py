@@ -8,8 +8,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from bridge.wire.channels import N_SPIKE_GROUPS
-from models.module_config import ClosedLoopModelConfig
+from spikeloop.bridge.wire.channels import N_SPIKE_GROUPS
+from spikeloop.models.module_config import ClosedLoopModelConfig
 
 
 def _inverse_softplus(x: torch.Tensor) -> torch.Tensor:
@@ -22,7 +22,7 @@ def motor_map(n_actions: int, n_spike_groups: int) -> torch.Tensor:
     The action set is the one with `n_actions` actions (envs/actions.py: "single" 8, "joint" 54). With same-frame
     rounds (`n_spike_groups` a multiple of the 8 groups) every round's counts of those groups are read.
     """
-    from envs.actions import ACTION_SETS, action_buttons, motor_groups_pressed
+    from spikeloop.envs.actions import ACTION_SETS, action_buttons, motor_groups_pressed
 
     by_size = {len(action_buttons(name)): name for name in ACTION_SETS}
     if n_actions not in by_size or n_spike_groups % N_SPIKE_GROUPS:

@@ -25,9 +25,9 @@ from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from ray.rllib.utils.annotations import override
 from torch import nn
 
-from models.closed_loop_module import build_value_net, feature_normalizer
-from models.encoder import StimEncoder, features_and_screen, n_discrete_actions
-from models.module_config import ClosedLoopModelConfig
+from spikeloop.models.closed_loop_module import build_value_net, feature_normalizer
+from spikeloop.models.encoder import StimEncoder, features_and_screen, n_discrete_actions
+from spikeloop.models.module_config import ClosedLoopModelConfig
 
 
 class DirectRLModule(TorchRLModule, ValueFunctionAPI):

@@ -12,7 +12,7 @@ from typing import Any
 
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 
-from models.columns import STIM_TIMESTAMP
+from spikeloop.models.columns import STIM_TIMESTAMP
 
 UNUSED_BY_LEARNER = (STIM_TIMESTAMP,)
 """Episode columns recorded for analysis only: never part of the learner's batch."""

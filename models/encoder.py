@@ -12,9 +12,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from bridge.wire.channels import N_ENCODING
-from models.distributions import BETA_CONCENTRATION_OFFSET
-from models.module_config import ClosedLoopModelConfig
+from spikeloop.bridge.wire.channels import N_ENCODING
+from spikeloop.models.distributions import BETA_CONCENTRATION_OFFSET
+from spikeloop.models.module_config import ClosedLoopModelConfig
 
 N_STIM = 2 * N_ENCODING
 """Stimulation vector size: N_ENCODING frequencies (Hz), then N_ENCODING amplitudes (uA)."""

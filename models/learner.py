@@ -39,19 +39,19 @@ from ray.rllib.utils.annotations import override
 from ray.rllib.utils.torch_utils import explained_variance
 from ray.rllib.utils.typing import ModuleID, TensorType
 
-from bridge.wire.channels import SPIKE_GROUP_NAMES
-from models.closed_loop_module import ClosedLoopRLModule
-from models.columns import STIM, STIM_DIST_INPUTS, STIM_LOGP
-from models.drop_columns import DropUnusedColumns
-from models.env_steps_received import CountEnvStepsReceived
-from models.running_stats_connector import UpdateRunningStats
-from models.value import NormalizedValueNet
+from spikeloop.bridge.wire.channels import SPIKE_GROUP_NAMES
+from spikeloop.models.closed_loop_module import ClosedLoopRLModule
+from spikeloop.models.columns import STIM, STIM_DIST_INPUTS, STIM_LOGP
+from spikeloop.models.drop_columns import DropUnusedColumns
+from spikeloop.models.env_steps_received import CountEnvStepsReceived
+from spikeloop.models.running_stats_connector import UpdateRunningStats
+from spikeloop.models.value import NormalizedValueNet
 
-if TYPE_CHECKING:  # for types only: models.ppo_config imports this module to name its learner class
+if TYPE_CHECKING:  # for types only: spikeloop.models.ppo_config imports this module to name its learner class
     from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
-    from models.direct_module import DirectRLModule
-    from models.ppo_config import ClosedLoopPPOConfig
+    from spikeloop.models.direct_module import DirectRLModule
+    from spikeloop.models.ppo_config import ClosedLoopPPOConfig
 
 ENCODER_OPTIMIZER = "encoder"
 DECODER_OPTIMIZER = "decoder"
@@ -90,7 +90,7 @@ def _scaled_lr(lr_or_schedule: Any, factor: float) -> Any:
 
 def _closed_loop_config(config: AlgorithmConfig | None) -> ClosedLoopPPOConfig:
     """The config RLlib hands the learner's hooks, as the ClosedLoopPPOConfig it must be."""
-    # By its fields, not its class: models.ppo_config imports this module, and no import may go back.
+    # By its fields, not its class: spikeloop.models.ppo_config imports this module, and no import may go back.
     if not all(hasattr(config, name) for name in CLOSED_LOOP_CONFIG_FIELDS):
         raise TypeError(f"ClosedLoopPPOLearner needs a ClosedLoopPPOConfig, got {type(config).__name__}")
     return cast("ClosedLoopPPOConfig", config)

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
-from bridge.wire.channels import STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
+from spikeloop.bridge.wire.channels import STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
 
 AblationMode = Literal["none", "zero", "random"]
 DecoderType = Literal["linear", "mlp"]
@@ -95,7 +95,7 @@ class ClosedLoopModelConfig:
     decoder_init: DecoderInit = "random"
     """How the linear readout starts: "random" (normal, std decoder_init_std) or "motor_map", a fixed, documented
     mapping: each action's logit is decoder_map_gain x the summed counts of the motor groups whose buttons the
-    action presses (motor group k of bridge.wire.channels.SPIKE_GROUPS <-> the button of the same name; the encoding
+    action presses (motor group k of spikeloop.bridge.wire.channels.SPIKE_GROUPS <-> the button of the same name; the encoding
     group and the no-op read nothing; with same-frame rounds every round's groups count). Meant to be frozen
     (decoder_frozen), as the culture protocol does, so that the mapping from spikes to action never changes."""
     decoder_map_gain: float = 1.0

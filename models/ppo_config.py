@@ -23,9 +23,9 @@ from ray.rllib.connectors.connector_pipeline_v2 import ConnectorPipelineV2
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-from models import rllib_notices
-from models.learner import ClosedLoopPPOLearner
-from models.ray_internals import NotProvidedType
+from spikeloop.models import rllib_notices
+from spikeloop.models.learner import ClosedLoopPPOLearner
+from spikeloop.models.ray_internals import NotProvidedType
 
 # Every process that builds or unpickles this config (driver, trial, env runners, learners) imports this
 # module first: the one place that reaches them all.
@@ -125,7 +125,7 @@ class ClosedLoopPPOConfig(PPOConfig):
 
     def get_default_rl_module_spec(self) -> RLModuleSpec:
         """The closed-loop module (encoder, decoder, value net)."""
-        from models.closed_loop_module import ClosedLoopRLModule
+        from spikeloop.models.closed_loop_module import ClosedLoopRLModule
 
         return RLModuleSpec(module_class=ClosedLoopRLModule)
 

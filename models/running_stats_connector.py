@@ -25,9 +25,9 @@ from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core.columns import Columns
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
-from models.closed_loop_module import SPIKES
-from models.encoder import features_and_screen
-from models.value import NormalizedValueNet
+from spikeloop.models.closed_loop_module import SPIKES
+from spikeloop.models.encoder import features_and_screen
+from spikeloop.models.value import NormalizedValueNet
 
 
 class UpdateRunningStats(ConnectorV2):

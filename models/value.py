@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from models.encoder import mlp
+from spikeloop.models.encoder import mlp
 
 MIN_VALUE_STD = 1e-2
 """Floor of the running target std (reward units): a constant target must not blow the scale up."""

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Run the cl-backend tests against the cl-sdk simulator (PyPI, Python 3.12 only,
 # non-commercial licence). Builds .venv312 with just cl-sdk, numpy, numba (the simulated
-# culture as a cl-sdk data source) and pytest:
-# the project itself is not installed there (ray and friends need not resolve
-# under 3.12); the tree is put on PYTHONPATH instead.
+# culture as a cl-sdk data source) and pytest, and spikeloop itself without its
+# dependencies (ray and friends need not resolve under 3.12): an editable install,
+# which gives the tree's folders their `spikeloop.*` names. The tree is on
+# PYTHONPATH for the tests' own package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,5 +33,6 @@ if [ ! -x .venv312/bin/python ]; then
     "$PY312" -m venv .venv312
 fi
 .venv312/bin/python -m pip install --quiet --disable-pip-version-check cl-sdk numpy numba pytest
+.venv312/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 # The project's addopts name pytest-xdist, which this minimal venv does not carry.
 PYTHONPATH=. .venv312/bin/python -m pytest -p no:cacheprovider -o addopts="-ra --strict-markers" -q -s tests/cl_sdk "$@"

@@ -67,8 +67,8 @@ def time_device(experiment_path: str, overrides: list[str], spec: str, warmup: i
     if threads is not None:
         torch.set_num_threads(threads)
 
-    from experiments.schema import load_experiment
-    from models.closed_loop.ppo import finish
+    from spikeloop.experiments.schema import load_experiment
+    from spikeloop.models.closed_loop.ppo import finish
 
     gpus = 1 if device == "cuda" else 0
     experiment = load_experiment(experiment_path, [*overrides, f"resources.num_gpus_per_learner={gpus}"])
@@ -146,8 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     if any(parse_device(d)[0] == "cuda" for d in args.devices) and not torch.cuda.is_available():
         print("gpu_learner_timing: CUDA is not available here; use --devices cpu", file=sys.stderr)
         return 2
-    from experiments.ray_session import init_ray
-    from experiments.schema import load_experiment
+    from spikeloop.experiments.ray_session import init_ray
+    from spikeloop.experiments.schema import load_experiment
 
     experiment = load_experiment(args.experiment, args.overrides)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import yaml
 
-from experiments import analysis
-from experiments.run_log import RunLog
+from spikeloop.experiments import analysis
+from spikeloop.experiments.run_log import RunLog
 from tests.support.analysis_runs import ABLATIONS
 
 # --- synthetic trials ---------------------------------------------------------------

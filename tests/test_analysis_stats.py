@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from experiments.analysis import power, power_table, stats
+from spikeloop.experiments.analysis import power, power_table, stats
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 

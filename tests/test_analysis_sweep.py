@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.analysis import plan, power, power_table, sweep
-from experiments.run_log import DEVICE_LOST, FINISHED
-from experiments.schema import load_experiment
+from spikeloop.experiments.analysis import plan, power, power_table, sweep
+from spikeloop.experiments.run_log import DEVICE_LOST, FINISHED
+from spikeloop.experiments.schema import load_experiment
 from tests.support.hparams_reader import hparams_tab
 from tests.support.spikeloop_cli import REPO, run_spikeloop
 from tests.support.sweep_runs import write_sweep

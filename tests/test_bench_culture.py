@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.benchmarks import culture as bench_culture
+from spikeloop.experiments.benchmarks import culture as bench_culture
 
 
 def test_holdout_accuracy_tells_signal_from_noise() -> None:

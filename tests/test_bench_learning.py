@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from experiments.benchmarks import learning as bl
+from spikeloop.experiments.benchmarks import learning as bl
 
 EPISODES = 600
 EPISODES_PER_ITERATION = 10
@@ -269,13 +269,13 @@ def test_cli_validation(capsys):
 
 
 def test_registered_in_the_cli():
-    from experiments.cli import BENCHMARKS
+    from spikeloop.experiments.cli import BENCHMARKS
 
-    assert BENCHMARKS["learning"][0] == "experiments.benchmarks.learning"
+    assert BENCHMARKS["learning"][0] == "spikeloop.experiments.benchmarks.learning"
 
 
 def test_feedback_control_experiments_validate_and_differ_only_where_they_should():
-    from experiments.schema import experiment_from_dict
+    from spikeloop.experiments.schema import experiment_from_dict
 
     base = bl.BASE_EXPERIMENT | {"sim_device": {"culture": {"dopamine_tau_ms": 300.0}}}
     built = {c: experiment_from_dict(bl.experiment_dict(c, 4, base=base)) for c in bl.FEEDBACK_CONDITIONS}
@@ -294,8 +294,8 @@ def test_feedback_control_experiments_validate_and_differ_only_where_they_should
 
 
 def test_control_cultures_reach_the_device_and_culture_flag_wins():
-    from bridge.device.simulated_culture import SimulatedCultureConfig
-    from experiments.schema import experiment_from_dict
+    from spikeloop.bridge.device.simulated_culture import SimulatedCultureConfig
+    from spikeloop.experiments.schema import experiment_from_dict
 
     default = SimulatedCultureConfig()
     for condition, (rule, _, _) in bl.FEEDBACK_CONDITIONS.items():
@@ -334,14 +334,14 @@ def test_bench_culture_flag_is_checked(capsys):
 
 
 def test_feedback_bench_registered_in_the_cli():
-    from experiments.cli import BENCHMARKS
+    from spikeloop.experiments.cli import BENCHMARKS
 
-    assert BENCHMARKS["feedback"][0] == "experiments.benchmarks.feedback"
+    assert BENCHMARKS["feedback"][0] == "spikeloop.experiments.benchmarks.feedback"
 
 
 def test_feedback_runs_measured_apart_merge_into_one_result_without_running(tmp_path, capsys):
     """The documented split: one file per rule, then --merge writes the union (every run held: no Ray starts)."""
-    from experiments.benchmarks import feedback as bench_feedback
+    from spikeloop.experiments.benchmarks import feedback as bench_feedback
 
     seeds, budget = 2, bl.MIN_ENV_STEPS
     parts = {"dopamine": ("dopamine_on", "dopamine_off"), "none": ("none_on", "none_off")}

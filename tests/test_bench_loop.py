@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.benchmarks.loop import TICK10_RESULT, meter_cost, paced_figures
-from models.closed_loop.meter import CultureMeter, MeterSettings
+from spikeloop.experiments.benchmarks.loop import TICK10_RESULT, meter_cost, paced_figures
+from spikeloop.models.closed_loop.meter import CultureMeter, MeterSettings
 
 LOOP_JSON = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "loop.json"
 METER_JSON = LOOP_JSON.with_name("loop-meter.json")

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import yaml
 
-from experiments.benchmarks.protocol import main, sign_flip_p
-from experiments.protocol.session import OUTCOME_TAGS
+from spikeloop.experiments.benchmarks.protocol import main, sign_flip_p
+from spikeloop.experiments.protocol.session import OUTCOME_TAGS
 
 
 def test_sign_flip_p_is_the_share_of_sign_patterns_at_least_as_extreme() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.benchmarks.soak import (
+from spikeloop.experiments.benchmarks.soak import (
     episode_numbering,
     measure_tree,
     misaligned_steps,
@@ -23,7 +23,7 @@ from experiments.benchmarks.soak import (
     rss_growth,
     slope_per_hour,
 )
-from experiments.run_log import write_step_log
+from spikeloop.experiments.run_log import write_step_log
 from tests.support.spikeloop_cli import REPO, cli_env, run_spikeloop
 
 
@@ -159,7 +159,7 @@ def test_a_short_soak_with_a_device_restart_loses_and_mixes_up_nothing(tmp_path:
     argv = ["bench", "soak", "--duration-s", "90", "--sample-s", "5", "--warmup-s", "10", "--train-batch", "64"]
     argv += ["--work-dir", str(tmp_path / "work"), "--output", str(out)]
     done = subprocess.run(
-        [sys.executable, "-m", "experiments.cli", *argv],
+        [sys.executable, "-m", "spikeloop.experiments.cli", *argv],
         cwd=REPO,
         # A shared machine under load can take Ray's node past its 60 s registration wait (Ray names this knob).
         env=cli_env() | {"RAY_raylet_start_wait_time_s": "300"},

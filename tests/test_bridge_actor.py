@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from bridge.device.loopback_device import LoopbackDevice
-from bridge.trainer.actor import bridge_actor_name, device_resource, find_bridge, start_bridge
-from bridge.trainer.client import BridgeClient
-from bridge.trainer.core import BridgeConfig
-from bridge.wire.address import DeviceAddress
-from bridge.wire.ports import free_port
-from bridge.wire.protocol import FeedbackCommand, FeedbackType, decode_event
+from spikeloop.bridge.device.loopback_device import LoopbackDevice
+from spikeloop.bridge.trainer.actor import bridge_actor_name, device_resource, find_bridge, start_bridge
+from spikeloop.bridge.trainer.client import BridgeClient
+from spikeloop.bridge.trainer.core import BridgeConfig
+from spikeloop.bridge.wire.address import DeviceAddress
+from spikeloop.bridge.wire.ports import free_port
+from spikeloop.bridge.wire.protocol import FeedbackCommand, FeedbackType, decode_event
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -9,11 +9,11 @@ import time
 import numpy as np
 import pytest
 
-from bridge.device.loopback_device import FAULTS, LoopbackDevice
-from bridge.trainer.core import AUTO_PLAIN_VOTES, BridgeConfig, BridgeCore, DeviceTimeout
-from bridge.trainer.reply_clock import MIN_SAMPLES
-from bridge.wire.address import DeviceAddress
-from bridge.wire.protocol import SpikeCounts, encode_spikes, now_us
+from spikeloop.bridge.device.loopback_device import FAULTS, LoopbackDevice
+from spikeloop.bridge.trainer.core import AUTO_PLAIN_VOTES, BridgeConfig, BridgeCore, DeviceTimeout
+from spikeloop.bridge.trainer.reply_clock import MIN_SAMPLES
+from spikeloop.bridge.wire.address import DeviceAddress
+from spikeloop.bridge.wire.protocol import SpikeCounts, encode_spikes, now_us
 
 TIMEOUT_S = 0.3  # generous: a loaded CI machine must not turn a good reply into a timeout
 LATE_GRACE_S = 0.5  # plain devices: how long the bridge waits for a reply it is still owed
@@ -170,7 +170,7 @@ def test_spike_port_binds_loopback_by_default():
 
 
 def test_feedback_and_events_reach_the_device():
-    from bridge.wire.protocol import FeedbackCommand, FeedbackType, decode_event, decode_feedback
+    from spikeloop.bridge.wire.protocol import FeedbackCommand, FeedbackType, decode_event, decode_feedback
 
     bridge, device = make_rig()
     try:
@@ -280,7 +280,7 @@ def test_replies_from_another_port_of_the_device_host_are_refused_with_reply_por
 
 @pytest.mark.parametrize("status_requests", [True, False])
 def test_episode_end_asks_for_the_device_status_unless_switched_off(status_requests):
-    from bridge.wire.protocol import decode_event
+    from spikeloop.bridge.wire.protocol import decode_event
 
     device = LoopbackDevice().start()
     address = DeviceAddress(

@@ -1,6 +1,6 @@
 """A device without echo (its own clock, offset and drifting) under mixed faults: no reply is ever misattributed.
 
-The device is `python -m bridge.device.loopback_device` in its own process, over real UDP
+The device is `python -m spikeloop.bridge.device.loopback_device` in its own process, over real UDP
 on loopback, answering on 5 ms ticks. It drops replies, sends some late (past the timeout, within the
 horizon) and some very late (past the horizon), duplicates some, sends some
 truncated and forges some from another address, a few percent each. It records
@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bridge.device.loopback_device import PLAN_FAULTS
-from bridge.trainer.core import BridgeConfig, BridgeCore
-from bridge.wire.address import DeviceAddress
-from bridge.wire.ports import free_port
+from spikeloop.bridge.device.loopback_device import PLAN_FAULTS
+from spikeloop.bridge.trainer.core import BridgeConfig, BridgeCore
+from spikeloop.bridge.wire.address import DeviceAddress
+from spikeloop.bridge.wire.ports import free_port
 
 TIMEOUT_S = 0.05
 LATE_GRACE_S = 0.05  # horizon 0.1 s
@@ -42,7 +42,7 @@ def start_device(spike_port: int, record: Path, seed: int) -> tuple[subprocess.P
     args = [
         sys.executable,
         "-m",
-        "bridge.device.loopback_device",
+        "spikeloop.bridge.device.loopback_device",
         "--spike-port",
         str(spike_port),
         "--stim-port",

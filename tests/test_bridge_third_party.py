@@ -18,11 +18,11 @@ import time
 import numpy as np
 import pytest
 
-from bridge.device.loopback_device import LoopbackDevice
-from bridge.trainer.core import AUTO_REPIN_TIMEOUTS, BridgeConfig, BridgeCore
-from bridge.trainer.reply_clock import MIN_SAMPLES
-from bridge.wire.address import DeviceAddress
-from bridge.wire.protocol import SpikeCounts, encode_spikes, now_us
+from spikeloop.bridge.device.loopback_device import LoopbackDevice
+from spikeloop.bridge.trainer.core import AUTO_REPIN_TIMEOUTS, BridgeConfig, BridgeCore
+from spikeloop.bridge.trainer.reply_clock import MIN_SAMPLES
+from spikeloop.bridge.wire.address import DeviceAddress
+from spikeloop.bridge.wire.protocol import SpikeCounts, encode_spikes, now_us
 
 TIMEOUT_S = 0.2
 LATE_GRACE_S = 0.1  # horizon 0.3 s: a plain device's reply is owed that long after its stimulation

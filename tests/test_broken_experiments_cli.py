@@ -5,7 +5,7 @@ must name (`# expect: KEY.PATH`, or `# fit: KEY` for a valid file no local Ray c
 schedule). Each file goes through both commands, each in a process of its own
 (tests/support/cli_batch.py forks them from one interpreter, with a tripwire on `ray.init`):
 a non-zero exit, the key in the message, no traceback, Ray never started. A few also
-run through a plain `python -m experiments.cli` subprocess, as a user runs them.
+run through a plain `python -m spikeloop.experiments.cli` subprocess, as a user runs them.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""bridge.trainer.causality: the running correlations and the verdict that `spikeloop check` and training rely on."""
+"""spikeloop.bridge.trainer.causality: the running correlations and the verdict that `spikeloop check` and training rely on."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bridge.trainer.causality import ALPHA, MAX_LAG, MIN_PAIRS, CausalityMeter, assess, stim_drive
+from spikeloop.bridge.trainer.causality import ALPHA, MAX_LAG, MIN_PAIRS, CausalityMeter, assess, stim_drive
 
 
 def meter_for(drives: np.ndarray, counts: np.ndarray, window: float | None = None) -> CausalityMeter:

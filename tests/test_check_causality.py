@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.commands.check import PROBE_ON_AMPLITUDE_UA, PROBE_ON_FREQUENCY_HZ
+from spikeloop.experiments.commands.check import PROBE_ON_AMPLITUDE_UA, PROBE_ON_FREQUENCY_HZ
 from tests.support.hardware_rig import REPO, DevicePorts, DeviceProgram, spikeloop_argv, user_env
 from tests.support.readme_commands import readme_argv
 from tests.support.tensorboard_events import event_scalars

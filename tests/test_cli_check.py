@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from bridge.device.loopback_device import LoopbackDevice
-from bridge.wire.ports import free_port
-from bridge.wire.protocol import decode_event, decode_stim
-from bridge.wire.safety import SafetyEnvelope
-from experiments.commands import check
+from spikeloop.bridge.device.loopback_device import LoopbackDevice
+from spikeloop.bridge.wire.ports import free_port
+from spikeloop.bridge.wire.protocol import decode_event, decode_stim
+from spikeloop.bridge.wire.safety import SafetyEnvelope
+from spikeloop.experiments.commands import check
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = str(ROOT / "experiments" / "quickstart.yaml")
@@ -23,7 +23,7 @@ QUICKSTART = str(ROOT / "experiments" / "quickstart.yaml")
 def spikeloop_check(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
     """`spikeloop check ...` in a fresh interpreter."""
     return subprocess.run(
-        [sys.executable, "-m", "experiments.cli", "check", *args],
+        [sys.executable, "-m", "spikeloop.experiments.cli", "check", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -72,7 +72,7 @@ def test_quickstart_passes_and_prints_latency_and_envelope():
 
 
 def test_check_prints_every_feedback_row_what_it_sends_and_which_switch_keeps_it_off():
-    from experiments.schema import load_experiment
+    from spikeloop.experiments.schema import load_experiment
 
     reference = ROOT / "experiments" / "reference.yaml"
     lines = check.feedback_lines(load_experiment(reference))
@@ -188,7 +188,7 @@ def test_a_device_replying_from_another_port_works_and_check_names_the_port(caps
     import socket
     import threading
 
-    from bridge.wire.protocol import SpikeCounts, encode_spikes
+    from spikeloop.bridge.wire.protocol import SpikeCounts, encode_spikes
 
     spike_port = free_port()
     stim = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -234,7 +234,7 @@ def test_a_device_replying_from_another_port_works_and_check_names_the_port(caps
 
 
 def test_probe_plan_is_modest_fixed_balanced_and_inside_the_envelope():
-    from bridge.wire.channels import STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
+    from spikeloop.bridge.wire.channels import STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
 
     plan = check.probe_plan(SafetyEnvelope(), 40)
     assert STIM_FREQUENCY_RANGE_HZ[0] <= plan.on_hz <= STIM_FREQUENCY_RANGE_HZ[1]

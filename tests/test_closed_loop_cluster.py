@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bridge.trainer.actor import device_resource, find_bridge
-from models.closed_loop.ppo import closed_loop_config, finish
-from models.closed_loop.settings import DEVICE_SLOT_RESOURCE, CultureSettings
-from models.columns import EXCHANGE_OK, RAW_SPIKES, SPIKES, STIM
+from spikeloop.bridge.trainer.actor import device_resource, find_bridge
+from spikeloop.models.closed_loop.ppo import closed_loop_config, finish
+from spikeloop.models.closed_loop.settings import DEVICE_SLOT_RESOURCE, CultureSettings
+from spikeloop.models.columns import EXCHANGE_OK, RAW_SPIKES, SPIKES, STIM
 from tests.support.closed_loop_helpers import SMALL_MODEL, cl1_device, sample_and_replay, start_loopback
 
 pytestmark = [pytest.mark.cluster, pytest.mark.long]  # minutes: the long tier
@@ -44,7 +44,7 @@ def cluster():
 def _runner_report(runner) -> dict:
     import ray
 
-    from models.closed_loop.link import current_link
+    from spikeloop.models.closed_loop.link import current_link
 
     steps = sample_and_replay(runner, 40, True)
     return {

@@ -21,12 +21,12 @@ import numpy as np
 import pytest
 from ray.rllib.core.columns import Columns
 
-from bridge.trainer.actor import find_bridge
-from bridge.wire.protocol import decode_event, decode_stim
-from models.closed_loop.link import DeviceLost
-from models.closed_loop.ppo import closed_loop_config, finish
-from models.closed_loop.settings import DEVICE_SLOT_RESOURCE, CultureSettings
-from models.columns import EXCHANGE_OK, RAW_SPIKES, SPIKE_MEAN, SPIKES, STIM, STIM_TIMESTAMP
+from spikeloop.bridge.trainer.actor import find_bridge
+from spikeloop.bridge.wire.protocol import decode_event, decode_stim
+from spikeloop.models.closed_loop.link import DeviceLost
+from spikeloop.models.closed_loop.ppo import closed_loop_config, finish
+from spikeloop.models.closed_loop.settings import DEVICE_SLOT_RESOURCE, CultureSettings
+from spikeloop.models.columns import EXCHANGE_OK, RAW_SPIKES, SPIKE_MEAN, SPIKES, STIM, STIM_TIMESTAMP
 from tests.support.closed_loop_helpers import SMALL_MODEL, cl1_device, sample_and_replay, start_loopback
 
 DEVICE = "dish-inv"
@@ -93,7 +93,7 @@ def _run_on_runner(algo, fn):
 
 
 def _link_counts(runner) -> dict:
-    from models.closed_loop.link import current_link
+    from spikeloop.models.closed_loop.link import current_link
 
     return dict(current_link().counts)
 

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from ray.rllib.algorithms.algorithm import Algorithm
 
-from models.closed_loop.ppo import closed_loop_config, finish, sync_env_runners
-from models.closed_loop.settings import CultureSettings, DeviceSettings
+from spikeloop.models.closed_loop.ppo import closed_loop_config, finish, sync_env_runners
+from spikeloop.models.closed_loop.settings import CultureSettings, DeviceSettings
 from tests.support.closed_loop_helpers import SMALL_MODEL
 
 TRAINING = {"train_batch_size_per_learner": 256, "minibatch_size": 64, "num_epochs": 1}
@@ -64,7 +64,7 @@ def _acts(runner, obs, spikes) -> dict[str, np.ndarray]:
     from ray.rllib.core.columns import Columns
     from ray.rllib.utils.torch_utils import convert_to_torch_tensor
 
-    from models.columns import STIM_DIST_INPUTS
+    from spikeloop.models.columns import STIM_DIST_INPUTS
 
     module = runner.module
     with torch.no_grad():
@@ -113,7 +113,7 @@ def test_two_iterations_checkpoint_and_restore(ray_session, tmp_path):
     restored = Algorithm.from_checkpoint(path)
     try:
         _assert_same(_learner_state(restored), trained)
-        # Synced as `--resume` syncs (models.closed_loop.ppo.restore), the env runner acts exactly as before
+        # Synced as `--resume` syncs (spikeloop.models.closed_loop.ppo.restore), the env runner acts exactly as before
         # the save: same stimulation distribution, value, action logits and action on the same inputs.
         sync_env_runners(restored)
         (restored_acted,) = restored.env_runner_group.foreach_env_runner(

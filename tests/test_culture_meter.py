@@ -13,9 +13,9 @@ import math
 import numpy as np
 import pytest
 
-from bridge.wire.channels import N_ENCODING, STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
-from experiments.schema import ExperimentError, experiment_from_dict
-from models.closed_loop.meter import CultureMeter, MeterSettings, feature_classes
+from spikeloop.bridge.wire.channels import N_ENCODING, STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
+from spikeloop.experiments.schema import ExperimentError, experiment_from_dict
+from spikeloop.models.closed_loop.meter import CultureMeter, MeterSettings, feature_classes
 
 GROUPS = 8
 N_FEATURES = 5

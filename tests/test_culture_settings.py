@@ -13,12 +13,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bridge.device.program import Device
-from bridge.device.simulated_culture import SimulatedCultureConfig, knob_table
-from bridge.wire.channels import GOOD_NEWS_ELECTRODES, N_ENCODING, POSITIVE_FEEDBACK_ELECTRODES
-from bridge.wire.ports import free_port
-from bridge.wire.protocol import FeedbackCommand, FeedbackType, StimCommand, decode_spikes, encode_feedback, encode_stim
-from experiments.schema import ExperimentError, experiment_from_dict
+from spikeloop.bridge.device.program import Device
+from spikeloop.bridge.device.simulated_culture import SimulatedCultureConfig, knob_table
+from spikeloop.bridge.wire.channels import GOOD_NEWS_ELECTRODES, N_ENCODING, POSITIVE_FEEDBACK_ELECTRODES
+from spikeloop.bridge.wire.ports import free_port
+from spikeloop.bridge.wire.protocol import (
+    FeedbackCommand,
+    FeedbackType,
+    StimCommand,
+    decode_spikes,
+    encode_feedback,
+    encode_stim,
+)
+from spikeloop.experiments.schema import ExperimentError, experiment_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 STIM = (tuple([40.0] * N_ENCODING), tuple([2.5] * N_ENCODING))
@@ -79,13 +86,13 @@ def test_the_docs_carry_the_knob_table_of_the_dataclass() -> None:
     table = knob_table()
     assert len(table.splitlines()) == 2 + len(dataclasses.fields(SimulatedCultureConfig))
     assert table in (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"), (
-        "docs/architecture.md must carry bridge.device.simulated_culture.knob_table() verbatim (regenerate it)"
+        "docs/architecture.md must carry spikeloop.bridge.device.simulated_culture.knob_table() verbatim (regenerate it)"
     )
 
 
 def _device_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "experiments.cli", "device", *args],
+        [sys.executable, "-m", "spikeloop.experiments.cli", "device", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -147,7 +154,7 @@ def _program_replies(tmp_path: Path, *culture_args: str) -> np.ndarray:
     rx.settimeout(0.5)
     ports = {"--stim-port": free_port(), "--event-port": free_port(), "--feedback-port": free_port()}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "experiments.cli", "device", "--backend", "sim", "--as-fast-as-possible"]
+        [sys.executable, "-m", "spikeloop.experiments.cli", "device", "--backend", "sim", "--as-fast-as-possible"]
         + [x for flag, port in ports.items() for x in (flag, str(port))]
         + ["--spike-port", str(rx.getsockname()[1]), *culture_args],
         stderr=subprocess.DEVNULL,
@@ -207,7 +214,7 @@ def test_plasticity_false_in_the_experiment_keeps_the_device_cultures_weights() 
 
 
 def test_reward_sites_default_to_where_good_news_lands() -> None:
-    from models.closed_loop.feedback import EVENT_SURPRISE_REFERENCE, FeedbackSettings
+    from spikeloop.models.closed_loop.feedback import EVENT_SURPRISE_REFERENCE, FeedbackSettings
 
     settings = FeedbackSettings()
     good = set(settings.step_positive.channels) | {

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from envs.doom_env import DoomEnv
-from envs.scenarios import VIZDOOM_SCENARIOS_DIR, resolve_scenario
-from experiments.schema import load_experiment
+from spikeloop.envs.doom_env import DoomEnv
+from spikeloop.envs.scenarios import VIZDOOM_SCENARIOS_DIR, resolve_scenario
+from spikeloop.experiments.schema import load_experiment
 
 REPO = Path(__file__).resolve().parents[1]
 STAGES = [f"deadly_corridor_{n}" for n in range(1, 6)]

@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bridge.device.backends.transparent import TRANSPARENT_MAX_COUNT, transparent_counts
-from bridge.device.program import Device, DeviceConfig, build_parser
-from bridge.wire.address import DeviceAddress
-from bridge.wire.channels import N_ENCODING
-from bridge.wire.ports import free_port
-from bridge.wire.protocol import (
+from spikeloop.bridge.device.backends.transparent import TRANSPARENT_MAX_COUNT, transparent_counts
+from spikeloop.bridge.device.program import Device, DeviceConfig, build_parser
+from spikeloop.bridge.wire.address import DeviceAddress
+from spikeloop.bridge.wire.channels import N_ENCODING
+from spikeloop.bridge.wire.ports import free_port
+from spikeloop.bridge.wire.protocol import (
     FEEDBACK_STRUCT,
     EventMessage,
     FeedbackCommand,
@@ -273,7 +273,7 @@ def test_cli_process_exits_zero_on_sigterm_and_prints_counters(trainer: Loopback
         [
             sys.executable,
             "-m",
-            "experiments.cli",
+            "spikeloop.experiments.cli",
             "device",
             "--backend",
             "random",
@@ -384,7 +384,7 @@ def test_cli_refuses_an_envelope_that_contradicts_itself() -> None:
         [
             sys.executable,
             "-m",
-            "experiments.cli",
+            "spikeloop.experiments.cli",
             "device",
             "--max-charge-per-phase-nc",
             "0.03",
@@ -427,7 +427,7 @@ def test_another_host_is_ignored_unless_the_device_is_opened(
 
 
 def test_accept_from_flag_reaches_the_config() -> None:
-    from bridge.device.program import config_from_args
+    from spikeloop.bridge.device.program import config_from_args
 
     args = build_parser().parse_args(["--accept-from", "spike-port", "--max-pulses", "50", "--forbid-electrode", "9"])
     config = config_from_args(args)

@@ -1,4 +1,4 @@
-"""`bridge.wire.address.DeviceAddress`: one address type for the bridge, the device program and the experiment."""
+"""`spikeloop.bridge.wire.address.DeviceAddress`: one address type for the bridge, the device program and the experiment."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import pickle
 
 import pytest
 
-from bridge.device.program import DeviceConfig, build_parser, config_from_args
-from bridge.trainer.core import BridgeConfig
-from bridge.wire import channels
-from bridge.wire.address import DeviceAddress
-from experiments.schema import ADDRESS_KEYS, ExperimentError, default_experiment_tree, experiment_from_dict
-from models.closed_loop.settings import CultureSettings, DeviceSettings
+from spikeloop.bridge.device.program import DeviceConfig, build_parser, config_from_args
+from spikeloop.bridge.trainer.core import BridgeConfig
+from spikeloop.bridge.wire import channels
+from spikeloop.bridge.wire.address import DeviceAddress
+from spikeloop.experiments.schema import ADDRESS_KEYS, ExperimentError, default_experiment_tree, experiment_from_dict
+from spikeloop.models.closed_loop.settings import CultureSettings, DeviceSettings
 
 
 def test_defaults_are_the_channel_map_ports():

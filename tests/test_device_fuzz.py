@@ -23,13 +23,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bridge.device.backends.transparent import transparent_counts
-from bridge.device.program import Device, DeviceConfig
-from bridge.wire.address import DeviceAddress
-from bridge.wire.channels import N_ENCODING
-from bridge.wire.ports import free_port
-from bridge.wire.protocol import StimCommand, decode_spikes, encode_stim
-from bridge.wire.safety import SafetyEnvelope
+from spikeloop.bridge.device.backends.transparent import transparent_counts
+from spikeloop.bridge.device.program import Device, DeviceConfig
+from spikeloop.bridge.wire.address import DeviceAddress
+from spikeloop.bridge.wire.channels import N_ENCODING
+from spikeloop.bridge.wire.ports import free_port
+from spikeloop.bridge.wire.protocol import StimCommand, decode_spikes, encode_stim
+from spikeloop.bridge.wire.safety import SafetyEnvelope
 from tests.support.device_fuzz import (
     FOREIGN_HOST,
     _event_bytes,
@@ -120,7 +120,7 @@ def test_spikeloop_device_process_outlives_the_killers_from_the_issue(tmp_path: 
         [
             sys.executable,
             "-m",
-            "experiments.cli",
+            "spikeloop.experiments.cli",
             "device",
             "--backend",
             "sim",
@@ -197,6 +197,6 @@ def test_spikeloop_device_process_outlives_the_killers_from_the_issue(tmp_path: 
 
 def struct_stim(frequency_hz: float) -> bytes:
     """A stimulation with one frequency too large for any culture (packed by hand: the encoder refuses it)."""
-    from bridge.wire.protocol import STIM_STRUCT
+    from spikeloop.bridge.wire.protocol import STIM_STRUCT
 
     return STIM_STRUCT.pack(9, frequency_hz, *([20.0] * (N_ENCODING - 1)), *([1.5] * N_ENCODING))

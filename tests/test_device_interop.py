@@ -1,4 +1,4 @@
-"""The trainer's bridge (`bridge.trainer.core.BridgeCore`) against the device program, every backend.
+"""The trainer's bridge (`spikeloop.bridge.trainer.core.BridgeCore`) against the device program, every backend.
 
 1,000 exchanges per backend, as fast as possible, interleaved with feedback,
 events and fuzzed datagrams on every device port: zero misaligned replies, zero
@@ -12,11 +12,11 @@ import time
 import numpy as np
 import pytest
 
-from bridge.device.program import Device, DeviceConfig
-from bridge.trainer.core import BridgeConfig, BridgeCore
-from bridge.wire.address import DeviceAddress
-from bridge.wire.channels import FEEDBACK_REFERENCE, N_ENCODING
-from bridge.wire.protocol import FeedbackCommand, FeedbackType
+from spikeloop.bridge.device.program import Device, DeviceConfig
+from spikeloop.bridge.trainer.core import BridgeConfig, BridgeCore
+from spikeloop.bridge.wire.address import DeviceAddress
+from spikeloop.bridge.wire.channels import FEEDBACK_REFERENCE, N_ENCODING
+from spikeloop.bridge.wire.protocol import FeedbackCommand, FeedbackType
 
 EXCHANGES = 1000
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bridge.wire.channels import N_ENCODING
-from bridge.wire.protocol import EventMessage, StimCommand, decode_spikes, encode_event, encode_stim
+from spikeloop.bridge.wire.channels import N_ENCODING
+from spikeloop.bridge.wire.protocol import EventMessage, StimCommand, decode_spikes, encode_event, encode_stim
 from tests.support.hardware_rig import (
     REPO,
     DevicePorts,

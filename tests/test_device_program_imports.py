@@ -16,14 +16,23 @@ from pathlib import Path
 from tests.support.hardware_rig import REPO, DevicePorts, DeviceProgram
 
 # Top-level packages the device side must never load: the trainer's stack and the trainer's own packages.
-FORBIDDEN = ("ray", "torch", "gymnasium", "vizdoom", "tensorboard", "experiments", "models", "envs")
+FORBIDDEN = (
+    "ray",
+    "torch",
+    "gymnasium",
+    "vizdoom",
+    "tensorboard",
+    "spikeloop.experiments",
+    "spikeloop.models",
+    "spikeloop.envs",
+)
 # Native libraries those packages bring, as they appear in /proc/PID/maps.
 FORBIDDEN_LIBRARIES = ("_raylet", "libtorch", "vizdoom")
 
 IMPORT_DEVICE_SIDE = """
 import json, sys
-import bridge.device.program, bridge.device.backends.sim, bridge.device.backends.random_counts, bridge.device.backends.zero
-import bridge.device.backends.transparent, bridge.device.simulated_culture, bridge.device.dose
+import spikeloop.bridge.device.program, spikeloop.bridge.device.backends.sim, spikeloop.bridge.device.backends.random_counts, spikeloop.bridge.device.backends.zero
+import spikeloop.bridge.device.backends.transparent, spikeloop.bridge.device.simulated_culture, spikeloop.bridge.device.dose
 print(json.dumps(sorted(sys.modules)))
 """
 
@@ -34,12 +43,13 @@ def test_importing_the_device_program_and_its_backends_loads_nothing_of_the_trai
     )
     assert proc.returncode == 0, proc.stderr
     modules = set(json.loads(proc.stdout.strip().splitlines()[-1]))
-    loaded = {name.split(".")[0] for name in modules}
-    assert "bridge" in loaded and "numpy" in loaded, "the check must see what it imported"
+    # A package: its top-level name, or for spikeloop's own, `spikeloop.<folder>`.
+    loaded = {".".join(name.split(".")[: 2 if name.startswith("spikeloop.") else 1]) for name in modules}
+    assert "spikeloop.bridge" in loaded and "numpy" in loaded, "the check must see what it imported"
     assert loaded.isdisjoint(FORBIDDEN), f"the device side imported {sorted(loaded & set(FORBIDDEN))}"
-    trainer_side = sorted(m for m in modules if m.startswith("bridge.trainer"))
+    trainer_side = sorted(m for m in modules if m.startswith("spikeloop.bridge.trainer"))
     assert trainer_side == [], f"the device side imported the trainer's side: {trainer_side}"
-    assert "bridge.wire.protocol" in modules, "the device side speaks the wire through bridge.wire"
+    assert "spikeloop.bridge.wire.protocol" in modules, "the device side speaks the wire through spikeloop.bridge.wire"
 
 
 def test_a_running_device_program_maps_no_trainer_library(tmp_path: Path) -> None:

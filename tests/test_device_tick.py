@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from bridge.device.program import build_parser
-from bridge.trainer.core import BridgeConfig, BridgeCore
-from bridge.wire.address import DeviceAddress
-from bridge.wire.ports import free_port
-from bridge.wire.protocol import FeedbackCommand, FeedbackType, StimCommand, encode_stim
+from spikeloop.bridge.device.program import build_parser
+from spikeloop.bridge.trainer.core import BridgeConfig, BridgeCore
+from spikeloop.bridge.wire.address import DeviceAddress
+from spikeloop.bridge.wire.ports import free_port
+from spikeloop.bridge.wire.protocol import FeedbackCommand, FeedbackType, StimCommand, encode_stim
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 def start_device(*flags: str) -> subprocess.Popen:
     """`spikeloop device FLAGS...` as its own process (stderr kept for its exit summary)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "experiments.cli", "device", *flags],
+        [sys.executable, "-m", "spikeloop.experiments.cli", "device", *flags],
         cwd=REPO,
         env=os.environ | {"RAY_USAGE_STATS_ENABLED": "0"},
         stderr=subprocess.PIPE,
@@ -120,7 +120,7 @@ def test_tick_quantised_device_with_its_own_clock_and_socket() -> None:
 )
 def test_device_flags_that_cannot_work_are_refused(flags: list[str], message: str) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments.cli", "device", *flags],
+        [sys.executable, "-m", "spikeloop.experiments.cli", "device", *flags],
         cwd=REPO,
         capture_output=True,
         text=True,

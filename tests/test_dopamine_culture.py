@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import bridge.device.simulated_culture as sc
-from bridge.device.simulated_culture import SimulatedCulture, SimulatedCultureConfig
-from bridge.wire.channels import BAD_NEWS_ELECTRODES, ENCODING_ELECTRODES, GOOD_NEWS_ELECTRODES
+import spikeloop.bridge.device.simulated_culture as sc
+from spikeloop.bridge.device.simulated_culture import SimulatedCulture, SimulatedCultureConfig
+from spikeloop.bridge.wire.channels import BAD_NEWS_ELECTRODES, ENCODING_ELECTRODES, GOOD_NEWS_ELECTRODES
 
 # No spontaneous activity and no tonic dopamine: the only spike pairs are the conditioning burst's, and weights
 # can move only when feedback pulses release (or withdraw) dopamine.

@@ -22,11 +22,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bridge.device.backends import burst_charge_nc, stim_charge_nc
-from bridge.device.dose import DOSE_WINDOW_S, DoseBudget, DoseMeter, DoseRefusal, status_metrics
-from bridge.wire.channels import ENCODING_ELECTRODES, N_ENCODING
-from bridge.wire.ports import free_port
-from bridge.wire.protocol import (
+from spikeloop.bridge.device.backends import burst_charge_nc, stim_charge_nc
+from spikeloop.bridge.device.dose import DOSE_WINDOW_S, DoseBudget, DoseMeter, DoseRefusal, status_metrics
+from spikeloop.bridge.wire.channels import ENCODING_ELECTRODES, N_ENCODING
+from spikeloop.bridge.wire.ports import free_port
+from spikeloop.bridge.wire.protocol import (
     EventMessage,
     FeedbackCommand,
     FeedbackType,
@@ -37,9 +37,9 @@ from bridge.wire.protocol import (
     encode_feedback,
     encode_stim,
 )
-from bridge.wire.safety import CEILINGS
-from experiments.commands import check
-from experiments.schema import ExperimentError, load_experiment
+from spikeloop.bridge.wire.safety import CEILINGS
+from spikeloop.experiments.commands import check
+from spikeloop.experiments.schema import ExperimentError, load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = str(ROOT / "experiments" / "quickstart.yaml")
@@ -89,7 +89,7 @@ def start_device(client: Client, *flags: str) -> subprocess.Popen:
         [
             sys.executable,
             "-m",
-            "experiments.cli",
+            "spikeloop.experiments.cli",
             "device",
             "--backend",
             "zero",
@@ -221,7 +221,7 @@ def spikeloop(*args: str, timeout_s: float = 180) -> subprocess.CompletedProcess
     """`spikeloop ARGS...` from the repository root, output captured."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")} | {"RAY_USAGE_STATS_ENABLED": "0"}
     return subprocess.run(
-        [sys.executable, "-m", "experiments.cli", *args],
+        [sys.executable, "-m", "spikeloop.experiments.cli", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from envs import GYM_ID, RAY_ENV_NAME, register
-from envs.actions import action_buttons
-from envs.doom_env import DoomEnv
-from envs.features import FeatureSettings, feature_names
-from envs.scenarios import DEFAULT_SCENARIO, available_scenarios, resolve_scenario
+from spikeloop.envs import GYM_ID, RAY_ENV_NAME, register
+from spikeloop.envs.actions import action_buttons
+from spikeloop.envs.doom_env import DoomEnv
+from spikeloop.envs.features import FeatureSettings, feature_names
+from spikeloop.envs.scenarios import DEFAULT_SCENARIO, available_scenarios, resolve_scenario
 
 
 @pytest.fixture(scope="module")
@@ -258,7 +258,7 @@ def test_register_is_idempotent_and_makes_the_env():
 
 
 def test_vizdoom_object_state_layout_matches_what_features_read(arena):
-    from envs import features
+    from spikeloop.envs import features
 
     arena.reset(seed=0)
     objects = arena.game.get_state().objects

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from experiments.benchmarks import env as bench
+from spikeloop.experiments.benchmarks import env as bench
 
 
 def test_help_exits_cleanly(capsys):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from envs.curriculum import Curriculum
-from envs.doom_env import DoomEnv
+from spikeloop.envs.curriculum import Curriculum
+from spikeloop.envs.doom_env import DoomEnv
 
 
 def test_advances_only_when_the_window_mean_passes_the_threshold():

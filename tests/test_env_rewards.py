@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from envs.doom_env import DoomEnv
-from envs.rewards import EVENTS
+from spikeloop.envs.doom_env import DoomEnv
+from spikeloop.envs.rewards import EVENTS
 
 # "single" action indices
 FORWARD, BACKWARD, LEFT, RIGHT, TURN_LEFT, TURN_RIGHT, ATTACK, NOOP = range(8)

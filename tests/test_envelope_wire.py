@@ -20,12 +20,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.device.loopback_device import LoopbackDevice
-from bridge.trainer.core import BridgeConfig, BridgeCore
-from bridge.wire.address import DeviceAddress
-from bridge.wire.channels import ENCODING_ELECTRODES, FORBIDDEN_ELECTRODES, N_ELECTRODES, N_ENCODING
-from bridge.wire.protocol import FeedbackCommand, FeedbackType, ProtocolError, decode_feedback, decode_stim
-from bridge.wire.safety import SafetyEnvelope, SafetyViolation
+from spikeloop.bridge.device.loopback_device import LoopbackDevice
+from spikeloop.bridge.trainer.core import BridgeConfig, BridgeCore
+from spikeloop.bridge.wire.address import DeviceAddress
+from spikeloop.bridge.wire.channels import ENCODING_ELECTRODES, FORBIDDEN_ELECTRODES, N_ELECTRODES, N_ENCODING
+from spikeloop.bridge.wire.protocol import FeedbackCommand, FeedbackType, ProtocolError, decode_feedback, decode_stim
+from spikeloop.bridge.wire.safety import SafetyEnvelope, SafetyViolation
 
 EXAMPLES = 250
 TRIED = {"envelopes": 0, "refused_envelopes": 0, "stim": 0, "feedback": 0, "on_wire": 0, "refused": 0, "outside": 0}
@@ -40,7 +40,7 @@ def device():
 
 def envelopes():
     """Envelopes over a wide range of scales; some contradict themselves or pass the hard ceiling (3 uA, 3 nC,
-    200 Hz: bridge.wire.safety.CEILINGS), and must then be refused."""
+    200 Hz: spikeloop.bridge.wire.safety.CEILINGS), and must then be refused."""
     return st.builds(
         dict,
         min_frequency_hz=st.floats(0.01, 150),

@@ -27,7 +27,7 @@ STOP_EPISODES = 10
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "experiments.cli", *args]
+    return [sys.executable, "-m", "spikeloop.experiments.cli", *args]
 
 
 def _episodes(trial_dir: Path) -> list[dict]:

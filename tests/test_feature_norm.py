@@ -6,8 +6,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from models.closed_loop_module import ClosedLoopRLModule
-from models.feature_norm import FeatureNormalizer
+from spikeloop.models.closed_loop_module import ClosedLoopRLModule
+from spikeloop.models.feature_norm import FeatureNormalizer
 
 
 def normalizer(**kwargs) -> FeatureNormalizer:

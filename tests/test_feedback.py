@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from bridge.wire.channels import NEGATIVE_FEEDBACK_ELECTRODES, POSITIVE_FEEDBACK_ELECTRODES
-from bridge.wire.protocol import FeedbackType, encode_feedback
-from bridge.wire.safety import SafetyEnvelope
-from models.closed_loop.feedback import (
+from spikeloop.bridge.wire.channels import NEGATIVE_FEEDBACK_ELECTRODES, POSITIVE_FEEDBACK_ELECTRODES
+from spikeloop.bridge.wire.protocol import FeedbackType, encode_feedback
+from spikeloop.bridge.wire.safety import SafetyEnvelope
+from spikeloop.models.closed_loop.feedback import (
     FeedbackPolicy,
     FeedbackSettings,
     RunningBaseline,
@@ -124,7 +124,7 @@ def test_reward_feedback_or_the_event_table_never_both():
 
 def _named(names: str) -> list:
     """Commands by letter; a lower-case letter is an interrupt that goes with the next command."""
-    from bridge.wire.protocol import FeedbackCommand
+    from spikeloop.bridge.wire.protocol import FeedbackCommand
 
     return [
         FeedbackCommand(
@@ -226,7 +226,7 @@ def test_event_baseline_order_and_directions(order: str):
 
 
 def test_reference_surprise_settings_are_schema_checked():
-    from experiments.schema import ExperimentError, experiment_from_dict
+    from spikeloop.experiments.schema import ExperimentError, experiment_from_dict
 
     ok = experiment_from_dict(
         {"feedback": {"surprise": {"baseline_start": "zero", "event_baseline_order": "update_then_read"}}}

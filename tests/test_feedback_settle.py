@@ -7,11 +7,18 @@ import socket
 import numpy as np
 import pytest
 
-from bridge.device.program import Device, DeviceConfig
-from bridge.device.simulated_culture import SimulatedCultureConfig
-from bridge.wire.address import DeviceAddress
-from bridge.wire.channels import FEEDBACK_REFERENCE, N_ENCODING
-from bridge.wire.protocol import FeedbackCommand, FeedbackType, StimCommand, decode_spikes, encode_feedback, encode_stim
+from spikeloop.bridge.device.program import Device, DeviceConfig
+from spikeloop.bridge.device.simulated_culture import SimulatedCultureConfig
+from spikeloop.bridge.wire.address import DeviceAddress
+from spikeloop.bridge.wire.channels import FEEDBACK_REFERENCE, N_ENCODING
+from spikeloop.bridge.wire.protocol import (
+    FeedbackCommand,
+    FeedbackType,
+    StimCommand,
+    decode_spikes,
+    encode_feedback,
+    encode_stim,
+)
 
 TRIALS = 30
 SILENT = (tuple([0.0] * N_ENCODING), tuple([0.0] * N_ENCODING))

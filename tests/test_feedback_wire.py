@@ -14,14 +14,14 @@ from dataclasses import replace
 
 import pytest
 
-from bridge.device.loopback_device import LoopbackDevice
-from bridge.trainer.core import BridgeConfig, BridgeCore
-from bridge.wire.address import DeviceAddress
-from bridge.wire.channels import NEGATIVE_FEEDBACK_ELECTRODES, POSITIVE_FEEDBACK_ELECTRODES
-from bridge.wire.protocol import FeedbackCommand, FeedbackType, decode_feedback
-from envs.rewards import EVENTS
-from experiments.schema import experiment_from_dict
-from models.closed_loop.feedback import EventFeedbackSpec, FeedbackPolicy, FeedbackSettings, within_budget
+from spikeloop.bridge.device.loopback_device import LoopbackDevice
+from spikeloop.bridge.trainer.core import BridgeConfig, BridgeCore
+from spikeloop.bridge.wire.address import DeviceAddress
+from spikeloop.bridge.wire.channels import NEGATIVE_FEEDBACK_ELECTRODES, POSITIVE_FEEDBACK_ELECTRODES
+from spikeloop.bridge.wire.protocol import FeedbackCommand, FeedbackType, decode_feedback
+from spikeloop.envs.rewards import EVENTS
+from spikeloop.experiments.schema import experiment_from_dict
+from spikeloop.models.closed_loop.feedback import EventFeedbackSpec, FeedbackPolicy, FeedbackSettings, within_budget
 
 INTERRUPT, EVENT, REWARD = FeedbackType.INTERRUPT, FeedbackType.EVENT, FeedbackType.REWARD
 STIM = ([4.0] * 8, [1.0] * 8)  # the encoder's minimum: what is stimulated does not matter here

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.wire.ports import free_port
+from spikeloop.bridge.wire.ports import free_port
 from tests.support.hardware_rig import BIN, REPO, DevicePorts, DeviceProgram, user_env
 from tests.support.process_tree import group_and_descendants, kill_processes
 from tests.support.ray_jobs import POLL_SCRIPT

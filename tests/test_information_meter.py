@@ -12,11 +12,11 @@ import math
 import numpy as np
 import pytest
 
-from bridge.device.backends import make_backend
-from bridge.device.backends.sim import SimBackend
-from bridge.trainer.information import confusion_information_bits, decoded_information
-from bridge.wire.channels import N_ENCODING, TICK_FREQUENCY_HZ
-from experiments.benchmarks.culture import information_about_stimulation
+from spikeloop.bridge.device.backends import make_backend
+from spikeloop.bridge.device.backends.sim import SimBackend
+from spikeloop.bridge.trainer.information import confusion_information_bits, decoded_information
+from spikeloop.bridge.wire.channels import N_ENCODING, TICK_FREQUENCY_HZ
+from spikeloop.experiments.benchmarks.culture import information_about_stimulation
 
 TICKS = 1000
 SIM_TICKS = 500  # the simulated culture costs about 5 ms of CPU per tick; the channels nothing

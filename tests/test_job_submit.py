@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.wire.ports import free_port
+from spikeloop.bridge.wire.ports import free_port
 from tests.support.process_tree import group_and_descendants, kill_processes
 from tests.support.ray_jobs import POLL_SCRIPT
 from tests.support.spikeloop_cli import TWO_SMALL_ITERATIONS

@@ -11,8 +11,8 @@ import pytest  # noqa: E402
 import ray  # noqa: E402
 from ray.rllib.core.columns import Columns  # noqa: E402
 
-from models.columns import SPIKE_MEAN, SPIKES, STIM  # noqa: E402
-from models.ppo_config import ClosedLoopPPOConfig  # noqa: E402
+from spikeloop.models.columns import SPIKE_MEAN, SPIKES, STIM  # noqa: E402
+from spikeloop.models.ppo_config import ClosedLoopPPOConfig  # noqa: E402
 from tests.support.toy_loop import ToyClosedLoopEnv, ToyCultureConnector  # noqa: E402
 
 MID = "default_policy"

@@ -14,10 +14,10 @@ import torch
 from ray.rllib.core.columns import Columns
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
-from models.closed_loop_module import ClosedLoopRLModule
-from models.columns import STIM, STIM_DIST_INPUTS, STIM_LOGP
-from models.learner import ClosedLoopPPOLearner
-from models.ppo_config import ClosedLoopPPOConfig
+from spikeloop.models.closed_loop_module import ClosedLoopRLModule
+from spikeloop.models.columns import STIM, STIM_DIST_INPUTS, STIM_LOGP
+from spikeloop.models.learner import ClosedLoopPPOLearner
+from spikeloop.models.ppo_config import ClosedLoopPPOConfig
 from tests.support.toy_loop import ToyClosedLoopEnv, closed_loop_step
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

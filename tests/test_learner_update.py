@@ -13,11 +13,11 @@ from ray.rllib.core.learner.learner import DEFAULT_OPTIMIZER
 from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
-from bridge.wire.channels import SPIKE_GROUP_NAMES
-from models.closed_loop_module import ClosedLoopRLModule
-from models.columns import SPIKES, STIM_TIMESTAMP
-from models.learner import DECODER_OPTIMIZER, ENCODER_OPTIMIZER, ClosedLoopPPOLearner, _scaled_lr
-from models.ppo_config import ClosedLoopPPOConfig
+from spikeloop.bridge.wire.channels import SPIKE_GROUP_NAMES
+from spikeloop.models.closed_loop_module import ClosedLoopRLModule
+from spikeloop.models.columns import SPIKES, STIM_TIMESTAMP
+from spikeloop.models.learner import DECODER_OPTIMIZER, ENCODER_OPTIMIZER, ClosedLoopPPOLearner, _scaled_lr
+from spikeloop.models.ppo_config import ClosedLoopPPOConfig
 from tests.support.toy_loop import ToyClosedLoopEnv, closed_loop_step, synthetic_episodes
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

@@ -15,19 +15,19 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from bridge.trainer.causality import CausalityMeter
-from bridge.wire.channels import LIVE_VIEW_PORT, SPIKE_GROUP_NAMES, STIM_FREQUENCY_RANGE_HZ
-from bridge.wire.ports import free_port
-from bridge.wire.safety import SafetyEnvelope
-from experiments.live_view.announce import LIVE_VIEW_FILE, announce
-from experiments.live_view.progress import LearningLog
-from experiments.live_view.publisher import Publisher
-from experiments.live_view.runner_view import _bind, current_view
-from experiments.live_view.server import LiveViewServer
-from experiments.live_view.settings import ViewSettings
-from experiments.live_view.state import tick_state
-from experiments.schema import ExperimentError, experiment_from_dict
-from models.closed_loop.meter import CultureMeter, MeterSettings
+from spikeloop.bridge.trainer.causality import CausalityMeter
+from spikeloop.bridge.wire.channels import LIVE_VIEW_PORT, SPIKE_GROUP_NAMES, STIM_FREQUENCY_RANGE_HZ
+from spikeloop.bridge.wire.ports import free_port
+from spikeloop.bridge.wire.safety import SafetyEnvelope
+from spikeloop.experiments.live_view.announce import LIVE_VIEW_FILE, announce
+from spikeloop.experiments.live_view.progress import LearningLog
+from spikeloop.experiments.live_view.publisher import Publisher
+from spikeloop.experiments.live_view.runner_view import _bind, current_view
+from spikeloop.experiments.live_view.server import LiveViewServer
+from spikeloop.experiments.live_view.settings import ViewSettings
+from spikeloop.experiments.live_view.state import tick_state
+from spikeloop.experiments.schema import ExperimentError, experiment_from_dict
+from spikeloop.models.closed_loop.meter import CultureMeter, MeterSettings
 from tests.support.live_view_run import TINY_RUN, training_with_view
 
 
@@ -153,7 +153,10 @@ def test_state_carries_the_reply_check_when_a_culture_link_gives_one():
     drives = np.random.default_rng(0).permutation([240.0] * 20 + [4.0] * 20)
     for i, drive in enumerate(drives):
         meter.observe(drive, float(drives[i - 1]) if i else 0.0)  # each reply: the one before's response
-    dose = {"device_dose_max_nc_per_min": 2.88, "device_dose_refused_stim": 2.0}  # bridge.device.dose.status_metrics
+    dose = {
+        "device_dose_max_nc_per_min": 2.88,
+        "device_dose_refused_stim": 2.0,
+    }  # spikeloop.bridge.device.dose.status_metrics
     publisher = Publisher(
         runner_index=1,
         reply_check=lambda: {"causality": meter.snapshot().as_dict(), "unsolicited": 3, "dose": dose},

@@ -26,15 +26,15 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from bridge.trainer.causality import CausalityMeter
-from bridge.wire.channels import STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
-from bridge.wire.ports import free_port
-from bridge.wire.safety import SafetyEnvelope
-from experiments.live_view.announce import served_views
-from experiments.live_view.publisher import Publisher
-from experiments.live_view.server import LiveViewServer
-from experiments.live_view.settings import ViewSettings
-from experiments.run_log import EPISODES_FILE, curve_window
+from spikeloop.bridge.trainer.causality import CausalityMeter
+from spikeloop.bridge.wire.channels import STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
+from spikeloop.bridge.wire.ports import free_port
+from spikeloop.bridge.wire.safety import SafetyEnvelope
+from spikeloop.experiments.live_view.announce import served_views
+from spikeloop.experiments.live_view.publisher import Publisher
+from spikeloop.experiments.live_view.server import LiveViewServer
+from spikeloop.experiments.live_view.settings import ViewSettings
+from spikeloop.experiments.run_log import EPISODES_FILE, curve_window
 from tests.support.live_view_run import training_with_view
 
 CHROMIUM = shutil.which("chromium")
@@ -307,7 +307,7 @@ def test_dashboard_flags_a_late_and_chatty_device():
     drives = np.random.default_rng(0).permutation([240.0] * 20 + [4.0] * 20)
     for i, drive in enumerate(drives):
         meter.observe(drive, float(drives[i - 1]) if i else 0.0)
-    # The device's own account (bridge.device.dose.status_metrics of its device_status): 3 commands refused for its dose.
+    # The device's own account (spikeloop.bridge.device.dose.status_metrics of its device_status): 3 commands refused for its dose.
     dose = {
         "device_dose_max_nc_per_min": 2.88,
         "device_dose_max_nc_session": 4.0,

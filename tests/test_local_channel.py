@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bridge.device.loopback_device import LoopbackDevice
-from bridge.trainer.core import BridgeConfig, BridgeCore, SpikeReply
-from bridge.trainer.local_channel import (
+from spikeloop.bridge.device.loopback_device import LoopbackDevice
+from spikeloop.bridge.trainer.core import BridgeConfig, BridgeCore, SpikeReply
+from spikeloop.bridge.trainer.local_channel import (
     ChannelLost,
     LocalChannelClient,
     LocalChannelServer,
@@ -28,10 +28,10 @@ from bridge.trainer.local_channel import (
     encode_reply,
     encode_request,
 )
-from bridge.wire.address import DeviceAddress
-from bridge.wire.ports import free_port
-from bridge.wire.protocol import FeedbackCommand, FeedbackType
-from bridge.wire.safety import SafetyViolation
+from spikeloop.bridge.wire.address import DeviceAddress
+from spikeloop.bridge.wire.ports import free_port
+from spikeloop.bridge.wire.protocol import FeedbackCommand, FeedbackType
+from spikeloop.bridge.wire.safety import SafetyViolation
 
 ROOT = Path(__file__).resolve().parents[1]
 FEEDBACK = FeedbackCommand(1_000, FeedbackType.REWARD, (1, 2, 3), 20.0, 2.0, 5, False, "reward_negative")
@@ -226,7 +226,7 @@ def test_reply_spin_setting_is_checked():
 
 SERVE_FOREVER = (
     "import time\n"
-    "from bridge.trainer.local_channel import LocalChannelServer\n"
+    "from spikeloop.bridge.trainer.local_channel import LocalChannelServer\n"
     "server = LocalChannelServer(lambda *a: None, {})\n"
     "print(server.path, flush=True)\n"
     "time.sleep(120)\n"

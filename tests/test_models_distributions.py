@@ -6,8 +6,8 @@ import math
 
 import torch
 
-from bridge.wire.channels import N_ENCODING, STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
-from models.distributions import TorchRangedBeta
+from spikeloop.bridge.wire.channels import N_ENCODING, STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
+from spikeloop.models.distributions import TorchRangedBeta
 
 D = 2 * N_ENCODING
 LOW = torch.tensor([STIM_FREQUENCY_RANGE_HZ[0]] * N_ENCODING + [STIM_AMPLITUDE_RANGE_UA[0]] * N_ENCODING)

@@ -8,10 +8,10 @@ import pytest
 import torch
 from ray.rllib.core.columns import Columns
 
-from bridge.wire.channels import N_ENCODING, N_SPIKE_GROUPS, STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
-from models.closed_loop_module import ClosedLoopRLModule
-from models.columns import SPIKE_MEAN, SPIKE_STD, SPIKES, STIM_DIST_INPUTS
-from models.module_config import ClosedLoopModelConfig
+from spikeloop.bridge.wire.channels import N_ENCODING, N_SPIKE_GROUPS, STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
+from spikeloop.models.closed_loop_module import ClosedLoopRLModule
+from spikeloop.models.columns import SPIKE_MEAN, SPIKE_STD, SPIKES, STIM_DIST_INPUTS
+from spikeloop.models.module_config import ClosedLoopModelConfig
 
 BOX_OBS = gym.spaces.Box(-1.0, 1.0, (59,), np.float32)
 DICT_OBS = gym.spaces.Dict(

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from experiments.analysis import RUNS_ENV
+from spikeloop.experiments.analysis import RUNS_ENV
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 FIGURES = {"learning_curves": 2, "ablation": 2, "loop_health": 3, "culture_response": 3}
@@ -35,7 +35,7 @@ def test_notebooks_are_stored_without_outputs() -> None:
         notebook = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
         code = [cell for cell in notebook.cells if cell.cell_type == "code"]
         assert all(not cell.outputs and cell.execution_count is None for cell in code), name
-        assert "from experiments.analysis import" in code[0].source, name
+        assert "from spikeloop.experiments.analysis import" in code[0].source, name
 
 
 @pytest.mark.slow

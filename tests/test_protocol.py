@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.wire import protocol as p
-from bridge.wire.channels import N_ELECTRODES
+from spikeloop.bridge.wire import protocol as p
+from spikeloop.bridge.wire.channels import N_ELECTRODES
 
 # --- golden bytes: the layout written out field by field, independently of the codec ---
 

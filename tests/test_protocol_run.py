@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 import yaml
 
-from bridge.wire.channels import N_SPIKE_GROUPS, SPIKE_GROUP_NAMES
-from experiments.protocol.session import OUTCOME_TAGS
-from models.decoder import motor_map
+from spikeloop.bridge.wire.channels import N_SPIKE_GROUPS, SPIKE_GROUP_NAMES
+from spikeloop.experiments.protocol.session import OUTCOME_TAGS
+from spikeloop.models.decoder import motor_map
 from tests.support.hardware_rig import DevicePorts, DeviceProgram
 from tests.support.spikeloop_cli import run_spikeloop
 

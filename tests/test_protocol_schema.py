@@ -10,13 +10,13 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from bridge.device.backends import make_backend
-from bridge.wire.channels import N_SPIKE_GROUPS, SPIKE_GROUP_NAMES
-from envs.actions import action_buttons
-from experiments.protocol.settings import CONDITIONS, FROZEN_MODEL
-from experiments.schema import ExperimentError, experiment_from_dict, load_experiment, set_path
-from models.closed_loop_module import ClosedLoopRLModule
-from models.decoder import motor_map
+from spikeloop.bridge.device.backends import make_backend
+from spikeloop.bridge.wire.channels import N_SPIKE_GROUPS, SPIKE_GROUP_NAMES
+from spikeloop.envs.actions import action_buttons
+from spikeloop.experiments.protocol.settings import CONDITIONS, FROZEN_MODEL
+from spikeloop.experiments.schema import ExperimentError, experiment_from_dict, load_experiment, set_path
+from spikeloop.models.closed_loop_module import ClosedLoopRLModule
+from spikeloop.models.decoder import motor_map
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTOCOL = ROOT / "experiments" / "culture_protocol.yaml"

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from bridge.wire.channels import N_SPIKE_GROUPS, SPIKE_GROUP_NAMES
-from experiments.protocol.rest import RestRecord
-from experiments.protocol.stats import (
+from spikeloop.bridge.wire.channels import N_SPIKE_GROUPS, SPIKE_GROUP_NAMES
+from spikeloop.experiments.protocol.rest import RestRecord
+from spikeloop.experiments.protocol.stats import (
     block_means,
     bootstrap_difference,
     early_late,

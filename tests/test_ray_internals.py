@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import ray
 
-from models.ray_internals import PRIVATE_NAMES, ray_cpu_count
+from spikeloop.models.ray_internals import PRIVATE_NAMES, ray_cpu_count
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("bridge", "envs", "models", "experiments")

@@ -19,14 +19,14 @@ import pytest
 import torch
 from ray.rllib.core.columns import Columns
 
-from experiments.analysis import read_steps
-from experiments.schema import experiment_from_dict
-from models.closed_loop_module import ClosedLoopRLModule
-from models.columns import STIM_DIST_INPUTS
-from models.direct_module import DirectRLModule
-from models.encoder import screen_view
-from models.learner import ENCODER_OPTIMIZER
-from models.ppo_config import ClosedLoopPPOConfig
+from spikeloop.experiments.analysis import read_steps
+from spikeloop.experiments.schema import experiment_from_dict
+from spikeloop.models.closed_loop_module import ClosedLoopRLModule
+from spikeloop.models.columns import STIM_DIST_INPUTS
+from spikeloop.models.direct_module import DirectRLModule
+from spikeloop.models.encoder import screen_view
+from spikeloop.models.learner import ENCODER_OPTIMIZER
+from spikeloop.models.ppo_config import ClosedLoopPPOConfig
 from tests.support.spikeloop_cli import run_spikeloop
 from tests.support.toy_loop import ToyClosedLoopEnv, synthetic_episodes
 

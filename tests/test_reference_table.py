@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from experiments.schema import Experiment, env_section_model, experiment_from_dict, load_experiment
+from spikeloop.experiments.schema import Experiment, env_section_model, experiment_from_dict, load_experiment
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "### Differences from the reference trainer"
@@ -59,7 +59,7 @@ def _literal(cell: str) -> Any:
 
 def resolved(plain: dict[str, Any], key: str) -> Any:
     """The value `key` takes in a resolved experiment (`_plain`), defaults filled in (env and ppo keys too)."""
-    from models.ppo_config import ClosedLoopPPOConfig
+    from spikeloop.models.ppo_config import ClosedLoopPPOConfig
 
     section, _, rest = key.partition(".")
     if section == "env":

@@ -18,13 +18,20 @@ from pathlib import Path
 
 import pytest
 
-from bridge.device.program import Device, DeviceConfig
-from bridge.wire.address import DeviceAddress
-from bridge.wire.channels import POSITIVE_FEEDBACK_ELECTRODES
-from bridge.wire.ports import free_port
-from bridge.wire.protocol import FeedbackCommand, FeedbackType, StimCommand, encode_feedback, encode_stim, now_us
-from experiments.schema import load_experiment
-from models.closed_loop.settings import UNPACED_REPLY_TIMEOUT_S, CultureSettings, DeviceSettings
+from spikeloop.bridge.device.program import Device, DeviceConfig
+from spikeloop.bridge.wire.address import DeviceAddress
+from spikeloop.bridge.wire.channels import POSITIVE_FEEDBACK_ELECTRODES
+from spikeloop.bridge.wire.ports import free_port
+from spikeloop.bridge.wire.protocol import (
+    FeedbackCommand,
+    FeedbackType,
+    StimCommand,
+    encode_feedback,
+    encode_stim,
+    now_us,
+)
+from spikeloop.experiments.schema import load_experiment
+from spikeloop.models.closed_loop.settings import UNPACED_REPLY_TIMEOUT_S, CultureSettings, DeviceSettings
 from tests.support.spikeloop_cli import REPO, run_spikeloop
 
 QUICKSTART = "experiments/quickstart.yaml"

@@ -29,8 +29,8 @@ import numpy as np
 import pytest
 import yaml
 
-from experiments.analysis.replay import load_session
-from models.closed_loop.session_record import RecordError, read_record
+from spikeloop.experiments.analysis.replay import load_session
+from spikeloop.models.closed_loop.session_record import RecordError, read_record
 from tests.support import replay_sessions
 from tests.support.spikeloop_cli import REPO, cli_env, run_spikeloop
 from tests.support.tensorboard_events import event_scalars

@@ -1,11 +1,11 @@
-"""`bridge.trainer.reply_clock.ReplyClock` on stamps of known clocks: which it learns, and what a learnt one lets fit."""
+"""`spikeloop.bridge.trainer.reply_clock.ReplyClock` on stamps of known clocks: which it learns, and what a learnt one lets fit."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from bridge.trainer.reply_clock import MIN_SAMPLES, ReplyClock
+from spikeloop.bridge.trainer.reply_clock import MIN_SAMPLES, ReplyClock
 
 TIMEOUT_S, HORIZON_S = 0.05, 0.1
 PACE_S = 0.1  # one stimulation every 100 ms, as against a CL1: 64 answers span 6.4 s, enough to see 200 ppm

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.device.loopback_device import LoopbackDevice
-from bridge.trainer.core import BridgeConfig, BridgeCore
-from bridge.wire.address import DeviceAddress
-from bridge.wire.channels import ENCODING_ELECTRODES, FORBIDDEN_ELECTRODES
-from bridge.wire.protocol import (
+from spikeloop.bridge.device.loopback_device import LoopbackDevice
+from spikeloop.bridge.trainer.core import BridgeConfig, BridgeCore
+from spikeloop.bridge.wire.address import DeviceAddress
+from spikeloop.bridge.wire.channels import ENCODING_ELECTRODES, FORBIDDEN_ELECTRODES
+from spikeloop.bridge.wire.protocol import (
     FeedbackCommand,
     FeedbackType,
     ProtocolError,
@@ -21,7 +21,7 @@ from bridge.wire.protocol import (
     decode_feedback,
     decode_stim,
 )
-from bridge.wire.safety import SafetyEnvelope, SafetyViolation
+from spikeloop.bridge.wire.safety import SafetyEnvelope, SafetyViolation
 
 ENVELOPE = SafetyEnvelope(
     min_frequency_hz=2.0,

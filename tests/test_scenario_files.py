@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from envs.doom_env import DoomEnv
-from envs.scenarios import VIZDOOM_SCENARIOS_DIR, cfg_rewards, ignored_cfg_entries, read_cfg, resolve_scenario
-from experiments.schema import ExperimentError, experiment_from_dict
+from spikeloop.envs.doom_env import DoomEnv
+from spikeloop.envs.scenarios import VIZDOOM_SCENARIOS_DIR, cfg_rewards, ignored_cfg_entries, read_cfg, resolve_scenario
+from spikeloop.experiments.schema import ExperimentError, experiment_from_dict
 from tests.support.spikeloop_cli import ONE_SMALL_ITERATION, run_spikeloop
 
 LIVING_REWARD = -0.25

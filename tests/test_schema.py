@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.schema import ExperimentError, check_before_run, experiment_from_dict, load_experiment
+from spikeloop.experiments.schema import ExperimentError, check_before_run, experiment_from_dict, load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "experiments").glob("*.yaml"))
@@ -104,7 +104,7 @@ def test_broken_file_names_its_key(path):
     key = _expected_key(path)
     if _first_line(path).startswith("# fit: "):
         # Valid, but no local Ray could place its trial: refused by the fit check before Ray starts.
-        from experiments.fit import shortfall
+        from spikeloop.experiments.fit import shortfall
 
         problem = shortfall(load_experiment(path), {"CPU": 2.0, "GPU": 0.0})
         assert problem is not None and key in problem, problem

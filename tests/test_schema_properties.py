@@ -18,10 +18,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.wire.address import PORTS
-from envs.scenarios import available_scenarios
-from experiments.dotted import get_path
-from experiments.schema import (
+from spikeloop.bridge.wire.address import PORTS
+from spikeloop.envs.scenarios import available_scenarios
+from spikeloop.experiments.dotted import get_path
+from spikeloop.experiments.schema import (
     MAX_DEPTH,
     MAX_ENV_RUNNERS,
     MAX_LAYER_WIDTH,
@@ -33,7 +33,7 @@ from experiments.schema import (
     experiment_from_dict,
     load_experiment,
 )
-from models.closed_loop.settings import DEVICE_ID_CHARACTERS, MAX_SEED
+from spikeloop.models.closed_loop.settings import DEVICE_ID_CHARACTERS, MAX_SEED
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ID_ALPHABET = "ABCXYZabcxyz0189_.-"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.wire.protocol import FeedbackCommand, FeedbackType
-from bridge.wire.safety import SafetyEnvelope
-from experiments.live_view.publisher import Publisher
-from experiments.live_view.state import feedback_rows, tick_state
-from models.closed_loop.sent_feedback import SentFeedback
+from spikeloop.bridge.wire.protocol import FeedbackCommand, FeedbackType
+from spikeloop.bridge.wire.safety import SafetyEnvelope
+from spikeloop.experiments.live_view.publisher import Publisher
+from spikeloop.experiments.live_view.state import feedback_rows, tick_state
+from spikeloop.models.closed_loop.sent_feedback import SentFeedback
 
 
 def command(name: str, hz: float, ua: float, pulses: float = 30, kind=FeedbackType.REWARD) -> FeedbackCommand:

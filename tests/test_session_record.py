@@ -22,7 +22,14 @@ import h5py
 import numpy as np
 import pytest
 
-from models.closed_loop.session_record import COMMITTED, FORMAT, TABLES, SessionRecord, find_records, read_record
+from spikeloop.models.closed_loop.session_record import (
+    COMMITTED,
+    FORMAT,
+    TABLES,
+    SessionRecord,
+    find_records,
+    read_record,
+)
 from tests.support.hardware_rig import REPO, spikeloop_export_nwb, user_env
 
 FLUSH_S = 0.3
@@ -42,7 +49,7 @@ def stim_row(i: int) -> dict:
 def read_elsewhere(path: Path) -> dict:
     """Read a record in another process (as `spikeloop export` or a notebook would): committed rows per table."""
     code = (
-        "import json, sys; from models.closed_loop.session_record import read_record; "
+        "import json, sys; from spikeloop.models.closed_loop.session_record import read_record; "
         "a, t = read_record(sys.argv[1]); "
         "print(json.dumps({k: len(v['wall_time_s']) for k, v in t.items()} | {'_stamps': t['stim']['stim_timestamp_us'].tolist()}))"
     )
@@ -118,7 +125,7 @@ WRITER = textwrap.dedent(
     import sys, time
     from pathlib import Path
     import numpy as np
-    from models.closed_loop.session_record import SessionRecord
+    from spikeloop.models.closed_loop.session_record import SessionRecord
     record = SessionRecord(Path(sys.argv[1]), {"device_id": "sim-1"}, flush_s=float(sys.argv[2]))
     print("open", flush=True)
     i = 0
@@ -182,7 +189,7 @@ def test_export_refuses_what_is_not_a_run_with_records(tmp_path: Path, capsys: p
     The damaged file goes through `spikeloop export` as a subprocess (what a user sees: no traceback); the rest
     call the same command's `main` in this process, to keep the default suite short.
     """
-    from experiments.commands.export import main as export_main
+    from spikeloop.experiments.commands.export import main as export_main
 
     broken = tmp_path / "broken" / "trial_0" / "record"
     broken.mkdir(parents=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from models.closed_loop.session_record import find_records, read_record
+from spikeloop.models.closed_loop.session_record import find_records, read_record
 from tests.support.hardware_rig import REPO, DevicePorts, DeviceProgram, spikeloop_argv, spikeloop_export_nwb, user_env
 from tests.support.process_tree import group_and_descendants, sigkill_all
 

@@ -20,21 +20,21 @@ from typing import Any
 
 import pytest
 
-from bridge.device.backends import make_backend
-from bridge.device.backends.cl import ClBackend
-from bridge.device.backends.random_counts import RandomBackend
-from bridge.device.backends.sim import SimBackend
-from bridge.device.backends.transparent import TransparentBackend
-from bridge.device.backends.zero import ZeroBackend
-from bridge.device.program import DeviceConfig, build_parser, config_from_args
-from bridge.trainer.client import BridgeClient
-from bridge.trainer.core import BridgeConfig
-from bridge.wire import settings as declared
-from bridge.wire.settings import SETTINGS, Setting, settings_table
-from experiments.benchmarks import device as bench_device
-from experiments.commands import check
-from experiments.schema import Experiment, ExperimentError, LoopSection, experiment_from_dict
-from models.closed_loop.settings import CultureSettings, DeviceSettings
+from spikeloop.bridge.device.backends import make_backend
+from spikeloop.bridge.device.backends.cl import ClBackend
+from spikeloop.bridge.device.backends.random_counts import RandomBackend
+from spikeloop.bridge.device.backends.sim import SimBackend
+from spikeloop.bridge.device.backends.transparent import TransparentBackend
+from spikeloop.bridge.device.backends.zero import ZeroBackend
+from spikeloop.bridge.device.program import DeviceConfig, build_parser, config_from_args
+from spikeloop.bridge.trainer.client import BridgeClient
+from spikeloop.bridge.trainer.core import BridgeConfig
+from spikeloop.bridge.wire import settings as declared
+from spikeloop.bridge.wire.settings import SETTINGS, Setting, settings_table
+from spikeloop.experiments.benchmarks import device as bench_device
+from spikeloop.experiments.commands import check
+from spikeloop.experiments.schema import Experiment, ExperimentError, LoopSection, experiment_from_dict
+from spikeloop.models.closed_loop.settings import CultureSettings, DeviceSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -94,12 +94,12 @@ def _settings_names(tree: ast.Module) -> set[str]:
     """Names a module binds to bridge/wire/settings.py (its declarations, or the module itself)."""
     names = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module == "bridge.wire.settings":
+        if isinstance(node, ast.ImportFrom) and node.module == "spikeloop.bridge.wire.settings":
             names |= {a.asname or a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module == "bridge":
+        elif isinstance(node, ast.ImportFrom) and node.module == "spikeloop.bridge.wire":
             names |= {a.asname or a.name for a in node.names if a.name == "settings"}
         elif isinstance(node, ast.Import):
-            names |= {a.asname or "bridge" for a in node.names if a.name == "bridge.wire.settings"}
+            names |= {a.asname or "spikeloop" for a in node.names if a.name == "spikeloop.bridge.wire.settings"}
     return names
 
 
@@ -199,7 +199,7 @@ def test_no_holder_declares_a_setting_a_second_time() -> None:
 
 PLANTED = """
 from dataclasses import dataclass
-from bridge.wire.settings import TIMEOUT_S
+from spikeloop.bridge.wire.settings import TIMEOUT_S
 
 @dataclass(frozen=True)
 class BridgeConfig:
@@ -302,7 +302,7 @@ def test_the_docs_carry_the_generated_settings_table() -> None:
     start, end = text.index(declared.DOCS_BEGIN), text.index(declared.DOCS_END)
     assert text[start + len(declared.DOCS_BEGIN) : end].strip() == settings_table(), (
         "docs/architecture.md's settings table differs from bridge/wire/settings.py: run "
-        "`python -m bridge.wire.settings --update-docs docs/architecture.md`"
+        "`python -m spikeloop.bridge.wire.settings --update-docs docs/architecture.md`"
     )
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.schema import load_experiment
-from models.closed_loop.sampling import STEP_ALLOWANCE_S
+from spikeloop.experiments.schema import load_experiment
+from spikeloop.models.closed_loop.sampling import STEP_ALLOWANCE_S
 
 SHIPPED = sorted((Path(__file__).resolve().parents[1] / "experiments").glob("*.yaml"))
 
@@ -40,7 +40,7 @@ def test_a_shipped_experiment_waits_for_its_whole_sample(path: Path) -> None:
 
 
 def test_a_sample_timeout_shorter_than_the_device_pace_is_refused() -> None:
-    from experiments.schema import ExperimentError
+    from spikeloop.experiments.schema import ExperimentError
 
     with pytest.raises(ExperimentError, match=r"loop.sample_timeout_s: 60 s is not enough .* 1024 env steps"):
         load_experiment(SHIPPED[0].parent / "cl1.yaml", ["loop.sample_timeout_s=60"])
@@ -50,7 +50,7 @@ def test_a_sample_timeout_shorter_than_the_device_pace_is_refused() -> None:
 
 def test_with_device_loss_wait_rllib_waits_out_max_wait_s_too() -> None:
     """A sample paused for a lost device is the loop paused, not hung: RLlib must not give up on it meanwhile."""
-    from experiments.schema import ExperimentError
+    from spikeloop.experiments.schema import ExperimentError
 
     cl1 = SHIPPED[0].parent / "cl1.yaml"
     stop = load_experiment(cl1).algorithm_config().sample_timeout_s

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bridge.device.simulated_culture import SimulatedCulture, SimulatedCultureConfig
-from bridge.wire.channels import ENCODING_ELECTRODES, POSITIVE_FEEDBACK_ELECTRODES, SPIKE_GROUPS
+from spikeloop.bridge.device.simulated_culture import SimulatedCulture, SimulatedCultureConfig
+from spikeloop.bridge.wire.channels import ENCODING_ELECTRODES, POSITIVE_FEEDBACK_ELECTRODES, SPIKE_GROUPS
 
 RECORDED = sorted(e for es in SPIKE_GROUPS.values() for e in es)
 

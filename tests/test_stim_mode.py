@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bridge.device.backends import STIM_MODES, stim_charge_nc, stim_pulses
-from bridge.device.program import Device, DeviceConfig, build_parser, config_from_args
-from bridge.wire.address import DeviceAddress
-from bridge.wire.channels import (
+from spikeloop.bridge.device.backends import STIM_MODES, stim_charge_nc, stim_pulses
+from spikeloop.bridge.device.program import Device, DeviceConfig, build_parser, config_from_args
+from spikeloop.bridge.wire.address import DeviceAddress
+from spikeloop.bridge.wire.channels import (
     ENCODING_ELECTRODES,
     FORBIDDEN_ELECTRODES,
     N_ENCODING,
@@ -29,16 +29,16 @@ from bridge.wire.channels import (
     STIMULABLE_ELECTRODES,
     TICK_FREQUENCY_HZ,
 )
-from bridge.wire.ports import free_port
-from bridge.wire.protocol import (
+from spikeloop.bridge.wire.ports import free_port
+from spikeloop.bridge.wire.protocol import (
     EventMessage,
     FeedbackCommand,
     FeedbackType,
     encode_event,
     encode_feedback,
 )
-from bridge.wire.safety import SafetyEnvelope
-from experiments.schema import ExperimentError, experiment_from_dict, load_experiment
+from spikeloop.bridge.wire.safety import SafetyEnvelope
+from spikeloop.experiments.schema import ExperimentError, experiment_from_dict, load_experiment
 from tests.support.loopback_trainer import LoopbackTrainer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -151,7 +151,7 @@ def test_device_program_says_its_mode_and_answers(trainer: LoopbackTrainer) -> N
     command = [
         sys.executable,
         "-m",
-        "experiments.cli",
+        "spikeloop.experiments.cli",
         "device",
         "--backend",
         "sim",

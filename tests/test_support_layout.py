@@ -43,7 +43,7 @@ def test_the_check_sees_every_kind_of_forbidden_import() -> None:
     source = (
         f"import {conf}\nfrom tests.{conf} import x\nfrom tests.{test}a import y\nfrom tests import {test}b\n"
         f"from . import {conf}\nfrom .{test}c import z\nimport tests.{test}d\n"
-        "from tests.support.fixtures import ray_session\nfrom bridge.wire.ports import free_port\n"
+        "from tests.support.fixtures import ray_session\nfrom spikeloop.bridge.wire.ports import free_port\n"
     )
     assert forbidden_imports(source) == [
         "conftest",

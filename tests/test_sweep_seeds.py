@@ -134,8 +134,8 @@ def test_seed_k_moves_every_seed_and_varies_slowest() -> None:
     from ray import tune
     from ray.tune.search.variant_generator import generate_variants
 
-    from experiments.runner import SEED_INDEX, _search_space, seeded
-    from experiments.schema import experiment_from_dict
+    from spikeloop.experiments.runner import SEED_INDEX, _search_space, seeded
+    from spikeloop.experiments.schema import experiment_from_dict
 
     data = yaml.safe_load(SWEEP_YAML) | {"seed": 10}
     data["devices"] = [{"device_id": "a", "backend": "sim", "seed": 3}, {"device_id": "b", "backend": "sim"}]

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bridge.wire.safety import SafetyEnvelope
-from envs.rewards import EVENTS
-from models.closed_loop.feedback import FeedbackSettings
+from spikeloop.bridge.wire.safety import SafetyEnvelope
+from spikeloop.envs.rewards import EVENTS
+from spikeloop.models.closed_loop.feedback import FeedbackSettings
 from tests.support.spikeloop_cli import run_spikeloop
 from tests.support.tensorboard_events import event_scalars
 

@@ -9,12 +9,12 @@ import torch
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-from bridge.trainer.core import SpikeReply
-from bridge.wire.channels import N_SPIKE_GROUPS
-from models.closed_loop.tick import tick
-from models.closed_loop_module import ClosedLoopRLModule
-from models.columns import EXCHANGE_OK, RAW_SPIKES, SPIKES, STIM, STIM_DIST_INPUTS, STIM_TIMESTAMP
-from models.encoder import N_STIM
+from spikeloop.bridge.trainer.core import SpikeReply
+from spikeloop.bridge.wire.channels import N_SPIKE_GROUPS
+from spikeloop.models.closed_loop.tick import tick
+from spikeloop.models.closed_loop_module import ClosedLoopRLModule
+from spikeloop.models.columns import EXCHANGE_OK, RAW_SPIKES, SPIKES, STIM, STIM_DIST_INPUTS, STIM_TIMESTAMP
+from spikeloop.models.encoder import N_STIM
 
 OBS = gym.spaces.Box(-1.0, 1.0, (59,), np.float32)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from models.rllib_notices import NOTICES, TUNE_BANNER
+from spikeloop.models.rllib_notices import NOTICES, TUNE_BANNER
 from tests.support.spikeloop_cli import TWO_SMALL_ITERATIONS, run_spikeloop
 
 TAG_GROUPS = ("episode/", "ppo/", "encoder/", "decoder/", "spikes/", "feedback/", "loop/", "culture/")

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.runner import SETUP_ERROR, run
-from experiments.schema import load_experiment
+from spikeloop.experiments.runner import SETUP_ERROR, run
+from spikeloop.experiments.schema import load_experiment
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml"
 
@@ -21,7 +21,7 @@ QUICKSTART = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.y
 def test_local_preflight_refuses_an_address_this_machine_does_not_have():
     import ray
 
-    from experiments.runner import DoesNotFit, check_fit
+    from spikeloop.experiments.runner import DoesNotFit, check_fit
 
     assert not ray.is_initialized()  # runs before the module's Ray session starts (file order)
     with pytest.raises(DoesNotFit, match=r"devices\.0\.bind_host: cannot bind '192\.0\.2\.1'.*use 127\.0\.0\.1"):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.schema import ExperimentError, load_experiment
+from spikeloop.experiments.schema import ExperimentError, load_experiment
 from tests.support.spikeloop_cli import run_spikeloop
 
 

@@ -57,7 +57,7 @@ def test_sweep_killed_mid_run_resumes_from_checkpoints(tmp_path: Path) -> None:
     exp = write_sweep(tmp_path)
     root = tmp_path / "runs"
     first_log = tmp_path / "first.log"
-    cmd = [sys.executable, "-m", "experiments.cli", "tune", str(exp)]
+    cmd = [sys.executable, "-m", "spikeloop.experiments.cli", "tune", str(exp)]
     with first_log.open("w") as log:
         driver = subprocess.Popen(
             cmd, cwd=REPO, env=cli_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True

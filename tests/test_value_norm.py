@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.value import MIN_VALUE_STD, NormalizedValueNet
+from spikeloop.models.value import MIN_VALUE_STD, NormalizedValueNet
 
 
 def net(normalize: bool = True, momentum: float = 0.1) -> NormalizedValueNet:

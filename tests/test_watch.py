@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 import yaml
 
-from bridge.device.loopback_device import LoopbackDevice
-from bridge.wire.ports import free_port
-from bridge.wire.protocol import decode_event
-from experiments.commands import checkpoint as checkpoint_command
-from experiments.commands import watch as watch_command
-from experiments.runner import CHECKPOINT_REQUEST
-from experiments.watch_checkpoint import resolve_checkpoint, weight_changes
+from spikeloop.bridge.device.loopback_device import LoopbackDevice
+from spikeloop.bridge.wire.ports import free_port
+from spikeloop.bridge.wire.protocol import decode_event
+from spikeloop.experiments.commands import checkpoint as checkpoint_command
+from spikeloop.experiments.commands import watch as watch_command
+from spikeloop.experiments.runner import CHECKPOINT_REQUEST
+from spikeloop.experiments.watch_checkpoint import resolve_checkpoint, weight_changes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,7 +32,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def spikeloop(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess:
     """`spikeloop ...` in a fresh interpreter, output captured."""
     return subprocess.run(
-        [sys.executable, "-m", "experiments.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout_s
+        [sys.executable, "-m", "spikeloop.experiments.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from experiments.watch_checkpoint import sample_one_episode
+from spikeloop.experiments.watch_checkpoint import sample_one_episode
 
 FIX = "RLlib's sampling changed: fix experiments/watch_checkpoint.py (sample_one_episode)"
 

@@ -1,7 +1,7 @@
-"""`python -m bridge.device`: the device program (same as `spikeloop device`)."""
+"""`python -m spikeloop.bridge.device`: the device program (same as `spikeloop device`)."""
 
 import sys
 
-from bridge.device.program import main
+from spikeloop.bridge.device.program import main
 
 raise SystemExit(main(sys.argv[1:]))

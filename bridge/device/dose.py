@@ -1,7 +1,7 @@
 """Stimulation dose: the charge a device delivers per electrode, and the lab's budget on it.
 
 The device (`spikeloop device`) books every stimulation and feedback burst it applies: per electrode, the charge
-in one phase polarity (`bridge.device.backends.stim_charge_nc` and `burst_charge_nc`; every pulse is biphasic and
+in one phase polarity (`spikeloop.bridge.device.backends.stim_charge_nc` and `burst_charge_nc`; every pulse is biphasic and
 charge-balanced, so both phases move twice this), over the last minute (a sliding 60 s on the device's clock) and
 over the session (since the device program started). A burst an interrupt cuts short is booked whole: the
 figures are an upper bound on what reached the tissue, which is the safe side for a budget.
@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from bridge.device.backends import burst_charge_nc, stim_charge_nc
-from bridge.wire.channels import ENCODING_ELECTRODES, N_ELECTRODES
-from bridge.wire.protocol import FeedbackCommand, FeedbackType, StimCommand
-from bridge.wire.safety import SafetyViolation
+from spikeloop.bridge.device.backends import burst_charge_nc, stim_charge_nc
+from spikeloop.bridge.wire.channels import ENCODING_ELECTRODES, N_ELECTRODES
+from spikeloop.bridge.wire.protocol import FeedbackCommand, FeedbackType, StimCommand
+from spikeloop.bridge.wire.safety import SafetyViolation
 
 DOSE_WINDOW_S = 60.0
 """The per-minute figure: charge in the last this many seconds on the device's clock."""

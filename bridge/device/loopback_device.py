@@ -18,7 +18,7 @@ It knows the truth: `answered` (and, with `record`, a JSON-lines file) holds,
 for every stimulation it took in, the stimulation's stamp, the stamp of its
 reply and the fault injected, so a test can check which stimulation each reply
 the bridge took really answered. The datagrams stay protocol v1, byte for byte.
-Run as its own process (`python -m bridge.device.loopback_device --help`) it injects
+Run as its own process (`python -m spikeloop.bridge.device.loopback_device --help`) it injects
 faults at given rates (`FaultPlan`) and keeps a clock of its own, offset and
 drifting.
 """
@@ -37,7 +37,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Literal
 
-from bridge.wire.protocol import STIM_SIZE, SpikeCounts, StimCommand, decode_stim, encode_spikes, encode_stim, now_us
+from spikeloop.bridge.wire.protocol import (
+    STIM_SIZE,
+    SpikeCounts,
+    StimCommand,
+    decode_stim,
+    encode_spikes,
+    encode_stim,
+    now_us,
+)
 
 Fault = Literal["drop", "delay", "duplicate", "corrupt", "foreign", "stale"]
 FAULTS: tuple[Fault, ...] = ("drop", "delay", "duplicate", "corrupt", "foreign")
@@ -312,7 +320,7 @@ def _rate(text: str) -> tuple[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run a loopback device until interrupted (benchmarks; tests that need a device process of its own)."""
-    parser = argparse.ArgumentParser(prog="python -m bridge.device.loopback_device", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m spikeloop.bridge.device.loopback_device", description=__doc__)
     parser.add_argument("--spike-port", type=int, required=True, help="trainer port that receives replies")
     parser.add_argument("--stim-port", type=int, default=0, help="port to listen on for stimulation (0: free)")
     # Fixed ports let a device restarted after a crash come back where the trainer expects it.

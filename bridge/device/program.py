@@ -84,12 +84,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from bridge.device.backends import Backend, make_backend
-from bridge.device.dose import DoseBudget, DoseMeter, DoseRefusal, feedback_charges_nc, stim_charges_nc
-from bridge.device.simulated_culture import SimulatedCultureConfig, knob_table
-from bridge.wire import channels
-from bridge.wire.address import DeviceAddress
-from bridge.wire.protocol import (
+from spikeloop.bridge.device.backends import Backend, make_backend
+from spikeloop.bridge.device.dose import DoseBudget, DoseMeter, DoseRefusal, feedback_charges_nc, stim_charges_nc
+from spikeloop.bridge.device.simulated_culture import SimulatedCultureConfig, knob_table
+from spikeloop.bridge.wire import channels
+from spikeloop.bridge.wire.address import DeviceAddress
+from spikeloop.bridge.wire.protocol import (
     DEVICE_RECV_BYTES,
     KNOWN_EVENT_TYPES,
     EventMessage,
@@ -103,8 +103,8 @@ from bridge.wire.protocol import (
     encode_spikes,
     now_us,
 )
-from bridge.wire.safety import Policy, SafetyEnvelope, SafetyViolation
-from bridge.wire.settings import (
+from spikeloop.bridge.wire.safety import Policy, SafetyEnvelope, SafetyViolation
+from spikeloop.bridge.wire.settings import (
     ARTIFACT_WAIT_MS,
     COLLECT_WINDOW_MS,
     DEVICE_BACKEND,
@@ -213,7 +213,7 @@ class DeviceConfig:
     delivered, or less than this long after its last pulse, is held until then (its windows start then), so that
     no feedback pulse and none of its immediate echo falls in a collection window (docs/architecture.md)."""
     stim_mode: Literal["burst", "reference"] = STIM_MODE.default
-    """What one stimulation command does (bridge.wire.settings.STIM_MODE): `burst`, a burst lasting one tick per
+    """What one stimulation command does (spikeloop.bridge.wire.settings.STIM_MODE): `burst`, a burst lasting one tick per
     encoding electrode; `reference`, the reference device's: interrupt every stimulable electrode, then one pulse
     per encoding electrode."""
     exit_on_error_complete: bool = False
@@ -223,9 +223,9 @@ class DeviceConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.dose_budget, DoseBudget):
-            raise ValueError(f"device dose_budget={self.dose_budget!r}: give a bridge.device.dose.DoseBudget")
+            raise ValueError(f"device dose_budget={self.dose_budget!r}: give a spikeloop.bridge.device.dose.DoseBudget")
         if not isinstance(self.address, DeviceAddress):
-            raise ValueError(f"device address={self.address!r}: give a bridge.wire.address.DeviceAddress")
+            raise ValueError(f"device address={self.address!r}: give a spikeloop.bridge.wire.address.DeviceAddress")
         for setting in (TICK_FREQUENCY_HZ, ARTIFACT_WAIT_MS, COLLECT_WINDOW_MS, RANDOM_SPIKE_RATE_HZ, SEED):
             setting.require(getattr(self, setting.name), f"device {setting.name}")
         DEVICE_BACKEND.require(self.backend, "device backend")

@@ -40,7 +40,7 @@ from typing import Any, Literal
 import numba
 import numpy as np
 
-from bridge.wire.channels import (
+from spikeloop.bridge.wire.channels import (
     BAD_NEWS_ELECTRODES,
     ENCODING_ELECTRODES,
     GOOD_NEWS_ELECTRODES,
@@ -48,7 +48,7 @@ from bridge.wire.channels import (
     N_ELECTRODES,
     SPIKE_GROUPS,
 )
-from bridge.wire.protocol import U32_MAX
+from spikeloop.bridge.wire.protocol import U32_MAX
 
 DT_MS = 1.0
 """Simulation timestep. Stimulation and recording are resolved to this."""

@@ -11,7 +11,7 @@ captured bridge could never be scheduled.
 
 Exchanges are not retried on restart: a stimulation that may already have
 reached the culture must not be silently sent twice. Callers see the actor
-error and decide; `bridge.trainer.client.BridgeClient` waits for the restart and
+error and decide; `spikeloop.bridge.trainer.client.BridgeClient` waits for the restart and
 repeats the exchange as a new tick.
 """
 
@@ -25,9 +25,9 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from bridge.trainer.core import BridgeConfig, BridgeCore
-from bridge.trainer.local_channel import LocalChannelServer
-from bridge.wire.protocol import FeedbackCommand
+from spikeloop.bridge.trainer.core import BridgeConfig, BridgeCore
+from spikeloop.bridge.trainer.local_channel import LocalChannelServer
+from spikeloop.bridge.wire.protocol import FeedbackCommand
 
 NAMESPACE = "spikeloop"
 DEVICE_RESOURCE_SHARE = 0.001
@@ -47,7 +47,7 @@ def device_resource(device_id: str) -> str:
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
 class CL1Bridge(BridgeCore):
-    """BridgeCore as a restartable Ray actor (see `bridge.trainer.core` for the methods)."""
+    """BridgeCore as a restartable Ray actor (see `spikeloop.bridge.trainer.core` for the methods)."""
 
     def __init__(self, config: BridgeConfig) -> None:
         super().__init__(config)

@@ -2,7 +2,7 @@
 
 Exchanges are the hot path, once per game tick. A caller on the bridge's node
 (every env runner: they are placed there) sends them over the bridge's local
-Unix socket (`bridge.trainer.local_channel`): one message each way, where a Ray actor
+Unix socket (`spikeloop.bridge.trainer.local_channel`): one message each way, where a Ray actor
 call goes through Ray's scheduling and serialisation (measured: docs/benchmarks.md,
 bridge); a caller elsewhere uses actor calls. The
 other calls (feedback, events, stats) take the same socket when it is open and
@@ -20,10 +20,10 @@ from typing import Any
 
 import ray
 
-from bridge.trainer.core import SpikeReply
-from bridge.trainer.local_channel import ChannelLost, LocalChannelClient
-from bridge.wire.protocol import FeedbackCommand
-from bridge.wire.settings import FAST_PATH
+from spikeloop.bridge.trainer.core import SpikeReply
+from spikeloop.bridge.trainer.local_channel import ChannelLost, LocalChannelClient
+from spikeloop.bridge.wire.protocol import FeedbackCommand
+from spikeloop.bridge.wire.settings import FAST_PATH
 
 log = logging.getLogger(__name__)
 

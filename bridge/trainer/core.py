@@ -1,7 +1,7 @@
 """The trainer side of one CL1 device: sockets, correlation, safety and stats.
 
 `BridgeCore` is plain Python so that it can be tested and benchmarked on its
-own; `bridge.trainer.actor` wraps it as the named Ray actor the env runners use.
+own; `spikeloop.bridge.trainer.actor` wraps it as the named Ray actor the env runners use.
 
 Correlation (which reply answers which stimulation) is the one thing that must
 never go wrong: an action decided on the culture's answer to an *earlier*
@@ -28,7 +28,7 @@ stimulation silently breaks the closed loop. Two kinds of device exist:
   while it may answer an earlier stimulation, unless the device breaks the
   horizon for two stimulations in a row; extra replies are counted.
   Once a few answers show that the device's clock runs at our rate, its stamps
-  decide instead (`bridge.trainer.reply_clock`): a reply answers the awaited
+  decide instead (`spikeloop.bridge.trainer.reply_clock`): a reply answers the awaited
   stimulation only if its stamp, read against the send times, fits that one
   and no earlier one still unanswered; whatever cannot be attributed with
   certainty is written off (`unattributed`), never used. Until the clock is
@@ -76,10 +76,10 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from bridge.trainer.reply_clock import ReplyClock
-from bridge.wire.address import DeviceAddress
-from bridge.wire.channels import N_SPIKE_GROUPS
-from bridge.wire.protocol import (
+from spikeloop.bridge.trainer.reply_clock import ReplyClock
+from spikeloop.bridge.wire.address import DeviceAddress
+from spikeloop.bridge.wire.channels import N_SPIKE_GROUPS
+from spikeloop.bridge.wire.protocol import (
     EventMessage,
     FeedbackCommand,
     ProtocolError,
@@ -92,8 +92,15 @@ from bridge.wire.protocol import (
     encode_stim,
     now_us,
 )
-from bridge.wire.safety import Policy, SafetyEnvelope
-from bridge.wire.settings import ENVELOPE_POLICY, REPLY_PORT, REPLY_SPIN_MS, STATUS_REQUESTS, TIMEOUT_POLICY, TIMEOUT_S
+from spikeloop.bridge.wire.safety import Policy, SafetyEnvelope
+from spikeloop.bridge.wire.settings import (
+    ENVELOPE_POLICY,
+    REPLY_PORT,
+    REPLY_SPIN_MS,
+    STATUS_REQUESTS,
+    TIMEOUT_POLICY,
+    TIMEOUT_S,
+)
 
 RECV_BYTES = 4096
 REMEMBERED_STIMS = 4096  # how many past stimulation timestamps are kept for attributing late replies
@@ -167,7 +174,7 @@ class BridgeConfig:
         ENVELOPE_POLICY.require(self.envelope_policy, "bridge envelope_policy")
         STATUS_REQUESTS.require(self.status_requests, "bridge status_requests")
         if not isinstance(self.address, DeviceAddress):
-            raise ValueError(f"bridge address={self.address!r}: give a bridge.wire.address.DeviceAddress")
+            raise ValueError(f"bridge address={self.address!r}: give a spikeloop.bridge.wire.address.DeviceAddress")
         try:
             self.address.require_device_ports()
         except ValueError as exc:
@@ -286,7 +293,7 @@ COUNTERS = (
 """`received`: well-formed spike datagrams from the device's address, answers or not.
 `ambiguous`: exchanges on probation that got two or more replies (none taken; not counted in `timeouts`).
 `unattributed`: replies from a plain device whose stamp fits no stimulation, or more than one that may still be
-answered (learnt clock, `bridge.trainer.reply_clock`): written off, never taken.
+answered (learnt clock, `spikeloop.bridge.trainer.reply_clock`): written off, never taken.
 `withheld`: replies from a plain device that arrival order alone would have taken while its clock was still being
 learnt after a stimulation had gone unanswered: they teach the clock and are written off (status "timeout", not
 counted in `timeouts`).

@@ -13,12 +13,12 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from bridge.device.program import Device, DeviceConfig
+from spikeloop.bridge.device.program import Device, DeviceConfig
 
 
 @ray.remote(num_cpus=0, max_restarts=0)
 class SimulatedDevice:
-    """Runs `bridge.device.program.Device` in a background thread of this actor."""
+    """Runs `spikeloop.bridge.device.program.Device` in a background thread of this actor."""
 
     def __init__(self, config: DeviceConfig) -> None:
         self.device = Device(config)

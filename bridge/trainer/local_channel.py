@@ -10,7 +10,7 @@ connected Unix socket is one message each way and sleeps while it waits
 
 Env runners are placed on their device's node (docs/architecture.md), so the socket
 is always reachable for them; a caller on another node falls back to actor
-calls (`bridge.trainer.client.BridgeClient` decides). The actor still owns the device
+calls (`spikeloop.bridge.trainer.client.BridgeClient` decides). The actor still owns the device
 sockets, the correlation and the safety envelope: the channel only carries the
 call, in the same process that serves Ray's method calls (`BridgeCore` is
 locked, so both can arrive at once).
@@ -43,8 +43,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from bridge.trainer.core import SpikeReply
-from bridge.wire.protocol import FeedbackCommand
+from spikeloop.bridge.trainer.core import SpikeReply
+from spikeloop.bridge.wire.protocol import FeedbackCommand
 
 MAX_MESSAGE_BYTES = 1 << 16
 """Ample for one stimulation with its feedback commands, or one reply."""

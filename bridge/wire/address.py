@@ -1,9 +1,9 @@
 """Where a CL1 device is reached: `DeviceAddress`, one type for both ends of the UDP link.
 
-The bridge (`bridge.trainer.core.BridgeConfig`), the device program (`bridge.device.program.DeviceConfig`)
-and an experiment's device (`models.closed_loop.settings.DeviceSettings`, the YAML's
+The bridge (`spikeloop.bridge.trainer.core.BridgeConfig`), the device program (`spikeloop.bridge.device.program.DeviceConfig`)
+and an experiment's device (`spikeloop.models.closed_loop.settings.DeviceSettings`, the YAML's
 flat `devices:` keys) each hold one `DeviceAddress`. The default ports come from
-`bridge.wire.channels` (ports: docs/protocol.md).
+`spikeloop.bridge.wire.channels` (ports: docs/protocol.md).
 
 The same six fields read the same way from both ends: `host` is always the device's
 side and `bind_host` always the trainer's.
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from bridge.wire.channels import EVENT_PORT, FEEDBACK_PORT, SPIKE_PORT, STIM_PORT
+from spikeloop.bridge.wire.channels import EVENT_PORT, FEEDBACK_PORT, SPIKE_PORT, STIM_PORT
 
 DEVICE_PORTS = ("stim_port", "event_port", "feedback_port")
 """The ports the device binds and the trainer sends to."""

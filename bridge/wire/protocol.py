@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bridge.wire.channels import N_ELECTRODES, N_ENCODING, N_SPIKE_GROUPS
+from spikeloop.bridge.wire.channels import N_ELECTRODES, N_ENCODING, N_SPIKE_GROUPS
 
 STIM_STRUCT = struct.Struct("<Q16f")
 SPIKES_STRUCT = struct.Struct("<Q8f")
@@ -159,7 +159,7 @@ class FeedbackCommand:
     """Feedback stimulation (or an interrupt) on a set of electrodes.
 
     Values are kept as given; whether they are safe is the envelope's business
-    (`bridge.wire.safety`), whether they fit the wire is checked by `encode_feedback`.
+    (`spikeloop.bridge.wire.safety`), whether they fit the wire is checked by `encode_feedback`.
     """
 
     timestamp_us: int

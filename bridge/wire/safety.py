@@ -15,8 +15,8 @@ from typing import Literal
 
 import numpy as np
 
-from bridge.wire.channels import ENCODING_ELECTRODES, FORBIDDEN_ELECTRODES, N_ELECTRODES, PHASE_WIDTH_US
-from bridge.wire.protocol import U32_MAX, FeedbackCommand, FeedbackType, StimCommand, to_f32
+from spikeloop.bridge.wire.channels import ENCODING_ELECTRODES, FORBIDDEN_ELECTRODES, N_ELECTRODES, PHASE_WIDTH_US
+from spikeloop.bridge.wire.protocol import U32_MAX, FeedbackCommand, FeedbackType, StimCommand, to_f32
 
 Policy = Literal["clamp", "raise"]
 F32_MAX = float(np.finfo(np.float32).max)

@@ -4,13 +4,13 @@ The same setting reaches several holders: an experiment's `loop` and `devices` s
 the dataclasses a run builds from them (models/closed_loop/settings.py), the bridge's `BridgeConfig`
 (bridge/trainer/core.py), the device program's `DeviceConfig` and its flags (`spikeloop device`, bridge/device/program.py). Each
 takes its default, bounds and help text from the `Setting` here instead of writing them again; the settings
-reference in docs/architecture.md is `settings_table()` (regenerate: `python -m bridge.wire.settings --update-docs
+reference in docs/architecture.md is `settings_table()` (regenerate: `python -m spikeloop.bridge.wire.settings --update-docs
 docs/architecture.md`), and tests/test_settings_declared.py fails on a default written a second time.
 
 Where two holders really mean different defaults, they are two settings with meanings of their own
 (`SIM_REALTIME` and `DEVICE_REALTIME`, `BACKEND` and `DEVICE_BACKEND`), never one name with two defaults.
 
-The device program imports this module: it imports nothing but the standard library and bridge.wire.channels (the
+The device program imports this module: it imports nothing but the standard library and spikeloop.bridge.wire.channels (the
 backends take their names and stimulation modes from here).
 """
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bridge.wire import channels
+from spikeloop.bridge.wire import channels
 
 
 @dataclass(frozen=True)
@@ -377,7 +377,9 @@ SETTINGS: tuple[Setting, ...] = (
 
 # --- the settings reference in docs/architecture.md ---------------------------------------------------------
 
-DOCS_BEGIN = "<!-- settings-table: begin (python -m bridge.wire.settings --update-docs docs/architecture.md) -->"
+DOCS_BEGIN = (
+    "<!-- settings-table: begin (python -m spikeloop.bridge.wire.settings --update-docs docs/architecture.md) -->"
+)
 DOCS_END = "<!-- settings-table: end -->"
 
 
@@ -414,7 +416,7 @@ def update_docs(docs: Path) -> bool:
 
 def main(argv: list[str]) -> int:
     """Print the settings table, or write it into a docs file (`--update-docs PATH`)."""
-    parser = argparse.ArgumentParser(prog="python -m bridge.wire.settings", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m spikeloop.bridge.wire.settings", description=main.__doc__)
     parser.add_argument("--update-docs", type=Path, metavar="PATH", help="write the table between its markers here")
     args = parser.parse_args(argv)
     if args.update_docs is None:
@@ -423,7 +425,7 @@ def main(argv: list[str]) -> int:
     try:
         changed = update_docs(args.update_docs)
     except (OSError, ValueError) as exc:
-        print(f"python -m bridge.wire.settings: {exc}", file=sys.stderr)
+        print(f"python -m spikeloop.bridge.wire.settings: {exc}", file=sys.stderr)
         return 2
     print(f"{args.update_docs}: {'updated' if changed else 'already up to date'}")
     return 0

@@ -10,11 +10,11 @@
 - `power_table`: a benchmark's measured seed spread, and the power table in docs/benchmarks.md.
 - `plan`: what `spikeloop check` says about a sweep before it runs (trials, time, power).
 
-The notebooks import from here (`from experiments.analysis import ...`): the names of
+The notebooks import from here (`from spikeloop.experiments.analysis import ...`): the names of
 `runs`, `stats` and `culture` are re-exported.
 """
 
-from experiments.analysis.culture import (
+from spikeloop.experiments.analysis.culture import (
     N_STIM_CHANNELS,
     SPIKE_GROUPS,
     binned_response,
@@ -22,7 +22,7 @@ from experiments.analysis.culture import (
     regression_map,
     split_stim,
 )
-from experiments.analysis.runs import (
+from spikeloop.experiments.analysis.runs import (
     ENV_STEPS_AT_END,
     EVENT_GLOB,
     RESOLVED_FILE,
@@ -46,7 +46,7 @@ from experiments.analysis.runs import (
     smooth,
     step_files,
 )
-from experiments.analysis.stats import (
+from spikeloop.experiments.analysis.stats import (
     ALTERNATIVES,
     MIN_SEEDS_FOR_A_CLAIM,
     Comparison,

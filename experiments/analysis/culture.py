@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bridge.wire.channels import SPIKE_GROUP_NAMES
+from spikeloop.bridge.wire.channels import SPIKE_GROUP_NAMES
 
 N_STIM_CHANNELS = 8
 """The stim vector is [8 frequencies (Hz), 8 amplitudes (uA)]."""

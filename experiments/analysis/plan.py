@@ -25,7 +25,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from experiments.analysis import power, power_table
+from spikeloop.experiments.analysis import power, power_table
 
 BENCHMARKS = power_table.REPO / "docs" / "benchmarks"
 ALPHA = 0.05
@@ -157,7 +157,7 @@ def cpus_per_trial(experiment) -> float:
 
 
 def _default_scenario() -> str:
-    from envs.scenarios import DEFAULT_SCENARIO
+    from spikeloop.envs.scenarios import DEFAULT_SCENARIO
 
     return DEFAULT_SCENARIO
 

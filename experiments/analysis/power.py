@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.analysis import stats
+from spikeloop.experiments.analysis import stats
 
 DRAWS = 10_000
 SIMULATION_SEED = 0

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from experiments.analysis import stats, sweep
-from experiments.analysis.power import ALPHAS, DRAWS, MAX_SEEDS, POWER, seeds_needed
-from experiments.benchmarks.conditions import experiment_dict
+from spikeloop.experiments.analysis import stats, sweep
+from spikeloop.experiments.analysis.power import ALPHAS, DRAWS, MAX_SEEDS, POWER, seeds_needed
+from spikeloop.experiments.benchmarks.conditions import experiment_dict
 
 REPO = Path(__file__).resolve().parents[2]
 LEARNING_JSON = REPO / "docs" / "benchmarks" / "learning.json"

@@ -41,15 +41,15 @@ from typing import Any
 import numpy as np
 import yaml
 
-from bridge.trainer.information import (
+from spikeloop.bridge.trainer.information import (
     confusion_information_bits,
     decoded_information,
     fit_and_predict,
     strongest_electrode,
 )
-from bridge.wire.channels import N_ENCODING
-from experiments.run_log import STEPS_DIR
-from models.closed_loop.session_record import RECORD_DIR, RecordError, read_record
+from spikeloop.bridge.wire.channels import N_ENCODING
+from spikeloop.experiments.run_log import STEPS_DIR
+from spikeloop.models.closed_loop.session_record import RECORD_DIR, RecordError, read_record
 
 CHUNKS = 5
 MIN_CHUNK_TICKS = 50
@@ -313,7 +313,7 @@ def saved_decoder(session: Session) -> dict[str, Any]:
         return {"skipped": session.spikes_missing}
     if not any(session.trial_dir.glob("checkpoint_*")):
         return {"skipped": "the trial kept no checkpoint"}  # said before importing Ray, which takes seconds
-    from experiments.watch_checkpoint import resolve_checkpoint
+    from spikeloop.experiments.watch_checkpoint import resolve_checkpoint
 
     try:
         checkpoint = resolve_checkpoint(session.trial_dir)
@@ -325,7 +325,7 @@ def saved_decoder(session: Session) -> dict[str, Any]:
     import torch
     from ray.rllib.core.rl_module.rl_module import RLModule
 
-    from models import rllib_notices
+    from spikeloop.models import rllib_notices
 
     rllib_notices.install()
     module = RLModule.from_checkpoint(str(module_dir))

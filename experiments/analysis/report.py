@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.analysis import sweep
+from spikeloop.experiments.analysis import sweep
 
 FILES = ("analysis.json", "analysis.md", "analysis.png")
 COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray")

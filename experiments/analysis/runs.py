@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from experiments.analysis.stats import Comparison, _check_alternative, compare
-from experiments.trial_files import ENDED_SHORT, EPISODES_FILE, FINISHED, STEPS_DIR
+from spikeloop.experiments.analysis.stats import Comparison, _check_alternative, compare
+from spikeloop.experiments.trial_files import ENDED_SHORT, EPISODES_FILE, FINISHED, STEPS_DIR
 
 RUNS_ENV = "SPIKELOOP_RUNS"
 """Environment variable the notebooks read: run or trial directories, separated by os.pathsep."""

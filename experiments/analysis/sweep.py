@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from experiments.analysis import power, stats
-from experiments.analysis.runs import (
+from spikeloop.experiments.analysis import power, stats
+from spikeloop.experiments.analysis.runs import (
     ENV_STEPS_AT_END,
     RESOLVED_FILE,
     Band,
@@ -54,7 +54,7 @@ from experiments.analysis.runs import (
     smooth,
     why_unfinished,
 )
-from experiments.dotted import get_path
+from spikeloop.experiments.dotted import get_path
 
 FINAL_EPISODES = 100
 """Episodes in a trial's final window (the learning benchmark's window too)."""

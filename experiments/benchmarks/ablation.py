@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.benchmarks.learning import main as learning_main
+from spikeloop.experiments.benchmarks.learning import main as learning_main
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/ablation.json")
 ABLATIONS = ("sim", "zero", "random")

@@ -18,15 +18,15 @@ from pathlib import Path
 
 import numpy as np
 
-from bridge.wire.ports import free_port
-from experiments.benchmarks.record import provenance, write_result
+from spikeloop.bridge.wire.ports import free_port
+from spikeloop.experiments.benchmarks.record import provenance, write_result
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/bridge.json")
 
 
 def _start_device(spike_port: int) -> tuple[subprocess.Popen, dict[str, int]]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bridge.device.loopback_device", "--spike-port", str(spike_port)],
+        [sys.executable, "-m", "spikeloop.bridge.device.loopback_device", "--spike-port", str(spike_port)],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -50,11 +50,11 @@ def run(exchanges: int, blocks: int) -> dict:
     """Measure both paths and return the results dictionary."""
     import ray
 
-    from bridge.device.loopback_device import raw_round_trip
-    from bridge.trainer.actor import start_bridge
-    from bridge.trainer.client import BridgeClient
-    from bridge.trainer.core import BridgeConfig
-    from bridge.wire.address import DeviceAddress
+    from spikeloop.bridge.device.loopback_device import raw_round_trip
+    from spikeloop.bridge.trainer.actor import start_bridge
+    from spikeloop.bridge.trainer.client import BridgeClient
+    from spikeloop.bridge.trainer.core import BridgeConfig
+    from spikeloop.bridge.wire.address import DeviceAddress
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     raw_port, actor_port = free_port(), free_port()

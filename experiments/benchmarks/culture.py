@@ -32,12 +32,12 @@ from typing import Any
 
 import numpy as np
 
-from bridge.device.backends import make_backend
-from bridge.device.backends.base import STIM_MODES, Backend, group_matrix
-from bridge.device.backends.sim import SimBackend
-from bridge.device.simulated_culture import SimulatedCulture
-from bridge.trainer.information import InformationEstimate, decoded_information, strongest_electrode
-from bridge.wire.channels import (
+from spikeloop.bridge.device.backends import make_backend
+from spikeloop.bridge.device.backends.base import STIM_MODES, Backend, group_matrix
+from spikeloop.bridge.device.backends.sim import SimBackend
+from spikeloop.bridge.device.simulated_culture import SimulatedCulture
+from spikeloop.bridge.trainer.information import InformationEstimate, decoded_information, strongest_electrode
+from spikeloop.bridge.wire.channels import (
     ARTIFACT_WAIT_MS,
     COLLECT_WINDOW_MS,
     ENCODING_ELECTRODES,
@@ -47,7 +47,7 @@ from bridge.wire.channels import (
     STIM_FREQUENCY_RANGE_HZ,
     TICK_FREQUENCY_HZ,
 )
-from experiments.benchmarks.record import provenance, write_result
+from spikeloop.experiments.benchmarks.record import provenance, write_result
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/culture.json")
 BINS_MS = ((0, 5), (5, 10), (10, 20), (20, 30), (30, 50), (50, 75), (75, 100), (100, 150))

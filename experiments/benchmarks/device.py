@@ -19,13 +19,18 @@ from pathlib import Path
 
 import numpy as np
 
-from bridge.device.program import Device, DeviceConfig
-from bridge.device.simulated_culture import PLASTICITY_RULES, Plasticity, SimulatedCulture, SimulatedCultureConfig
-from bridge.wire.address import DeviceAddress
-from bridge.wire.channels import N_ENCODING
-from bridge.wire.protocol import StimCommand, decode_spikes, encode_stim
-from bridge.wire.settings import ARTIFACT_WAIT_MS, COLLECT_WINDOW_MS
-from experiments.benchmarks.record import provenance, write_result
+from spikeloop.bridge.device.program import Device, DeviceConfig
+from spikeloop.bridge.device.simulated_culture import (
+    PLASTICITY_RULES,
+    Plasticity,
+    SimulatedCulture,
+    SimulatedCultureConfig,
+)
+from spikeloop.bridge.wire.address import DeviceAddress
+from spikeloop.bridge.wire.channels import N_ENCODING
+from spikeloop.bridge.wire.protocol import StimCommand, decode_spikes, encode_stim
+from spikeloop.bridge.wire.settings import ARTIFACT_WAIT_MS, COLLECT_WINDOW_MS
+from spikeloop.experiments.benchmarks.record import provenance, write_result
 
 
 def measure_reply_latency_ms(exchanges: int, artifact_wait_ms: float, collect_window_ms: float) -> np.ndarray:

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import vizdoom
 
-from envs.doom_env import DoomEnv
-from envs.scenarios import DEFAULT_SCENARIO
+from spikeloop.envs.doom_env import DoomEnv
+from spikeloop.envs.scenarios import DEFAULT_SCENARIO
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/env.json")
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.benchmarks.conditions import FEEDBACK_CONDITIONS
-from experiments.benchmarks.learning import main as learning_main
+from spikeloop.experiments.benchmarks.conditions import FEEDBACK_CONDITIONS
+from spikeloop.experiments.benchmarks.learning import main as learning_main
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/feedback.json")
 

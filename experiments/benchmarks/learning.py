@@ -47,8 +47,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.analysis.sweep import FINAL_EPISODES
-from experiments.benchmarks.conditions import (  # noqa: F401  (re-exported: the benchmark's conditions)
+from spikeloop.experiments.analysis.sweep import FINAL_EPISODES
+from spikeloop.experiments.benchmarks.conditions import (  # noqa: F401  (re-exported: the benchmark's conditions)
     ALL_CONDITIONS,
     BASE_EXPERIMENT,
     CONDITIONS,
@@ -60,7 +60,7 @@ from experiments.benchmarks.conditions import (  # noqa: F401  (re-exported: the
     SCENARIO,
     experiment_dict,
 )
-from experiments.benchmarks.record import provenance, write_result
+from spikeloop.experiments.benchmarks.record import provenance, write_result
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/learning.json")
 WINDOW = FINAL_EPISODES
@@ -126,9 +126,9 @@ def train_run(
 ) -> tuple[list[Episode], dict[str, Any]]:
     """Train one condition and seed until `budget` env steps (`culture`: knobs for its sim device); its episodes
     and run facts."""
-    from experiments.runner import _pull_episode_records
-    from experiments.schema import experiment_from_dict
-    from models.closed_loop.ppo import finish
+    from spikeloop.experiments.runner import _pull_episode_records
+    from spikeloop.experiments.schema import experiment_from_dict
+    from spikeloop.models.closed_loop.ppo import finish
 
     base = BASE_EXPERIMENT | ({"sim_device": {"culture": culture}} if culture else {})
     experiment = experiment_from_dict(
@@ -225,7 +225,7 @@ def summarize(runs: Runs, scenario: str = SCENARIO) -> dict[str, Any]:
     `runs` maps condition -> seed (str) -> [(env steps, return, killed)] in episode order. The targets
     are defined on `basic` only; another scenario gets none (and a note saying so).
     """
-    from experiments.analysis import compare, min_seeds_per_group, verdict
+    from spikeloop.experiments.analysis import compare, min_seeds_per_group, verdict
 
     order = [*ALL_CONDITIONS, *sorted(set(runs) - set(ALL_CONDITIONS))]
     runs = {c: runs[c] for c in order if c in runs and runs[c]}
@@ -358,7 +358,7 @@ def feedback_effects(summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """
     from scipy import stats
 
-    from experiments.analysis import compare
+    from spikeloop.experiments.analysis import compare
 
     out: dict[str, Any] = {}
     for a, b in FEEDBACK_COMPARISONS:
@@ -520,7 +520,7 @@ def check_resume(existing: dict[str, Any], settings: dict[str, Any]) -> Runs:
         for key, what in (
             ("scenario", "scenario"),
             ("env_steps_per_run", "env-step budget"),
-            ("base_experiment", "base experiment (experiments.schema learning settings)"),
+            ("base_experiment", "base experiment (spikeloop.experiments.schema learning settings)"),
         )
         if old.get(key) != settings.get(key)
     ]
@@ -552,7 +552,7 @@ SIM_CONDITIONS = ("sim", "zero", "random", *FEEDBACK_CONDITIONS)
 
 def _culture(condition: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """The culture knobs a condition runs with (the dopamine knobs only where the rule uses them)."""
-    from bridge.device.simulated_culture import DOPAMINE_KNOBS, SimulatedCultureConfig
+    from spikeloop.bridge.device.simulated_culture import DOPAMINE_KNOBS, SimulatedCultureConfig
 
     rule = FEEDBACK_CONDITIONS[condition][0] if condition in FEEDBACK_CONDITIONS else "stdp"
     control = CONTROL_CULTURES[rule] if condition in FEEDBACK_CONDITIONS else {}
@@ -710,7 +710,7 @@ def draw_figure(result: dict[str, Any], path: Path) -> None:
 
 def _culture_overrides(pairs: list[str]) -> dict[str, Any]:
     """`--culture KNOB=VALUE` pairs as a mapping, checked against SimulatedCultureConfig."""
-    from bridge.device.program import culture_from_args
+    from spikeloop.bridge.device.program import culture_from_args
 
     culture_from_args(pairs, None)  # ValueError names a bad knob or value
     import yaml

@@ -38,8 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bridge.wire.ports import free_port
-from experiments.benchmarks.record import provenance, write_result
+from spikeloop.bridge.wire.ports import free_port
+from spikeloop.experiments.benchmarks.record import provenance, write_result
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/loop.json")
 DEVICES = ("sim", "tick10")
@@ -51,7 +51,7 @@ TICK10_RESULT = "tick10"
 
 
 def _experiment(paced: bool, scenario: str, extra: dict[str, Any] | None = None):
-    from experiments.schema import experiment_from_dict
+    from spikeloop.experiments.schema import experiment_from_dict
 
     device = {
         "device_id": "bench",
@@ -91,7 +91,7 @@ def _sample_rate(experiment, steps: int, warmup_steps: int, repeats: int = 1) ->
     """Steps/s over `repeats` timed windows of `steps` steps on one env runner; the median is the result."""
     import statistics
 
-    from models.closed_loop.ppo import finish
+    from spikeloop.models.closed_loop.ppo import finish
 
     algo = experiment.algorithm_config().build_algo()
     stop, frames = threading.Event(), [0]
@@ -101,7 +101,7 @@ def _sample_rate(experiment, steps: int, warmup_steps: int, repeats: int = 1) ->
     try:
 
         def timed(runner, n=steps, w=warmup_steps, k=repeats):
-            from models.closed_loop.link import current_link
+            from spikeloop.models.closed_loop.link import current_link
 
             runner.sample(num_timesteps=w, explore=True)
             meter = current_link().meter
@@ -223,7 +223,7 @@ def _start_tick_device(ports: dict[str, int], log_path: Path) -> subprocess.Pope
     argv = [
         sys.executable,
         "-m",
-        "experiments.cli",
+        "spikeloop.experiments.cli",
         "device",
         "--backend",
         "sim",
@@ -258,8 +258,8 @@ def run_tick10(steps: int, scenario: str, repeats: int = 3) -> dict[str, Any]:
 
     import ray
 
-    from bridge.device.program import tick_loop_limit_steps_per_s
-    from experiments.schema import experiment_from_dict
+    from spikeloop.bridge.device.program import tick_loop_limit_steps_per_s
+    from spikeloop.experiments.schema import experiment_from_dict
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ports = {name: free_port() for name in ("stim_port", "spike_port", "event_port", "feedback_port")}

@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-from experiments.benchmarks.record import provenance, write_result
-from experiments.protocol.session import OUTCOME_TAGS, PROTOCOL_FILE
-from experiments.protocol.settings import CONDITIONS
+from spikeloop.experiments.benchmarks.record import provenance, write_result
+from spikeloop.experiments.protocol.session import OUTCOME_TAGS, PROTOCOL_FILE
+from spikeloop.experiments.protocol.settings import CONDITIONS
 
 DEFAULT_EXPERIMENT = Path("experiments/culture_protocol.yaml")
 DEFAULT_OUTPUT = Path("docs/benchmarks/protocol.json")
@@ -134,8 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     run_dirs = list(args.collect or [])
     if args.collect is None:
-        from experiments.runner import run
-        from experiments.schema import load_experiment
+        from spikeloop.experiments.runner import run
+        from spikeloop.experiments.schema import load_experiment
 
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             overrides = [

@@ -1,7 +1,7 @@
 """`spikeloop bench soak`: a long paced run with faults and a device restart, watched for leaks and mix-ups.
 
 What a lab's session does over hours, in one command: `spikeloop train experiments/cl1.yaml` (a subprocess,
-the front door) against a device program in its own process, `python -m bridge.device.loopback_device`, which
+the front door) against a device program in its own process, `python -m spikeloop.bridge.device.loopback_device`, which
 answers on 10 Hz ticks like a CL1 and injects faults at random (dropped, late, very late, duplicated, corrupt
 and forged replies). Its replies encode the stimulation (count i = frequency i), and it keeps a truth record
 (one JSON line per stimulation: its stamp, the stamp of its reply, the fault), so a reply the trainer matched to
@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, get_args
 
-from bridge.device.loopback_device import PLAN_FAULTS
-from bridge.wire.ports import DevicePorts
-from experiments.benchmarks.record import provenance, write_result
+from spikeloop.bridge.device.loopback_device import PLAN_FAULTS
+from spikeloop.bridge.wire.ports import DevicePorts
+from spikeloop.experiments.benchmarks.record import provenance, write_result
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/soak.json")
 EXPERIMENT = Path(__file__).resolve().parent / "cl1.yaml"
@@ -78,7 +78,7 @@ RECOVERIES: dict[str, Recovery] = {
 
 def known_policies() -> list[str]:
     """The policies both this bench and the experiment schema know."""
-    from experiments.schema import LoopSection
+    from spikeloop.experiments.schema import LoopSection
 
     schema = get_args(LoopSection.model_fields["on_device_loss"].annotation)
     return [p for p in RECOVERIES if p in schema]
@@ -310,7 +310,7 @@ class Soak:
 
     def loss_threshold_s(self) -> float:
         """How long the trainer waits before it counts the device as lost (from the experiment it runs)."""
-        from experiments.schema import load_experiment
+        from spikeloop.experiments.schema import load_experiment
 
         loop = load_experiment(EXPERIMENT, self.settings()).loop
         return loop.max_consecutive_timeouts * loop.timeout_s
@@ -332,7 +332,7 @@ class Soak:
     def start_device(self, index: int) -> None:
         """Start the device program on the soak's ports and wait until it listens."""
         log_path = self.work_dir / f"device-{index}.log"
-        argv = [sys.executable, "-m", "bridge.device.loopback_device", "--tick-s", str(TICK_S)]
+        argv = [sys.executable, "-m", "spikeloop.bridge.device.loopback_device", "--tick-s", str(TICK_S)]
         argv += ["--stim-port", str(self.ports.stim), "--spike-port", str(self.ports.spike)]
         argv += ["--event-port", str(self.ports.event), "--feedback-port", str(self.ports.feedback)]
         argv += ["--seed", str(self.seed + index), "--record", str(self.truth_path)]
@@ -521,7 +521,7 @@ class Soak:
 def _spikeloop() -> list[str]:
     """The `spikeloop` command of this environment (the console script beside this Python, else the module)."""
     script = Path(sys.executable).parent / "spikeloop"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "experiments.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "spikeloop.experiments.cli"]
 
 
 def _clock(seconds: float) -> str:

@@ -86,7 +86,7 @@ def main(argv: list[str]) -> int:
     if args.update_docs is not None:
         print("spikeloop analyze: --update-docs goes with --power", file=sys.stderr)
         return 2
-    from experiments.analysis import report, sweep
+    from spikeloop.experiments.analysis import report, sweep
 
     data = sweep.load(args.source, include_unfinished=args.include_unfinished)
     baseline = sweep.parse_baseline(data, args.baseline)
@@ -98,7 +98,7 @@ def main(argv: list[str]) -> int:
 
 
 def _power(args: argparse.Namespace) -> int:
-    from experiments.analysis import power_table
+    from spikeloop.experiments.analysis import power_table
 
     source = Path(args.source) if args.source else power_table.LEARNING_JSON
     if not source.is_file():

@@ -17,7 +17,7 @@ envelope's minimum frequency and amplitude on every encoding electrode) and
 the encoder's range and the envelope), printed exactly, and reports from the
 replies: timeouts; replies per stimulation and unsolicited datagrams (any one
 fails); the correlation of the counts with the stimulation they answer and
-with the ones before it (`bridge.trainer.causality`: counts that follow an earlier
+with the ones before it (`spikeloop.bridge.trainer.causality`: counts that follow an earlier
 stimulation fail; counts that follow none, as the zero and random ablations',
 pass with a note); latency against the configured windows. `--minimum-only`
 stimulates at the envelope minimum only and skips the correlations. No
@@ -35,14 +35,19 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from bridge.trainer.causality import ALPHA, MAX_LAG, MIN_PAIRS, Causality, CausalityMeter, stim_drive
-from bridge.trainer.core import BridgeConfig, BridgeCore
-from bridge.wire.channels import ENCODING_ELECTRODES, N_ENCODING, STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
-from bridge.wire.safety import SafetyEnvelope
-from experiments.commands.common import add_experiment_arguments, load_or_exit
-from experiments.schema import Experiment
-from models.closed_loop.feedback import EventFeedbackSpec, feedback_rows, row_commands
-from models.closed_loop.settings import DeviceSettings
+from spikeloop.bridge.trainer.causality import ALPHA, MAX_LAG, MIN_PAIRS, Causality, CausalityMeter, stim_drive
+from spikeloop.bridge.trainer.core import BridgeConfig, BridgeCore
+from spikeloop.bridge.wire.channels import (
+    ENCODING_ELECTRODES,
+    N_ENCODING,
+    STIM_AMPLITUDE_RANGE_UA,
+    STIM_FREQUENCY_RANGE_HZ,
+)
+from spikeloop.bridge.wire.safety import SafetyEnvelope
+from spikeloop.experiments.commands.common import add_experiment_arguments, load_or_exit
+from spikeloop.experiments.schema import Experiment
+from spikeloop.models.closed_loop.feedback import EventFeedbackSpec, feedback_rows, row_commands
+from spikeloop.models.closed_loop.settings import DeviceSettings
 
 DEFAULT_EXCHANGES = 40
 """Enough for the correlations to tell (ALPHA 0.001) a responding culture's own answer from a late one: a
@@ -142,7 +147,7 @@ class DeviceProbe:
 
 def check_scenario(experiment: Experiment) -> str:
     """Build the env, reset, take one step, close; returns a one-line description."""
-    from envs.doom_env import DoomEnv
+    from spikeloop.envs.doom_env import DoomEnv
 
     env = DoomEnv(**experiment.env)
     try:
@@ -160,7 +165,7 @@ def check_scenario(experiment: Experiment) -> str:
 
 def scenario_files(scenario, reward_mode: str) -> str:
     """Continuation lines: the scenario's cfg and WAD, the rewards the cfg sets, and the lines vizdoom ignores."""
-    from envs.scenarios import cfg_rewards, ignored_cfg_entries
+    from spikeloop.envs.scenarios import cfg_rewards, ignored_cfg_entries
 
     rewards = ", ".join(f"{name} {value:g}" for name, value in cfg_rewards(scenario.cfg_path).items()) or "none"
     used = (
@@ -183,7 +188,7 @@ def check_fit(experiment: Experiment) -> tuple[str, str | None]:
     """(line to print, failure or None): can a local Ray place the trial? (No Ray is started to find out.)"""
     import os
 
-    from experiments import fit
+    from spikeloop.experiments import fit
 
     if os.environ.get("RAY_ADDRESS"):
         return "[skip] resources: RAY_ADDRESS is set; spikeloop train checks the cluster's when it connects", None
@@ -220,8 +225,8 @@ def sampling_line(experiment: Experiment) -> str:
 
 def sweep_lines(experiment: Experiment) -> list[str]:
     """A sweep's trials, estimated wall time on this machine and smallest detectable difference (analysis/plan.py)."""
-    from experiments import fit
-    from experiments.analysis import plan
+    from spikeloop.experiments import fit
+    from spikeloop.experiments.analysis import plan
 
     return plan.lines(experiment, cpus=fit.local_resources(experiment)["CPU"])
 
@@ -239,7 +244,7 @@ def _bridge_config(experiment: Experiment, dev: DeviceSettings) -> BridgeConfig:
 
 def _start_local_device(dev: DeviceSettings, envelope):
     """A simulated/ablation device of this process on free ports (the trainer side binds its own)."""
-    from bridge.device.program import Device
+    from spikeloop.bridge.device.program import Device
 
     device = Device(dev.device_config(spike_port=0, envelope=envelope))
     address = replace(
@@ -438,7 +443,7 @@ def _r(value: float) -> str:
 
 
 def causality_lines(label: str, causality: Causality, plan: ProbePlan) -> tuple[list[str], str | None]:
-    """(lines, failure or None): which stimulation the counts follow, decided with every lag (bridge.trainer.causality)."""
+    """(lines, failure or None): which stimulation the counts follow, decided with every lag (spikeloop.bridge.trainer.causality)."""
     c = causality
     before = ", ".join(f"{_r(r)} with {_lag(k)}" for k, r in enumerate(c.r_lags[1:], start=1))
     measured = f"r {_r(c.r_current)} with the stimulation each reply answers, {before} ({c.n:.0f} replies)"

@@ -1,7 +1,8 @@
-"""`spikeloop checkpoint RUN_DIR`: ask a running experiment to save a checkpoint now.
+"""`spikeloop checkpoint RUN_DIR`: ask a running experiment to save a checkpoint now; `spikeloop checkpoint upgrade
+DIR`: rewrite a checkpoint written before spikeloop installed as `spikeloop.*` (spikeloop.experiments.checkpoint_upgrade).
 
 The trainable polls for a request file after every training iteration (see
-`experiments.runner`): in a trial directory it asks that trial, in a run
+`spikeloop.experiments.runner`): in a trial directory it asks that trial, in a run
 directory every trial of the run. Writing the file is all this command does, so
 it works from any machine that sees the run directory, with no Ray connection.
 """
@@ -9,18 +10,21 @@ it works from any machine that sees the run directory, with no Ray connection.
 from __future__ import annotations
 
 import argparse
+import pickle
 import sys
 import time
 from pathlib import Path
 
-from experiments.runner import CHECKPOINT_REQUEST, RESOLVED_FILE
+from spikeloop.experiments.checkpoint_upgrade import BACKUP_SUFFIX, OldCheckpointError, upgrade
+from spikeloop.experiments.runner import CHECKPOINT_REQUEST, RESOLVED_FILE
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Flags of `spikeloop checkpoint`."""
     parser = argparse.ArgumentParser(
         prog="spikeloop checkpoint",
-        description=f"Ask a running experiment to save a checkpoint now. Writes {CHECKPOINT_REQUEST!r} into "
+        description="Ask a running experiment to save a checkpoint now (`spikeloop checkpoint upgrade DIR`: "
+        "upgrade an old checkpoint; see its --help). Writes {CHECKPOINT_REQUEST!r} into "
         "RUN_DIR; a trial saves after its current training iteration and removes the file. No Ray "
         "connection is needed, only access to the run directory.",
     )
@@ -47,8 +51,52 @@ def request_checkpoint(run_dir: Path) -> Path:
     return request
 
 
+def build_upgrade_parser() -> argparse.ArgumentParser:
+    """Flags of `spikeloop checkpoint upgrade`."""
+    parser = argparse.ArgumentParser(
+        prog="spikeloop checkpoint upgrade",
+        description="Upgrade a checkpoint written before spikeloop installed as `spikeloop.*` (its pickles name "
+        "`models.*`, `bridge.*`, `experiments.*`, `envs.*`, or modules that moved in the layout change): every .pkl "
+        f"under DIR that names an old module is unpickled with the new names and pickled again; the original stays "
+        f"beside it as *.pkl{BACKUP_SUFFIX}. Files that name no old module are left untouched.",
+    )
+    parser.add_argument(
+        "directory",
+        metavar="DIR",
+        help="a checkpoint_* directory, a trial directory or a run directory (all its checkpoints and tuner.pkl)",
+    )
+    return parser
+
+
+def upgrade_main(argv: list[str]) -> int:
+    """Run `spikeloop checkpoint upgrade`."""
+    args = build_upgrade_parser().parse_args(argv)
+    directory = Path(args.directory).resolve()
+    if not directory.exists():
+        print(f"spikeloop checkpoint upgrade: {directory}: no such directory", file=sys.stderr)
+        return 1
+    try:
+        changed = upgrade(directory)
+    except (OldCheckpointError, ModuleNotFoundError, AttributeError, pickle.UnpicklingError) as exc:
+        print(f"spikeloop checkpoint upgrade: {exc}", file=sys.stderr)
+        return 1
+    for path, renamed in changed.items():
+        names = ", ".join(f"{old} -> {new}" for old, new in sorted(renamed.items()))
+        print(f"upgraded {path.relative_to(directory) if path != directory else path}: {names}", flush=True)
+    if changed:
+        print(
+            f"{len(changed)} file(s) upgraded under {directory}; the originals are kept as *.pkl{BACKUP_SUFFIX}",
+            flush=True,
+        )
+    else:
+        print(f"nothing to upgrade under {directory}: no pickle names an old module", flush=True)
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    """Run `spikeloop checkpoint`."""
+    """Run `spikeloop checkpoint` (or, first argument `upgrade`, `spikeloop checkpoint upgrade`)."""
+    if argv and argv[0] == "upgrade":
+        return upgrade_main(argv[1:])
     args = build_parser().parse_args(argv)
     run_dir = Path(args.run_dir).resolve()
     try:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from experiments.schema import Experiment, ExperimentError, check_before_run, load_experiment
+from spikeloop.experiments.schema import Experiment, ExperimentError, check_before_run, load_experiment
 
 
 def add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +58,7 @@ def start_or_exit(args: argparse.Namespace, experiment: Experiment) -> Path | No
             file=sys.stderr,
         )
         raise SystemExit(2)
-    from experiments.start_from import StartError, check_start
+    from spikeloop.experiments.start_from import StartError, check_start
 
     try:
         checkpoint, line = check_start(experiment, Path(args.start_from))

@@ -7,8 +7,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from experiments.export_nwb import CultureSubject
-from models.closed_loop.session_record import RECORD_DIR, RecordError, find_records
+from spikeloop.experiments.export_nwb import CultureSubject
+from spikeloop.models.closed_loop.session_record import RECORD_DIR, RecordError, find_records
 
 FORMATS = ("nwb",)
 
@@ -54,7 +54,7 @@ def export(run_dir: Path, subject: CultureSubject | None = None) -> tuple[list[P
             f"{run_dir} holds no session record ({RECORD_DIR}/*.h5 in a trial directory): records are written by "
             "runs with output.record: true (the default) that drive a culture; pass such a run directory"
         )
-    from experiments.export_nwb import record_to_nwb
+    from spikeloop.experiments.export_nwb import record_to_nwb
 
     if importlib.util.find_spec("pynwb") is None:  # found, not imported: it takes seconds to load
         raise RuntimeError("NWB export needs pynwb; install it with: pip install -e '.[nwb]'")

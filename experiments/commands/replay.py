@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from experiments.analysis.replay import AUTO, SOURCES
+from spikeloop.experiments.analysis.replay import AUTO, SOURCES
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,7 +56,7 @@ def _source(report: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Replay every trial of RUN_DIR; 2 with the reason when there is nothing to replay."""
     args = build_parser().parse_args(argv)
-    from experiments.analysis.replay import REPORT_JSON, ReplayError, replay_trial, trial_dirs
+    from spikeloop.experiments.analysis.replay import REPORT_JSON, ReplayError, replay_trial, trial_dirs
 
     try:
         trials = trial_dirs(args.run_dir, args.source)

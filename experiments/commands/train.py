@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from experiments.commands.common import add_experiment_arguments, add_start_argument, load_or_exit, start_or_exit
+from spikeloop.experiments.commands.common import (
+    add_experiment_arguments,
+    add_start_argument,
+    load_or_exit,
+    start_or_exit,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +36,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     experiment = load_or_exit(args)
     start_from = start_or_exit(args, experiment)
-    from experiments.runner import run
+    from spikeloop.experiments.runner import run
 
     run(experiment, sweep=False, resume=args.resume, start_from=start_from)
     return 0

@@ -1,4 +1,4 @@
-"""`spikeloop watch CHECKPOINT`: play episodes with a trained policy, no training (see `experiments.watch_checkpoint`)."""
+"""`spikeloop watch CHECKPOINT`: play episodes with a trained policy, no training (see `spikeloop.experiments.watch_checkpoint`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from experiments.schema import ExperimentError
+from spikeloop.experiments.schema import ExperimentError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,7 +74,7 @@ def main(argv: list[str]) -> int:
     if args.episodes < 1:
         print("spikeloop watch: --episodes must be >= 1", file=sys.stderr)
         return 2
-    from experiments.watch_checkpoint import WatchSettings, watch
+    from spikeloop.experiments.watch_checkpoint import WatchSettings, watch
 
     settings = WatchSettings(
         checkpoint=Path(args.checkpoint),

@@ -5,6 +5,6 @@ threaded HTTP server on its own node (127.0.0.1 unless `view.host` says
 otherwise), fed by a publisher that keeps only the latest tick.
 """
 
-from experiments.live_view.settings import ViewSettings
+from spikeloop.experiments.live_view.settings import ViewSettings
 
 __all__ = ["ViewSettings"]

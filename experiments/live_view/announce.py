@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from experiments.live_view.runner_view import current_view
+from spikeloop.experiments.live_view.runner_view import current_view
 
 LIVE_VIEW_FILE = "live_view.json"
 

@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 
-from experiments.live_view.publisher import Tick
+from spikeloop.experiments.live_view.publisher import Tick
 
 
 class JpegCache:

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from experiments.run_log import curve_window
+from spikeloop.experiments.run_log import curve_window
 
 CURVE_POINTS = 10_000
 """Finished episodes an env runner keeps for its curve (the latest; older ones fall off a long run's curve)."""

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.live_view.progress import LearningLog
+from spikeloop.experiments.live_view.progress import LearningLog
 
 RECENT_EPISODES = 20
 """How many finished episodes' returns the dashboard shows."""

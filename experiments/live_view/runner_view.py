@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from experiments.live_view.progress import LearningLog
-from experiments.live_view.publisher import Publisher
-from experiments.live_view.server import LiveViewServer
-from experiments.live_view.settings import ViewSettings
+from spikeloop.experiments.live_view.progress import LearningLog
+from spikeloop.experiments.live_view.publisher import Publisher
+from spikeloop.experiments.live_view.server import LiveViewServer
+from spikeloop.experiments.live_view.settings import ViewSettings
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def _action_names(vector_env: Any) -> tuple[str, ...]:
     action_set = getattr(envs[0].unwrapped, "action_set", None) if envs else None
     if action_set is None:
         return ()
-    from envs.actions import action_buttons
+    from spikeloop.envs.actions import action_buttons
 
     return tuple("+".join(b.name.lower() for b in buttons) or "no-op" for buttons in action_buttons(action_set))
 

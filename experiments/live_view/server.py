@@ -23,10 +23,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from urllib.parse import parse_qs, urlsplit
 
-from experiments.live_view.frames import JpegCache
-from experiments.live_view.publisher import Publisher, Tick
-from experiments.live_view.settings import ViewSettings
-from experiments.live_view.state import layout, learning, tick_state
+from spikeloop.experiments.live_view.frames import JpegCache
+from spikeloop.experiments.live_view.publisher import Publisher, Tick
+from spikeloop.experiments.live_view.settings import ViewSettings
+from spikeloop.experiments.live_view.state import layout, learning, tick_state
 
 log = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bridge.wire.channels import LIVE_VIEW_PORT
-from experiments.live_view.progress import RunBudget
+from spikeloop.bridge.wire.channels import LIVE_VIEW_PORT
+from spikeloop.experiments.live_view.progress import RunBudget
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from bridge.wire.channels import (
+from spikeloop.bridge.wire.channels import (
     ENCODING_ELECTRODES,
     EVENT_FEEDBACK_ELECTRODES,
     FORBIDDEN_ELECTRODES,
@@ -18,7 +18,7 @@ from bridge.wire.channels import (
     STIM_AMPLITUDE_RANGE_UA,
     STIM_FREQUENCY_RANGE_HZ,
 )
-from experiments.live_view.publisher import Publisher, Tick
+from spikeloop.experiments.live_view.publisher import Publisher, Tick
 
 
 def learning(publisher: Publisher, since: int = 0) -> dict[str, Any]:

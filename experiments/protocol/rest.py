@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from bridge.wire.channels import N_ENCODING, N_SPIKE_GROUPS, SPIKE_GROUP_NAMES
+from spikeloop.bridge.wire.channels import N_ENCODING, N_SPIKE_GROUPS, SPIKE_GROUP_NAMES
 
 PHASE_FILES = {"rest_before": "rest_before.npz", "rest_after": "rest_after.npz"}
 """Where each rest phase is recorded in the trial directory."""
@@ -35,7 +35,7 @@ class RestRecord:
     tick_s: float
     """Culture time of one tick (the device's artifact wait + collection window)."""
     counts: np.ndarray
-    """[cultures, ticks, 8] spike counts per group (bridge.wire.channels.SPIKE_GROUP_NAMES), per tick."""
+    """[cultures, ticks, 8] spike counts per group (spikeloop.bridge.wire.channels.SPIKE_GROUP_NAMES), per tick."""
     answered: np.ndarray
     """[cultures, ticks] True where the device answered in time (a missed tick's counts are 0 and not used)."""
     stim_timestamp_us: np.ndarray
@@ -99,7 +99,7 @@ class RestRecord:
 
 def rest_here(ticks: int) -> dict[str, Any] | None:
     """On an env runner: `ticks` record-only exchanges with its culture (None where it drives none)."""
-    from models.closed_loop.link import current_link
+    from spikeloop.models.closed_loop.link import current_link
 
     try:
         link = current_link()
@@ -127,7 +127,7 @@ def rest_here(ticks: int) -> dict[str, Any] | None:
 
 def rest(algo, phase: str, ticks: int, tick_s: float) -> RestRecord:
     """Run a rest phase of `ticks` on every env runner's culture at once and return what each recorded."""
-    from models.closed_loop.link import DeviceLost, device_loss_report
+    from spikeloop.models.closed_loop.link import DeviceLost, device_loss_report
 
     started = time.time()
     try:

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from experiments.protocol.rest import PHASE_FILES, RestRecord, rest
-from experiments.protocol.settings import tick_s, whole
-from experiments.protocol.stats import early_late, rest_change
+from spikeloop.experiments.protocol.rest import PHASE_FILES, RestRecord, rest
+from spikeloop.experiments.protocol.settings import tick_s, whole
+from spikeloop.experiments.protocol.stats import early_late, rest_change
 
 PROTOCOL_FILE = "protocol.json"
 OUTCOME_TAGS = {
@@ -189,8 +189,8 @@ def _play_steps(algo) -> dict[int, dict[str, int]]:
     """Per env runner that drives a culture: env steps it took (in this process) and those of its running episode."""
 
     def here(_runner) -> tuple[int, dict[str, int]] | None:
-        from models.closed_loop.callbacks import step_accounting
-        from models.closed_loop.link import current_link
+        from spikeloop.models.closed_loop.callbacks import step_accounting
+        from spikeloop.models.closed_loop.link import current_link
 
         try:
             link = current_link()

@@ -39,8 +39,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from models.closed_loop.feedback import FeedbackSettings
-from models.closed_loop.settings import DeviceSettings
+from spikeloop.models.closed_loop.feedback import FeedbackSettings
+from spikeloop.models.closed_loop.settings import DeviceSettings
 
 DESIGN = "rest-play-rest"
 Condition = Literal["feedback", "no_feedback", "stimulus_only", "no_cells"]

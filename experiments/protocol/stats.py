@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from bridge.wire.channels import SPIKE_GROUP_NAMES
-from experiments.protocol.rest import RestRecord
+from spikeloop.bridge.wire.channels import SPIKE_GROUP_NAMES
+from spikeloop.experiments.protocol.rest import RestRecord
 
 EXACT_WORK_LIMIT = 2e9
 """Array operations the exact Mann-Whitney may take (about 10 s on one core); beyond, Monte Carlo."""

@@ -9,7 +9,7 @@ Read in this order:
   bridge, the one place feedback and events leave from.
 * `settings` - `DeviceSettings` and `CultureSettings`: which device, how it is reached.
 * `connector` - `CultureExchange`, the RLlib glue that calls `tick` in the
-  module-to-env pipeline and writes the batch columns (`models.columns`).
+  module-to-env pipeline and writes the batch columns (`spikeloop.models.columns`).
 * `feedback` - the feedback policy: rewards, events and surprise into commands.
 * `meter` - the live information meter: bits per tick the culture's counts carry about the
   stimulation, the observation and the action, over a rolling window of ticks.

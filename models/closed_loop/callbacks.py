@@ -13,9 +13,9 @@ Loop metrics (latency, timeouts, feedback counts, surprise, duty) are logged
 under the `culture/` prefix; `on_sample_end` adds what the feedback policy
 built since the last sample, per feedback name (count, mean scales), and the live information meter's latest
 figures (meter.py: `culture/info_stim`, `culture/info_features`, `culture/info_action`). With the live view on
-(`view.enabled`), they also start this env runner's view and publish each tick to it (`experiments.live_view`).
+(`view.enabled`), they also start this env runner's view and publish each tick to it (`spikeloop.experiments.live_view`).
 With `output.record`, each env runner's culture link and these callbacks write its session record
-(models.closed_loop.session_record: every stimulation, reply, feedback command, event, step and episode end).
+(spikeloop.models.closed_loop.session_record: every stimulation, reply, feedback command, event, step and episode end).
 Every finished episode's summary, read from the whole episode (whole_episode.py),
 is kept in this process until the driver collects it (`pop_episode_records`),
 with where this process's env steps went (`step_accounting`). With the `direct` policy (no culture) there
@@ -34,17 +34,17 @@ import tree
 from ray.rllib.callbacks.callbacks import RLlibCallback
 from ray.rllib.core.columns import Columns
 
-from bridge.device.dose import status_metrics
-from experiments.live_view.runner_view import current_view, start_view, view_settings
-from models.closed_loop.episode_numbers import EpisodeNumbers
-from models.closed_loop.experiment_config import ClosedLoopExperimentConfig
-from models.closed_loop.link import close_link, current_link, log_reply_check, open_link
-from models.closed_loop.recorder import LinkRecorder
-from models.closed_loop.sent_feedback import FEEDBACK_BY_NAME, log_sent_feedback
-from models.closed_loop.settings import CultureSettings
-from models.closed_loop.step_feedback import log_step_feedback, step_feedback
-from models.closed_loop.whole_episode import WholeEpisode
-from models.columns import EXCHANGE_OK, RAW_SPIKES, SPIKES, STIM, STIM_TIMESTAMP
+from spikeloop.bridge.device.dose import status_metrics
+from spikeloop.experiments.live_view.runner_view import current_view, start_view, view_settings
+from spikeloop.models.closed_loop.episode_numbers import EpisodeNumbers
+from spikeloop.models.closed_loop.experiment_config import ClosedLoopExperimentConfig
+from spikeloop.models.closed_loop.link import close_link, current_link, log_reply_check, open_link
+from spikeloop.models.closed_loop.recorder import LinkRecorder
+from spikeloop.models.closed_loop.sent_feedback import FEEDBACK_BY_NAME, log_sent_feedback
+from spikeloop.models.closed_loop.settings import CultureSettings
+from spikeloop.models.closed_loop.step_feedback import log_step_feedback, step_feedback
+from spikeloop.models.closed_loop.whole_episode import WholeEpisode
+from spikeloop.models.columns import EXCHANGE_OK, RAW_SPIKES, SPIKES, STIM, STIM_TIMESTAMP
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ class ClosedLoopCallbacks(RLlibCallback):
         if not isinstance(env_runner.config, ClosedLoopExperimentConfig):
             raise ValueError(
                 "the algorithm config is not a ClosedLoopExperimentConfig: build it with "
-                "models.closed_loop.ppo.closed_loop_config"
+                "spikeloop.models.closed_loop.ppo.closed_loop_config"
             )
         settings: CultureSettings | None = env_runner.config.culture_settings
         if settings is None:
@@ -292,7 +292,7 @@ class ClosedLoopCallbacks(RLlibCallback):
 
 def _feature_names(vector_env) -> tuple[str, ...]:
     """The names of the observation's features, from the first game of a gymnasium vector env (() if unknown)."""
-    from envs.features import feature_names
+    from spikeloop.envs.features import feature_names
 
     envs = getattr(vector_env, "envs", None)  # SyncVectorEnv; an AsyncVectorEnv's games are in subprocesses
     settings = getattr(envs[0].unwrapped, "feature_settings", None) if envs else None

@@ -27,11 +27,11 @@ import torch
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core.columns import Columns
 
-from bridge.wire.channels import N_SPIKE_GROUPS
-from models.closed_loop.link import CultureLink, close_link, current_link
-from models.closed_loop.step_feedback import log_step_feedback, step_feedback
-from models.closed_loop.tick import Tick, tick
-from models.columns import (
+from spikeloop.bridge.wire.channels import N_SPIKE_GROUPS
+from spikeloop.models.closed_loop.link import CultureLink, close_link, current_link
+from spikeloop.models.closed_loop.step_feedback import log_step_feedback, step_feedback
+from spikeloop.models.closed_loop.tick import Tick, tick
+from spikeloop.models.columns import (
     EXCHANGE_OK,
     RAW_SPIKES,
     SPIKE_MEAN,
@@ -42,7 +42,7 @@ from models.columns import (
     STIM_LOGP,
     STIM_TIMESTAMP,
 )
-from models.encoder import N_STIM
+from spikeloop.models.encoder import N_STIM
 
 log = logging.getLogger(__name__)
 

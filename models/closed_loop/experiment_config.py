@@ -11,10 +11,10 @@ from typing import Self
 
 from ray.rllib.algorithms.algorithm_config import NotProvided
 
-from experiments.live_view.settings import ViewSettings
-from models.closed_loop.session_record import RecordSettings
-from models.closed_loop.settings import CultureSettings
-from models.ppo_config import ClosedLoopPPOConfig
+from spikeloop.experiments.live_view.settings import ViewSettings
+from spikeloop.models.closed_loop.session_record import RecordSettings
+from spikeloop.models.closed_loop.settings import CultureSettings
+from spikeloop.models.ppo_config import ClosedLoopPPOConfig
 
 
 class ClosedLoopExperimentConfig(ClosedLoopPPOConfig):

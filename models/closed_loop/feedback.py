@@ -66,8 +66,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-from bridge.wire.channels import FEEDBACK_REFERENCE, STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
-from bridge.wire.protocol import FeedbackCommand, FeedbackType
+from spikeloop.bridge.wire.channels import FEEDBACK_REFERENCE, STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
+from spikeloop.bridge.wire.protocol import FeedbackCommand, FeedbackType
 
 TdSign = Literal["positive", "negative", "absolute"]
 BaselineStart = Literal["first_magnitude", "zero"]
@@ -84,7 +84,7 @@ EVENT_SURPRISE_REFERENCE: Mapping[str, tuple[str, tuple[float, float], tuple[flo
     )
 )
 """The reference trainer's event table, surprise part: td_sign, then (gain, maximum scale) for frequency,
-amplitude and pulses. Channels and base values are in bridge.wire.channels.FEEDBACK_REFERENCE."""
+amplitude and pulses. Channels and base values are in spikeloop.bridge.wire.channels.FEEDBACK_REFERENCE."""
 
 STEP_FEEDBACK_NAMES: Mapping[str, str] = MappingProxyType(
     {

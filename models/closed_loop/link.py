@@ -9,7 +9,7 @@ the device itself, on the env runner's node, with free ports.
 
 Every reply also feeds the link's reply check: running (partial) correlations
 of each reply's total count with the drive of the stimulation it answers and of
-the ones before it (`bridge.trainer.causality`), and the bridge's count of datagrams
+the ones before it (`spikeloop.bridge.trainer.causality`), and the bridge's count of datagrams
 that answered no stimulation (`SpikeReply.unsolicited`). `log_reply_check` puts them on
 TensorBoard (`loop/causality_r_current`, `loop/causality_r_previous`,
 `loop/unsolicited`); `reply_check` gives them to the live view. With `meter.enabled` the link also holds the
@@ -47,18 +47,18 @@ from typing import Any
 import numpy as np
 import ray
 
-from bridge.trainer.actor import start_bridge
-from bridge.trainer.causality import CausalityMeter, stim_drive
-from bridge.trainer.client import BridgeClient
-from bridge.trainer.core import BridgeConfig, SpikeReply
-from bridge.wire.ports import free_port
-from bridge.wire.protocol import FeedbackCommand
-from models.closed_loop.feedback import FeedbackPolicy, within_budget
-from models.closed_loop.meter import CultureMeter
-from models.closed_loop.recorder import LinkRecorder
-from models.closed_loop.sent_feedback import SentFeedback
-from models.closed_loop.settings import CultureSettings, DeviceSettings
-from models.ray_internals import kv_items, kv_put
+from spikeloop.bridge.trainer.actor import start_bridge
+from spikeloop.bridge.trainer.causality import CausalityMeter, stim_drive
+from spikeloop.bridge.trainer.client import BridgeClient
+from spikeloop.bridge.trainer.core import BridgeConfig, SpikeReply
+from spikeloop.bridge.wire.ports import free_port
+from spikeloop.bridge.wire.protocol import FeedbackCommand
+from spikeloop.models.closed_loop.feedback import FeedbackPolicy, within_budget
+from spikeloop.models.closed_loop.meter import CultureMeter
+from spikeloop.models.closed_loop.recorder import LinkRecorder
+from spikeloop.models.closed_loop.sent_feedback import SentFeedback
+from spikeloop.models.closed_loop.settings import CultureSettings, DeviceSettings
+from spikeloop.models.ray_internals import kv_items, kv_put
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class CultureLink:
         self._loss_key = _loss_key_scope()
         self._busy_s = 0.0
         self._t_sent = 0.0
-        self._stim_drive = 0.0  # the drive of the stimulation awaiting its reply (bridge.trainer.causality)
+        self._stim_drive = 0.0  # the drive of the stimulation awaiting its reply (spikeloop.bridge.trainer.causality)
         self._stim_sent: tuple[np.ndarray, float] | None = None  # (stim, wall time) awaiting its reply, for the record
         self.recorder: LinkRecorder | None = None
         """This env runner's session record (`output.record`), attached by the callbacks; None: off."""
@@ -110,7 +110,7 @@ class CultureLink:
         self.unsolicited = 0
         """Datagrams from the device that answered no stimulation, as of the last reply (the bridge's count)."""
         self.device_dose: dict[str, float] = {}
-        """The device's own dose figures (bridge.device.dose.status_metrics) as of the last episode end; {}: none yet."""
+        """The device's own dose figures (spikeloop.bridge.device.dose.status_metrics) as of the last episode end; {}: none yet."""
         self._opened = time.monotonic()
         self._node_id = ray.get_runtime_context().get_node_id()
         self._owner = f"env-runner-{runner_index}@{self._node_id[:8]}:{os.getpid()}"
@@ -123,7 +123,7 @@ class CultureLink:
 
     def _start_simulated(self, dev: DeviceSettings):
         """Start this runner's simulated device and its bridge, both on this node."""
-        from bridge.trainer.device_actor import start_simulated_device
+        from spikeloop.bridge.trainer.device_actor import start_simulated_device
 
         spike_port = free_port(dev.address.bind_host)
         self._device_actor = start_simulated_device(

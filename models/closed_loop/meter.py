@@ -6,13 +6,13 @@ observation's features, the action taken) and, every `every_ticks` ticks, lets i
 answers the next stimulation (`update_if_due`, called from the tick's `while_waiting`). Over the last
 `window_ticks` ticks it estimates how many bits per tick the counts carry about three variables:
 
-* `stim`: the stimulation's class, its strongest encoding electrode (`bridge.trainer.information.strongest_electrode`,
+* `stim`: the stimulation's class, its strongest encoding electrode (`spikeloop.bridge.trainer.information.strongest_electrode`,
   8 classes, ceiling 3 bits): does the culture's answer depend on what it was sent;
 * `features`: the observation, as the tercile (`feature_classes` quantiles) of the feature that varies most
   over the window (3 classes, ceiling log2 3 = 1.58 bits): does what the game showed get through the culture;
 * `action`: the action the policy took: how much of the policy the culture's answer decides.
 
-The estimator is `bridge.trainer.information.decoded_information` (a cross-validated linear decoder's confusion
+The estimator is `spikeloop.bridge.trainer.information.decoded_information` (a cross-validated linear decoder's confusion
 information, less its label-shuffled bias), the same as `spikeloop bench culture` and `spikeloop replay` use.
 A variable with a single class in the window has nothing to carry: no estimate. The callbacks log the figures
 (TensorBoard `culture/info_stim`, `culture/info_features`, `culture/info_action`, each with `_sd`, the
@@ -29,7 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from bridge.trainer.information import DEFAULT_FOLDS, InformationEstimate, decoded_information, strongest_electrode
+from spikeloop.bridge.trainer.information import (
+    DEFAULT_FOLDS,
+    InformationEstimate,
+    decoded_information,
+    strongest_electrode,
+)
 
 VARIABLES = ("stim", "features", "action")
 """What the meter measures the counts against; TensorBoard tags `culture/info_<variable>`."""

@@ -17,13 +17,13 @@ from typing import Any
 import ray
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-from experiments.live_view.settings import ViewSettings
-from models.closed_loop.callbacks import ClosedLoopCallbacks
-from models.closed_loop.connector import make_culture_connector
-from models.closed_loop.experiment_config import ClosedLoopExperimentConfig
-from models.closed_loop.link import close_link, current_link
-from models.closed_loop.settings import CultureSettings
-from models.direct_module import DirectRLModule
+from spikeloop.experiments.live_view.settings import ViewSettings
+from spikeloop.models.closed_loop.callbacks import ClosedLoopCallbacks
+from spikeloop.models.closed_loop.connector import make_culture_connector
+from spikeloop.models.closed_loop.experiment_config import ClosedLoopExperimentConfig
+from spikeloop.models.closed_loop.link import close_link, current_link
+from spikeloop.models.closed_loop.settings import CultureSettings
+from spikeloop.models.direct_module import DirectRLModule
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def closed_loop_config(
     `sample_timeout_s`: how long RLlib waits for an env runner's sample (models/closed_loop/sampling.py);
     None keeps RLlib's default, for tests that build toy configs.
     """
-    from envs import register
+    from spikeloop.envs import register
 
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
@@ -132,7 +132,7 @@ def tell_devices_training_complete(culture: CultureSettings, data: dict[str, Any
     The run's driver calls this once at the end: trials leave hardware devices running, because the device program
     exits on `training_complete` and the next trial of a sweep (or Tune's retry) needs it.
     """
-    from bridge.trainer.actor import DEVICE_RESOURCE_SHARE
+    from spikeloop.bridge.trainer.actor import DEVICE_RESOURCE_SHARE
 
     tasks = {
         dev.device_id: _tell_device.options(resources={dev.resource: DEVICE_RESOURCE_SHARE}).remote(
@@ -173,8 +173,8 @@ def _tell_device(config, data: dict[str, Any]) -> str:
     """Send one `training_complete` through the device's bridge, or through a bridge of our own if none runs."""
     import time
 
-    from bridge.trainer.actor import find_bridge
-    from bridge.trainer.core import BridgeCore
+    from spikeloop.bridge.trainer.actor import find_bridge
+    from spikeloop.bridge.trainer.core import BridgeCore
 
     try:
         ray.get(find_bridge(config.device_id).event.remote("training_complete", data), timeout=30)

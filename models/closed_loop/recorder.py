@@ -1,4 +1,4 @@
-"""What a culture link writes into its env runner's session record (`models.closed_loop.session_record`).
+"""What a culture link writes into its env runner's session record (`spikeloop.models.closed_loop.session_record`).
 
 The link calls it where things leave or arrive (each exchange, each feedback command, each event); the
 callbacks add each env step and each episode's end. Values are recorded as they reached the wire: the
@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from bridge.device.backends.base import stim_pulses
-from bridge.trainer.core import SpikeReply
-from bridge.wire.channels import SPIKE_GROUPS
-from bridge.wire.protocol import MAX_FEEDBACK_CHANNELS, FeedbackCommand, FeedbackType, StimCommand
-from bridge.wire.safety import SafetyEnvelope, SafetyViolation
-from models.closed_loop.session_record import RecordSettings, SessionRecord, record_path
-from models.closed_loop.settings import DeviceSettings
+from spikeloop.bridge.device.backends.base import stim_pulses
+from spikeloop.bridge.trainer.core import SpikeReply
+from spikeloop.bridge.wire.channels import SPIKE_GROUPS
+from spikeloop.bridge.wire.protocol import MAX_FEEDBACK_CHANNELS, FeedbackCommand, FeedbackType, StimCommand
+from spikeloop.bridge.wire.safety import SafetyEnvelope, SafetyViolation
+from spikeloop.models.closed_loop.session_record import RecordSettings, SessionRecord, record_path
+from spikeloop.models.closed_loop.settings import DeviceSettings
 
 log = logging.getLogger(__name__)
 

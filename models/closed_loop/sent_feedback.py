@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from bridge.wire.protocol import FeedbackCommand, FeedbackType
-from bridge.wire.safety import SafetyEnvelope, SafetyViolation
+from spikeloop.bridge.wire.protocol import FeedbackCommand, FeedbackType
+from spikeloop.bridge.wire.safety import SafetyEnvelope, SafetyViolation
 
 FEEDBACK_BY_NAME = "culture/feedback_by_name/"
 """Env-runner metrics prefix of the per-name feedback telemetry (run_log turns it into TensorBoard `feedback/...`)."""

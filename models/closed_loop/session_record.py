@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from bridge.wire.channels import ENCODING_ELECTRODES, N_ENCODING, N_SPIKE_GROUPS, SPIKE_GROUPS
-from bridge.wire.protocol import MAX_FEEDBACK_CHANNELS
+from spikeloop.bridge.wire.channels import ENCODING_ELECTRODES, N_ENCODING, N_SPIKE_GROUPS, SPIKE_GROUPS
+from spikeloop.bridge.wire.protocol import MAX_FEEDBACK_CHANNELS
 
 RECORD_DIR = "record"
 """The trial directory's folder of session records (one file per env runner process)."""

@@ -1,6 +1,6 @@
 """Which cultures an experiment drives and how they are reached: `DeviceSettings` and `CultureSettings`.
 
-Frozen dataclasses, checked when built: the experiment schema (`experiments.schema`)
+Frozen dataclasses, checked when built: the experiment schema (`spikeloop.experiments.schema`)
 builds them from the YAML, `closed_loop_config` puts them on the algorithm config,
 and each env runner's `CultureLink` reads them.
 """
@@ -11,12 +11,12 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from bridge.device.simulated_culture import SimulatedCultureConfig
-from bridge.trainer.actor import DEVICE_RESOURCE_SHARE, device_resource
-from bridge.trainer.core import BridgeConfig
-from bridge.wire.address import PORTS, DeviceAddress
-from bridge.wire.safety import Policy, SafetyEnvelope
-from bridge.wire.settings import (
+from spikeloop.bridge.device.simulated_culture import SimulatedCultureConfig
+from spikeloop.bridge.trainer.actor import DEVICE_RESOURCE_SHARE, device_resource
+from spikeloop.bridge.trainer.core import BridgeConfig
+from spikeloop.bridge.wire.address import PORTS, DeviceAddress
+from spikeloop.bridge.wire.safety import Policy, SafetyEnvelope
+from spikeloop.bridge.wire.settings import (
     ARTIFACT_WAIT_MS,
     BACKEND,
     COLLECT_WINDOW_MS,
@@ -37,8 +37,8 @@ from bridge.wire.settings import (
     TIMEOUT_POLICY,
     TIMEOUT_S,
 )
-from models.closed_loop.feedback import FeedbackSettings
-from models.closed_loop.meter import MeterSettings
+from spikeloop.models.closed_loop.feedback import FeedbackSettings
+from spikeloop.models.closed_loop.meter import MeterSettings
 
 SIMULATED_BACKENDS = tuple(b for b in BACKEND.choices if b != "cl1")
 DEVICE_ID_CHARACTERS = "A-Za-z0-9_.-"
@@ -46,7 +46,7 @@ DEVICE_ID = re.compile(f"[{DEVICE_ID_CHARACTERS}]+")
 """A device id names a Ray actor, a node resource (`cl1:<id>`) and files: no separators, spaces or quotes."""
 MAX_SEED = 2**31 - 1
 """The largest seed an experiment may set: the seeds derived from it (plus a sweep's seed number, plus an env
-runner's index) stay below bridge.wire.settings.SEED_LIMIT."""
+runner's index) stay below spikeloop.bridge.wire.settings.SEED_LIMIT."""
 UNPACED_REPLY_TIMEOUT_S = 30.0
 """The reply timeout of an unpaced simulated device (`realtime: false`), whatever `loop.timeout_s` says. Its reply
 costs computation only, so a late one means a starved CPU, not a slow culture: acting on zeros then would make the
@@ -86,13 +86,13 @@ class DeviceSettings:
     collect_window_ms: float = COLLECT_WINDOW_MS.default
     random_spike_rate_hz: float = RANDOM_SPIKE_RATE_HZ.default
     culture: SimulatedCultureConfig | None = None
-    """backend sim only: the simulated culture's knobs (`bridge.device.simulated_culture.SimulatedCultureConfig`, listed
+    """backend sim only: the simulated culture's knobs (`spikeloop.bridge.device.simulated_culture.SimulatedCultureConfig`, listed
     in docs/architecture.md); absent: the defaults. Other backends hold None and refuse a section that sets a knob."""
     feedback_settle_ms: float = FEEDBACK_SETTLE_MS.default
     """Simulated devices: hold each stimulation until this long after the last pulse of the feedback before it, so
-    the decoder never reads feedback-evoked spikes (0: off; see `bridge.device.program.DeviceConfig`)."""
+    the decoder never reads feedback-evoked spikes (0: off; see `spikeloop.bridge.device.program.DeviceConfig`)."""
     stim_mode: Literal["burst", "reference"] = STIM_MODE.default
-    """What one stimulation command does (bridge.wire.settings.STIM_MODE): `burst`, a burst lasting one tick per
+    """What one stimulation command does (spikeloop.bridge.wire.settings.STIM_MODE): `burst`, a burst lasting one tick per
     encoding electrode; `reference`, the reference device's interrupt of every stimulable electrode, then one
     pulse per encoding electrode. A cl1 device's program takes it as `spikeloop device --stim-mode`."""
 
@@ -103,7 +103,7 @@ class DeviceSettings:
                 f"only ({DEVICE_ID_CHARACTERS}; it names the bridge actor, the node resource and files), e.g. cl1-a"
             )
         if not isinstance(self.address, DeviceAddress):
-            raise ValueError(f"address={self.address!r}: give a bridge.wire.address.DeviceAddress")
+            raise ValueError(f"address={self.address!r}: give a spikeloop.bridge.wire.address.DeviceAddress")
         self.address.require_device_ports()
         ports = {name: getattr(self.address, name) for name in PORTS if getattr(self.address, name) != 0}
         for i, (name, port) in enumerate(ports.items()):
@@ -173,7 +173,7 @@ class DeviceSettings:
         It runs beside the trainer: it listens on the trainer's bind host and replies to `spike_port` there.
         The device gets the experiment's envelope as its own, and takes commands only from the bridge's socket.
         """
-        from bridge.device.program import DeviceConfig
+        from spikeloop.bridge.device.program import DeviceConfig
 
         address = self.address
         return DeviceConfig(
@@ -215,7 +215,7 @@ class CultureSettings:
     step_log: bool = False
     """Keep each exchange's latency so episodes can carry a per-step log (`output.step_log`)."""
     meter: MeterSettings = field(default_factory=MeterSettings)
-    """The live information meter (models.closed_loop.meter; experiment section `meter`)."""
+    """The live information meter (spikeloop.models.closed_loop.meter; experiment section `meter`)."""
 
     def simulated_device_for(self, runner_index: int) -> DeviceSettings:
         """The simulated culture of env runner `runner_index`: the template with its own id and seed."""

@@ -13,9 +13,9 @@ from typing import Any
 
 from ray.rllib.core.columns import Columns
 
-from bridge.wire.protocol import FeedbackCommand
-from models.closed_loop.feedback import FeedbackPolicy, SurpriseScales
-from models.columns import EXCHANGE_OK
+from spikeloop.bridge.wire.protocol import FeedbackCommand
+from spikeloop.models.closed_loop.feedback import FeedbackPolicy, SurpriseScales
+from spikeloop.models.columns import EXCHANGE_OK
 
 
 @dataclass(frozen=True)

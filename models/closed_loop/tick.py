@@ -25,9 +25,9 @@ import numpy as np
 import torch
 from ray.rllib.core.columns import Columns
 
-from bridge.trainer.core import SpikeReply
-from models.closed_loop_module import ClosedLoopRLModule
-from models.columns import (
+from spikeloop.bridge.trainer.core import SpikeReply
+from spikeloop.models.closed_loop_module import ClosedLoopRLModule
+from spikeloop.models.columns import (
     EXCHANGE_OK,
     RAW_SPIKES,
     SPIKE_MEAN,
@@ -37,7 +37,7 @@ from models.columns import (
     STIM_LOGP,
     STIM_TIMESTAMP,
 )
-from models.encoder import N_STIM
+from spikeloop.models.encoder import N_STIM
 
 
 class Culture(Protocol):

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bridge.device.backends.cl_reaper import cl_sdk_workers
+from spikeloop.bridge.device.backends.cl_reaper import cl_sdk_workers
 
 if importlib.util.find_spec("cl") is None:
     # Not collected at all (not even imported): cl-sdk needs Python 3.12.

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
-from bridge.device.program import Device, DeviceConfig
-from bridge.wire.address import DeviceAddress
-from bridge.wire.channels import N_ENCODING
-from bridge.wire.protocol import (
+from spikeloop.bridge.device.program import Device, DeviceConfig
+from spikeloop.bridge.wire.address import DeviceAddress
+from spikeloop.bridge.wire.channels import N_ENCODING
+from spikeloop.bridge.wire.protocol import (
     EventMessage,
     FeedbackCommand,
     FeedbackType,

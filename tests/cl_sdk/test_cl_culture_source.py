@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bridge.device.program import Device, DeviceConfig
-from bridge.wire.address import DeviceAddress
-from bridge.wire.channels import N_ENCODING
-from bridge.wire.protocol import EventMessage, StimCommand, encode_event, encode_stim
+from spikeloop.bridge.device.program import Device, DeviceConfig
+from spikeloop.bridge.wire.address import DeviceAddress
+from spikeloop.bridge.wire.channels import N_ENCODING
+from spikeloop.bridge.wire.protocol import EventMessage, StimCommand, encode_event, encode_stim
 from tests.support.device_reply import recv_reply
 
 pytest.importorskip("numba", reason="the simulated culture needs numba (scripts/cl_sdk_tests.sh installs it)")

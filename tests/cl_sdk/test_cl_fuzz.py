@@ -6,9 +6,9 @@ import socket
 import time
 from pathlib import Path
 
-from bridge.device.program import Device, DeviceConfig
-from bridge.wire.address import DeviceAddress
-from bridge.wire.safety import SafetyEnvelope
+from spikeloop.bridge.device.program import Device, DeviceConfig
+from spikeloop.bridge.wire.address import DeviceAddress
+from spikeloop.bridge.wire.safety import SafetyEnvelope
 from tests.support.device_fuzz import fuzz_device, outside_envelope, settle, taken_in
 
 PER_PORT = 5000

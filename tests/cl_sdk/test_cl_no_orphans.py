@@ -21,14 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from bridge.device.backends.cl_reaper import CL_SDK_WORKER
-from bridge.wire.channels import N_ENCODING
-from bridge.wire.ports import free_port
-from bridge.wire.protocol import EventMessage, StimCommand, decode_spikes, encode_event, encode_stim
+from spikeloop.bridge.device.backends.cl_reaper import CL_SDK_WORKER
+from spikeloop.bridge.wire.channels import N_ENCODING
+from spikeloop.bridge.wire.ports import free_port
+from spikeloop.bridge.wire.protocol import EventMessage, StimCommand, decode_spikes, encode_event, encode_stim
 
 ROOT = Path(__file__).resolve().parents[2]
 MARK = "SPIKELOOP_TEST_DEVICE_MARK"
-DEVICE = "import sys; from bridge.device.program import main; sys.exit(main(sys.argv[1:]))"
+DEVICE = "import sys; from spikeloop.bridge.device.program import main; sys.exit(main(sys.argv[1:]))"
 
 
 def _marked(token: str) -> dict[int, list[str]]:

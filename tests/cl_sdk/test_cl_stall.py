@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from bridge.device.backends.cl import ClBackend
+from spikeloop.bridge.device.backends.cl import ClBackend
 
 STALL_S = 6.0
 """Longer than cl-sdk's buffer (131,072 frames at 25 kHz: 5.2 s)."""

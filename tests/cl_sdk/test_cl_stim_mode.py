@@ -15,10 +15,10 @@ import socket
 import time
 from pathlib import Path
 
-from bridge.device.program import Device, DeviceConfig
-from bridge.wire.address import DeviceAddress
-from bridge.wire.channels import ENCODING_ELECTRODES, N_ENCODING, POSITIVE_FEEDBACK_ELECTRODES
-from bridge.wire.protocol import (
+from spikeloop.bridge.device.program import Device, DeviceConfig
+from spikeloop.bridge.wire.address import DeviceAddress
+from spikeloop.bridge.wire.channels import ENCODING_ELECTRODES, N_ENCODING, POSITIVE_FEEDBACK_ELECTRODES
+from spikeloop.bridge.wire.protocol import (
     EventMessage,
     FeedbackCommand,
     FeedbackType,

@@ -48,7 +48,7 @@ def short_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
             [
                 sys.executable,
                 "-m",
-                "experiments.cli",
+                "spikeloop.experiments.cli",
                 "train",
                 str(config),
                 "--set",

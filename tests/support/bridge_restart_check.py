@@ -14,12 +14,12 @@ import sys
 import numpy as np
 import ray
 
-from bridge.device.loopback_device import LoopbackDevice
-from bridge.trainer.actor import start_bridge
-from bridge.trainer.client import BridgeClient
-from bridge.trainer.core import BridgeConfig
-from bridge.wire.address import DeviceAddress
-from bridge.wire.ports import free_port
+from spikeloop.bridge.device.loopback_device import LoopbackDevice
+from spikeloop.bridge.trainer.actor import start_bridge
+from spikeloop.bridge.trainer.client import BridgeClient
+from spikeloop.bridge.trainer.core import BridgeConfig
+from spikeloop.bridge.wire.address import DeviceAddress
+from spikeloop.bridge.wire.ports import free_port
 
 
 def main(path: str) -> int:

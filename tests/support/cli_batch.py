@@ -1,7 +1,7 @@
 """Many `spikeloop` command lines, each in its own process, for the price of one interpreter start.
 
 `python -m tests.support.cli_batch JOBS.json` imports the command line once, then forks one
-child per job (`["check", "file.yaml"]`, ...): the child runs `experiments.cli.main`
+child per job (`["check", "file.yaml"]`, ...): the child runs `spikeloop.experiments.cli.main`
 exactly as the console script does, with its own stdout, stderr and exit status,
 and prints a JSON list of {"argv", "code", "stdout", "stderr"} at the end. Every
 child has `ray.init` replaced by a tripwire that exits 99 with "RAY STARTED" on
@@ -35,7 +35,7 @@ def _run_child(argv: list[str], out_path: str, err_path: str) -> None:
     os.dup2(err, 2)
     code = 1
     try:
-        from experiments.cli import main
+        from spikeloop.experiments.cli import main
 
         code = main(argv)
     except SystemExit as exc:  # argparse and load_or_exit exit this way, as under the console script
@@ -55,10 +55,10 @@ def main(jobs_path: str) -> int:
     """Run every job of JOBS.json (a list of argv lists); print the results as JSON."""
     import ray
 
-    import experiments.cli  # noqa: F401  (the import every child shares)
-    import experiments.commands.check  # noqa: F401
-    import experiments.commands.train  # noqa: F401
-    import experiments.runner  # noqa: F401
+    import spikeloop.experiments.cli  # noqa: F401  (the import every child shares)
+    import spikeloop.experiments.commands.check  # noqa: F401
+    import spikeloop.experiments.commands.train  # noqa: F401
+    import spikeloop.experiments.runner  # noqa: F401
 
     ray.init = _tripwire
     with open(jobs_path) as f:

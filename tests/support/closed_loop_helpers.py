@@ -1,7 +1,7 @@
 """Shared pieces of the closed-loop acceptance tests (invariant, cluster, training).
 
 Nothing here is a mock: the helpers start real loopback devices (real UDP),
-build algorithms through `models.closed_loop.ppo.closed_loop_config` and run code on
+build algorithms through `spikeloop.models.closed_loop.ppo.closed_loop_config` and run code on
 the real RLlib env runners. Functions that run on an env runner are pickled by
 value (this module is registered with cloudpickle), so the Ray workers need not
 import `tests`.
@@ -18,11 +18,11 @@ import torch
 import tree
 from ray.rllib.core.columns import Columns
 
-from bridge.device.loopback_device import LoopbackDevice
-from bridge.wire.address import DeviceAddress
-from bridge.wire.ports import free_port
-from models.closed_loop.settings import DeviceSettings
-from models.columns import (
+from spikeloop.bridge.device.loopback_device import LoopbackDevice
+from spikeloop.bridge.wire.address import DeviceAddress
+from spikeloop.bridge.wire.ports import free_port
+from spikeloop.models.closed_loop.settings import DeviceSettings
+from spikeloop.models.columns import (
     EXCHANGE_OK,
     RAW_SPIKES,
     SPIKE_MEAN,

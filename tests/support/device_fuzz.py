@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bridge.device.program import Device
-from bridge.wire.channels import N_ENCODING, POSITIVE_FEEDBACK_ELECTRODES
-from bridge.wire.protocol import (
+from spikeloop.bridge.device.program import Device
+from spikeloop.bridge.wire.channels import N_ENCODING, POSITIVE_FEEDBACK_ELECTRODES
+from spikeloop.bridge.wire.protocol import (
     EVENT_HEADER_STRUCT,
     FEEDBACK_SIZE,
     FEEDBACK_STRUCT,
@@ -39,7 +39,7 @@ from bridge.wire.protocol import (
     encode_feedback,
     encode_stim,
 )
-from bridge.wire.safety import SafetyEnvelope
+from spikeloop.bridge.wire.safety import SafetyEnvelope
 
 FOREIGN_HOST = "127.0.0.2"
 """Another loopback address: a sender on this machine that is not the training host."""

@@ -11,7 +11,7 @@ import socket
 import threading
 import time
 
-from bridge.wire.protocol import SpikeCounts, decode_spikes
+from spikeloop.bridge.wire.protocol import SpikeCounts, decode_spikes
 
 
 def recv_reply(rx: socket.socket, device_thread: threading.Thread, timeout_s: float) -> SpikeCounts:

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-import bridge.wire.ports
+import spikeloop.bridge.wire.ports
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent  # the venv's bin: `spikeloop`, `ray`
@@ -40,7 +40,7 @@ def wait_for_log_text(log: Path, text: str, proc: subprocess.Popen, timeout_s: f
         time.sleep(0.2)
 
 
-class DevicePorts(bridge.wire.ports.DevicePorts):
+class DevicePorts(spikeloop.bridge.wire.ports.DevicePorts):
     """The four ports of one device, chosen by the test, with the flags and overrides that name them."""
 
     def device_flags(self) -> list[str]:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from experiments.schema import experiment_from_dict
+from spikeloop.experiments.schema import experiment_from_dict
 
 TINY_RUN = {
     "name": "live-view-test",
@@ -34,9 +34,9 @@ def training_with_view(
     `trial_dir`: write each iteration's episodes to its episodes.jsonl as the driver does (RunLog);
     `stop_at`: the experiment's `stop` section (the dashboard's budget; the training here goes on regardless).
     """
-    from experiments.run_log import RunLog
-    from experiments.runner import _pull_episode_records
-    from models.closed_loop.ppo import finish
+    from spikeloop.experiments.run_log import RunLog
+    from spikeloop.experiments.runner import _pull_episode_records
+    from spikeloop.models.closed_loop.ppo import finish
 
     extra = {"stop": stop_at} if stop_at else {}
     experiment = experiment_from_dict(TINY_RUN | extra | {"view": {"enabled": True} | view})

@@ -6,7 +6,7 @@ import socket
 
 import numpy as np
 
-from bridge.wire.protocol import StimCommand, decode_spikes, encode_stim
+from spikeloop.bridge.wire.protocol import StimCommand, decode_spikes, encode_stim
 
 
 class LoopbackTrainer:

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from experiments.run_log import write_step_log
-from models.closed_loop.session_record import SessionRecord
+from spikeloop.experiments.run_log import write_step_log
+from spikeloop.models.closed_loop.session_record import SessionRecord
 
 EPISODES = 6
 LENGTH = 40

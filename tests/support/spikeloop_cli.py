@@ -33,7 +33,7 @@ def cli_env() -> dict[str, str]:
 def run_spikeloop(args: list[str], timeout: float) -> subprocess.CompletedProcess:
     """`spikeloop ARGS...` with output captured; never attaches to a cluster named in RAY_ADDRESS."""
     return subprocess.run(
-        [sys.executable, "-m", "experiments.cli", *args],
+        [sys.executable, "-m", "spikeloop.experiments.cli", *args],
         cwd=REPO,
         env=cli_env(),
         capture_output=True,

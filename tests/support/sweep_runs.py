@@ -15,9 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from experiments.run_log import EPISODES_FILE, RunLog
-from experiments.runner import seeded
-from experiments.schema import experiment_from_dict, set_path
+from spikeloop.experiments.run_log import EPISODES_FILE, RunLog
+from spikeloop.experiments.runner import seeded
+from spikeloop.experiments.schema import experiment_from_dict, set_path
 
 BASE: dict[str, Any] = {
     "name": "synthetic",

@@ -2,7 +2,7 @@
 
 `ToyCulture` answers `tick`'s send / receive calls with Poisson counts that grow
 with the stimulation; `closed_loop_step` and `synthetic_episodes` run the same
-`models.closed_loop.tick.tick` an env runner runs, and `ToyCultureConnector`
+`spikeloop.models.closed_loop.tick.tick` an env runner runs, and `ToyCultureConnector`
 puts it in an RLlib pipeline the way `CultureExchange` does.
 """
 
@@ -15,11 +15,11 @@ from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core.columns import Columns
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
-from bridge.trainer.core import SpikeReply
-from bridge.wire.channels import N_ENCODING, N_SPIKE_GROUPS
-from models.closed_loop.tick import tick
-from models.closed_loop_module import ClosedLoopRLModule
-from models.columns import STIM_DIST_INPUTS, STIM_TIMESTAMP
+from spikeloop.bridge.trainer.core import SpikeReply
+from spikeloop.bridge.wire.channels import N_ENCODING, N_SPIKE_GROUPS
+from spikeloop.models.closed_loop.tick import tick
+from spikeloop.models.closed_loop_module import ClosedLoopRLModule
+from spikeloop.models.columns import STIM_DIST_INPUTS, STIM_TIMESTAMP
 
 
 class ToyClosedLoopEnv(gym.Env):

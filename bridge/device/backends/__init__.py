@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bridge.device.backends.base import (
+from spikeloop.bridge.device.backends.base import (
     STIM_MODES,
     Backend,
     JsonlRecorder,
@@ -18,10 +18,10 @@ from bridge.device.backends.base import (
     stim_charge_nc,
     stim_pulses,
 )
-from bridge.wire.settings import DEVICE_BACKEND, DEVICE_REALTIME, RANDOM_SPIKE_RATE_HZ, SEED, STIM_MODE
+from spikeloop.bridge.wire.settings import DEVICE_BACKEND, DEVICE_REALTIME, RANDOM_SPIKE_RATE_HZ, SEED, STIM_MODE
 
 if TYPE_CHECKING:
-    from bridge.device.simulated_culture import SimulatedCultureConfig
+    from spikeloop.bridge.device.simulated_culture import SimulatedCultureConfig
 
 BACKEND_NAMES = DEVICE_BACKEND.choices
 
@@ -62,11 +62,11 @@ def make_backend(
     if culture is not None and name != "sim":
         raise ValueError(f"culture settings are for the sim backend's simulated culture, not backend {name!r}")
     if name == "sim":
-        from bridge.device.backends.sim import SimBackend
+        from spikeloop.bridge.device.backends.sim import SimBackend
 
         return SimBackend(tick_frequency_hz, seed=seed, realtime=realtime, culture_config=culture, stim_mode=stim_mode)
     if name == "cl":
-        from bridge.device.backends.cl import ClBackend
+        from spikeloop.bridge.device.backends.cl import ClBackend
 
         return ClBackend(
             tick_frequency_hz,
@@ -75,15 +75,15 @@ def make_backend(
             stim_mode=stim_mode,
         )
     if name == "random":
-        from bridge.device.backends.random_counts import RandomBackend
+        from spikeloop.bridge.device.backends.random_counts import RandomBackend
 
         return RandomBackend(tick_frequency_hz, spike_rate_hz=random_spike_rate_hz, seed=seed, realtime=realtime)
     if name == "zero":
-        from bridge.device.backends.zero import ZeroBackend
+        from spikeloop.bridge.device.backends.zero import ZeroBackend
 
         return ZeroBackend(tick_frequency_hz, realtime=realtime)
     if name == "transparent":
-        from bridge.device.backends.transparent import TransparentBackend
+        from spikeloop.bridge.device.backends.transparent import TransparentBackend
 
         return TransparentBackend(tick_frequency_hz, realtime=realtime)
     raise ValueError(f"unknown backend {name!r}; choose from {', '.join(BACKEND_NAMES)}")

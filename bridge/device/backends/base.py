@@ -1,7 +1,7 @@
 """The interface every device backend implements, and what they share.
 
 A backend owns the culture (real, simulated or an ablation source) and its
-clock. The device (`bridge.device`) owns the sockets and the timing of replies;
+clock. The device (`spikeloop.bridge.device`) owns the sockets and the timing of replies;
 it talks to the backend only through `Backend`, in seconds on the backend's
 own clock, so the same reply logic serves a CL1, the simulated culture in real
 time or as fast as possible, and the ablation sources.
@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from bridge.wire.channels import N_ELECTRODES, N_SPIKE_GROUPS, PHASE_WIDTH_US, electrode_to_group
-from bridge.wire.protocol import EventMessage, FeedbackCommand
-from bridge.wire.settings import STIM_MODE
+from spikeloop.bridge.wire.channels import N_ELECTRODES, N_SPIKE_GROUPS, PHASE_WIDTH_US, electrode_to_group
+from spikeloop.bridge.wire.protocol import EventMessage, FeedbackCommand
+from spikeloop.bridge.wire.settings import STIM_MODE
 
 
 def group_matrix() -> np.ndarray:

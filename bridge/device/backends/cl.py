@@ -4,7 +4,7 @@
 cl-sdk simulator, under Python 3.12. The hardware loop runs at 1 kHz whatever
 `--tick-frequency` says, so that artifact and collection windows are honoured to
 the millisecond. What one stimulation command does is `stim_mode`'s choice
-(bridge.device.backends.base.STIM_MODES): `burst`, spikeloop's default, sends each
+(spikeloop.bridge.device.backends.base.STIM_MODES): `burst`, spikeloop's default, sends each
 encoding electrode a burst lasting one `--tick-frequency` tick (frequency / tick
 rate pulses, at least one: 4 at 40 Hz and 10 Hz) and stops nothing; the
 reference device does not do that. `reference` does what the reference device
@@ -13,7 +13,7 @@ does: `neurons.interrupt` on every stimulable electrode, then one single-pulse
 are counted by their sample timestamps, not by the tick they arrived in.
 
 Under the cl-sdk simulator, `close` also stops the simulator's worker processes
-(leaving `cl.open()` alone does not), and a watcher (`bridge.device.backends.cl_reaper`)
+(leaving `cl.open()` alone does not), and a watcher (`spikeloop.bridge.device.backends.cl_reaper`)
 ends them if this process dies without closing.
 """
 
@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from bridge.device.backends.base import Backend, stim_pulses
-from bridge.device.backends.cl_reaper import SimulatorReaper
-from bridge.wire.channels import (
+from spikeloop.bridge.device.backends.base import Backend, stim_pulses
+from spikeloop.bridge.device.backends.cl_reaper import SimulatorReaper
+from spikeloop.bridge.wire.channels import (
     ENCODING_ELECTRODES,
     FORBIDDEN_ELECTRODES,
     N_SPIKE_GROUPS,
@@ -38,9 +38,9 @@ from bridge.wire.channels import (
     STIMULABLE_ELECTRODES,
     electrode_to_group,
 )
-from bridge.wire.protocol import EventMessage, FeedbackCommand, FeedbackType
-from bridge.wire.safety import SafetyEnvelope
-from bridge.wire.settings import STIM_MODE
+from spikeloop.bridge.wire.protocol import EventMessage, FeedbackCommand, FeedbackType
+from spikeloop.bridge.wire.safety import SafetyEnvelope
+from spikeloop.bridge.wire.settings import STIM_MODE
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class ClBackend(Backend):
         import cl  # noqa: F401  (fail early, with the real ImportError, when cl is absent)
 
         self.sim_culture_seed = sim_culture_seed
-        """Under cl-sdk only: feed the simulator `bridge.device.simulated_culture` (this seed) instead of its random data."""
+        """Under cl-sdk only: feed the simulator `spikeloop.bridge.device.simulated_culture` (this seed) instead of its random data."""
 
         self._cl = cl
         self._stack = contextlib.ExitStack()
@@ -100,7 +100,7 @@ class ClBackend(Backend):
         if self.sim_culture_seed is not None:
             if not simulator:
                 raise RuntimeError("--cl-sim-culture only applies to the cl-sdk simulator, not to a CL1")
-            from bridge.device.backends.cl_culture_source import FACTORY
+            from spikeloop.bridge.device.backends.cl_culture_source import FACTORY
 
             self._cl.sim.set_simulator_data_source(FACTORY, config={"seed": self.sim_culture_seed})
         if simulator:

@@ -1,4 +1,4 @@
-"""The simulated culture as a cl-sdk data source: `cl` code runs unchanged on `bridge.device.simulated_culture`.
+"""The simulated culture as a cl-sdk data source: `cl` code runs unchanged on `spikeloop.bridge.device.simulated_culture`.
 
 cl-sdk (the Cortical Labs simulator, Python 3.12) lets a package replace its
 random data with a `cl.sim.SimulatorDataSource`. This one answers the SDK's
@@ -17,10 +17,10 @@ from __future__ import annotations
 import numpy as np
 from cl.sim import DataSourceBatch, DataSourceSpike, DataSourceStim, SimulatorDataSource, SimulatorDataSourceMetadata
 
-from bridge.device.simulated_culture import DT_MS, SimulatedCulture, SimulatedCultureConfig
-from bridge.wire.channels import N_ELECTRODES
+from spikeloop.bridge.device.simulated_culture import DT_MS, SimulatedCulture, SimulatedCultureConfig
+from spikeloop.bridge.wire.channels import N_ELECTRODES
 
-FACTORY = "bridge.device.backends.cl_culture_source:make_source"
+FACTORY = "spikeloop.bridge.device.backends.cl_culture_source:make_source"
 FRAMES_PER_SECOND = 25_000
 FRAMES_PER_STEP = int(FRAMES_PER_SECOND * DT_MS / 1000)  # 25 frames per 1 ms culture step
 SPIKE_SAMPLES = 75

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from bridge.device.backends.zero import ZeroBackend
-from bridge.wire.channels import SPIKE_GROUPS
+from spikeloop.bridge.device.backends.zero import ZeroBackend
+from spikeloop.bridge.wire.channels import SPIKE_GROUPS
 
 
 class RandomBackend(ZeroBackend):

@@ -1,4 +1,4 @@
-"""The `sim` backend: the simulated culture (`bridge.device.simulated_culture`) behind the device.
+"""The `sim` backend: the simulated culture (`spikeloop.bridge.device.simulated_culture`) behind the device.
 
 Real time: culture time is pinned to the monotonic clock; the device calls
 `advance_to` as wall time passes and the culture catches up in chunks.
@@ -16,11 +16,16 @@ from pathlib import Path
 
 import numpy as np
 
-from bridge.device.backends.base import Backend, group_matrix, stim_pulses
-from bridge.device.simulated_culture import DT_MS, SimulatedCulture, SimulatedCultureConfig
-from bridge.wire.channels import ENCODING_ELECTRODES, FORBIDDEN_ELECTRODES, N_ELECTRODES, STIMULABLE_ELECTRODES
-from bridge.wire.protocol import FeedbackCommand, FeedbackType
-from bridge.wire.settings import STIM_MODE
+from spikeloop.bridge.device.backends.base import Backend, group_matrix, stim_pulses
+from spikeloop.bridge.device.simulated_culture import DT_MS, SimulatedCulture, SimulatedCultureConfig
+from spikeloop.bridge.wire.channels import (
+    ENCODING_ELECTRODES,
+    FORBIDDEN_ELECTRODES,
+    N_ELECTRODES,
+    STIMULABLE_ELECTRODES,
+)
+from spikeloop.bridge.wire.protocol import FeedbackCommand, FeedbackType
+from spikeloop.bridge.wire.settings import STIM_MODE
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +49,7 @@ class SimBackend(Backend):
         super().__init__(tick_frequency_hz)
         stim_pulses(1.0, tick_frequency_hz, stim_mode)  # refuses an unknown mode here, not at the first stimulation
         self.stim_mode = stim_mode
-        """`burst` or `reference` (bridge.device.backends.base.STIM_MODES)."""
+        """`burst` or `reference` (spikeloop.bridge.device.backends.base.STIM_MODES)."""
         self.paced = realtime
         self.culture = SimulatedCulture(culture_config, seed=seed)
         self._history = np.zeros((HISTORY_STEPS, N_ELECTRODES), dtype=np.int32)

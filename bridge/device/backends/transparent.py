@@ -2,7 +2,7 @@
 
 Its reply is a fixed, deterministic function of the stimulation it received: spike
 group j counts `TRANSPARENT_MAX_COUNT` times the mean position of encoding electrode
-j's frequency and amplitude within their ranges (`bridge.wire.channels`), so 0 counts for
+j's frequency and amplitude within their ranges (`spikeloop.bridge.wire.channels`), so 0 counts for
 the weakest stimulation and `TRANSPARENT_MAX_COUNT` for the strongest. Nothing is
 lost, delayed or added: whatever the encoder puts on the wire reaches the decoder.
 A closed loop through it shows what the learner can do with a culture that passes
@@ -21,9 +21,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bridge.device.backends.base import Backend
-from bridge.wire.channels import N_ENCODING, N_SPIKE_GROUPS, STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
-from bridge.wire.protocol import FeedbackCommand
+from spikeloop.bridge.device.backends.base import Backend
+from spikeloop.bridge.wire.channels import N_ENCODING, N_SPIKE_GROUPS, STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
+from spikeloop.bridge.wire.protocol import FeedbackCommand
 
 if N_ENCODING != N_SPIKE_GROUPS:  # the channel maps electrode j onto group j
     raise ImportError("the transparent channel needs as many spike groups as encoding electrodes")

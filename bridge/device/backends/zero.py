@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bridge.device.backends.base import Backend
-from bridge.wire.channels import N_SPIKE_GROUPS
-from bridge.wire.protocol import FeedbackCommand
+from spikeloop.bridge.device.backends.base import Backend
+from spikeloop.bridge.wire.channels import N_SPIKE_GROUPS
+from spikeloop.bridge.wire.protocol import FeedbackCommand
 
 
 class ZeroBackend(Backend):
