@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from spikeloop.experiments.checkpoint_upgrade import MOVED, OLD_TOP_LEVEL, new_name
+from spikeloop.experiments.checkpoint_upgrade import MOVED, OLD_TOP_LEVEL, new_name, raise_if_old_name
 from spikeloop.experiments.start_from import MODULE_COMPONENT, MODULE_STATE_FILE
 from spikeloop.experiments.watch_checkpoint import CHECKPOINT_MARKER
 from spikeloop.models.closed_loop.connector import CultureExchange
@@ -160,3 +160,26 @@ def test_every_old_name_maps_to_a_module_that_exists_and_no_old_file_is_left() -
     assert new_name("envs.doom_env") == "spikeloop.envs.doom_env"
     assert new_name("spikeloop.models.learner") is None and new_name("modelsx.y") is None
     assert set(OLD_TOP_LEVEL) == {"bridge", "envs", "models", "experiments"}
+
+
+RESTORE_FAILS = r"""
+import pickle, sys
+from pathlib import Path
+from spikeloop.experiments.checkpoint_upgrade import OldCheckpointError, raise_if_old_name
+try:
+    pickle.load(open(sys.argv[1], "rb"))
+except ModuleNotFoundError as exc:
+    try:
+        raise_if_old_name(exc, Path(sys.argv[1]).parent)
+    except OldCheckpointError as error:
+        print(error)
+"""
+
+
+def test_a_restore_that_fails_on_an_old_name_says_how_to_upgrade(tmp_path: Path) -> None:
+    """The fallback where a restore unpickles before any check: the ModuleNotFoundError becomes the same line."""
+    files = _old_run(tmp_path / "runs")
+    proc = _run([sys.executable, "-c", RESTORE_FAILS, str(files["settings"])], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"spikeloop checkpoint upgrade {files['settings'].parent}" in proc.stdout, proc.stdout
+    raise_if_old_name(ModuleNotFoundError("no", name="somebody_elses"), tmp_path)  # not ours: no OldCheckpointError
