@@ -46,6 +46,8 @@ MOVED: dict[str, str] = {
 the device program's package; a checkpoint holds no device-program class."""
 
 BACKUP_SUFFIX = ".pre-upgrade"
+SHOWN_NAMES = 3
+"""How many of the old module names an error lists (a checkpoint names a dozen or more)."""
 
 
 class OldCheckpointError(RuntimeError):
@@ -65,8 +67,10 @@ def new_name(old: str) -> str | None:
 
 def old_checkpoint_error(where: Path, names: set[str] | list[str]) -> OldCheckpointError:
     """The error for a checkpoint (or run) that names old modules: what, and the command that upgrades it."""
+    shown = sorted(names)[:SHOWN_NAMES]
+    more = f" and {len(names) - len(shown)} more" if len(names) > len(shown) else ""
     return OldCheckpointError(
-        f"{where} was written before spikeloop installed as `spikeloop.*` (it names {', '.join(sorted(names))}); "
+        f"{where} was written before spikeloop installed as `spikeloop.*` (it names {', '.join(shown)}{more}); "
         f"upgrade it once with `spikeloop checkpoint upgrade {where}` (the originals are kept as *.pkl{BACKUP_SUFFIX})"
     )
 
