@@ -5,15 +5,20 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
+SOURCE_TREE = Path(__file__).resolve().parents[2]
+"""The checkout this code runs from (a benchmark's figures belong to its commit)."""
+
 
 def provenance(name: str, argv: list[str] | None) -> dict[str, Any]:
-    """The command that measured, the machine it ran on and when."""
+    """The command that measured, the commit it ran, the machine it ran on and when."""
     return {
         "command": " ".join(["spikeloop", "bench", name, *(argv or [])]),
+        "git": git_state(SOURCE_TREE),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -23,3 +28,22 @@ def write_result(path: Path, result: dict[str, Any]) -> None:
     """Write a benchmark's JSON (creating docs/benchmarks/ if needed)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def git_state(tree: Path) -> dict[str, Any] | None:
+    """The commit `tree` is checked out at and whether its tracked files differ from it (None: not a git checkout)."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=tree, capture_output=True, text=True, timeout=30, check=True
+        ).stdout.strip()
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=tree,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit, "tracked_files_changed": bool(changed)}
