@@ -122,6 +122,8 @@ MAX_DEPTH = 32
 """Nesting levels of an experiment (sections, lists, values): the deepest setting is about 7 levels down."""
 MAX_VALUES = 100_000
 """Values (mappings, lists, scalars) in one experiment; YAML aliases count once per use."""
+MAX_EXACT_INT = 2**53
+"""The largest whole number a float holds exactly: no setting takes more."""
 
 
 def setting_field(setting: Setting, **overrides: Any) -> Any:
@@ -1018,7 +1020,8 @@ def yaml_nesting_problem(text: str, prefix: str = "") -> str | None:
 
 
 def tree_size_problem(data: Any) -> str | None:
-    """Where parsed data nests more than MAX_DEPTH levels, or holds more than MAX_VALUES values; None if neither.
+    """Where parsed data nests more than MAX_DEPTH levels, holds more than MAX_VALUES values or a whole number past
+    MAX_EXACT_INT; None if none of these.
 
     Walked without recursion, each use of a shared (aliased) value counted: a YAML alias bomb stops here.
     """
@@ -1031,6 +1034,12 @@ def tree_size_problem(data: Any) -> str | None:
             return (
                 f"more than {MAX_VALUES} values (YAML aliases count at every use); an experiment holds a few "
                 "hundred: remove the repetition"
+            )
+        if isinstance(node, int) and not isinstance(node, bool) and abs(node) > MAX_EXACT_INT:
+            # A number setting holds floats: a larger whole number would be rounded without a word.
+            return (
+                f"{'.'.join(path)}: {node} is past 2**53, which no setting takes (and a number setting could not "
+                "hold it exactly): use a smaller value"
             )
         if isinstance(node, (dict, list)):
             if len(path) >= MAX_DEPTH:

@@ -335,3 +335,13 @@ def test_any_override_text_is_applied_or_refused_never_a_traceback(text):
         experiment_from_dict({}, (text,), source="generated")
     except ExperimentError as exc:
         assert str(exc)
+
+
+def test_a_whole_number_a_float_cannot_hold_exactly_is_refused_naming_its_key() -> None:
+    """Found by the property above: 2**53 + 1 for a gain was kept as 2**53 without a word."""
+    with pytest.raises(ExperimentError, match=r"feedback\.surprise\.frequency_gain: 9007199254740993 is past 2\*\*53"):
+        experiment_from_dict({}, ("feedback.surprise.frequency_gain=9007199254740993",), source="generated")
+    with pytest.raises(ExperimentError, match=r"stop\.env_steps: .* is past 2\*\*53"):
+        experiment_from_dict({"stop": {"env_steps": 2**60}}, source="generated")
+    kept = experiment_from_dict({}, (f"feedback.surprise.frequency_gain={2**53}",), source="generated")
+    assert kept.plain()["feedback"]["surprise"]["frequency_gain"] == 2**53
