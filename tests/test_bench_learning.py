@@ -300,11 +300,20 @@ def test_control_cultures_reach_the_device_and_culture_flag_wins():
     default = SimulatedCultureConfig()
     for condition, (rule, _, _) in bl.FEEDBACK_CONDITIONS.items():
         culture = experiment_from_dict(bl.experiment_dict(condition, 0)).devices[0].culture
-        control = bl.CONTROL_CULTURES[rule]
+        control = bl.control_culture(condition)
+        assert culture.rule == rule
         assert culture.excitatory_weight_mv == control.get("excitatory_weight_mv", default.excitatory_weight_mv)
         assert culture.maturation_ms == control.get("maturation_ms", default.maturation_ms)
         assert bl._culture(condition)["excitatory_weight_mv"] == culture.excitatory_weight_mv  # what is recorded
     assert bl.CONTROL_CULTURES["dopamine_stdp"]  # the positive control's culture is not today's
+    # The frozen control is the positive control's culture with fixed weights: only the rule differs.
+    frozen, plastic = (
+        experiment_from_dict(bl.experiment_dict(c, 0)) for c in ("dopamine_frozen_on_settle", "dopamine_on_settle")
+    )
+    assert frozen.devices[0].culture.rule == "none" and plastic.devices[0].culture.rule == "dopamine_stdp"
+    assert frozen.devices[0].culture.excitatory_weight_mv == plastic.devices[0].culture.excitatory_weight_mv == 6.0
+    assert frozen.devices[0].feedback_settle_ms == plastic.devices[0].feedback_settle_ms == bl.FEEDBACK_SETTLE_MS
+    assert frozen.feedback == plastic.feedback
     base = bl.BASE_EXPERIMENT | {"sim_device": {"culture": {"excitatory_weight_mv": 5.0}}}
     culture = experiment_from_dict(bl.experiment_dict("dopamine_off", 0, base=base)).devices[0].culture
     assert culture.excitatory_weight_mv == 5.0 and culture.rule == "dopamine_stdp"  # --culture goes on top

@@ -36,8 +36,16 @@ FEEDBACK_CONDITIONS: dict[str, tuple[str, bool, bool]] = {
     "none_on": ("none", True, False),
     "none_on_settle": ("none", True, True),
     "none_off": ("none", False, False),
+    "dopamine_frozen_on_settle": ("none", True, True),
 }
 """Feedback controls: condition -> (the culture's plasticity rule, feedback on, device feedback_settle_ms on)."""
+CULTURE_OF: dict[str, str] = {"dopamine_frozen_on_settle": "dopamine_stdp"}
+"""Conditions that run another rule's control culture (`CONTROL_CULTURES` key) under their own rule.
+
+`dopamine_frozen_on_settle` is the positive control's culture with its weights fixed, feedback on and the direct
+path cut: feedback's pulses still reach the culture, but nothing can change it. Against `dopamine_on_settle` it
+separates the plastic path from the pulses themselves; against `dopamine_off` (no feedback, so no dopamine and no
+weight change: the same frozen network) it measures what the pulses alone do."""
 CONTROL_CULTURES: dict[str, dict[str, Any]] = {
     "dopamine_stdp": {"excitatory_weight_mv": 6.0, "maturation_ms": 0.0},
     "stdp": {},
@@ -55,6 +63,13 @@ and the R^2 rose from -0.44 to 1.05 within 10 kills; without feedback it stayed 
 training). That is a global calming, not shown to be reward-specific, and whether it becomes a difference in
 learning is what `spikeloop bench feedback` measures: not measured yet (docs/benchmarks.md, "feedback controls").
 The negative controls run today's culture."""
+
+
+def control_culture(condition: str) -> dict[str, Any]:
+    """The control culture's knobs of a feedback condition (before `--culture` and the rule go on top)."""
+    return CONTROL_CULTURES[CULTURE_OF.get(condition, FEEDBACK_CONDITIONS[condition][0])]
+
+
 ALL_CONDITIONS = CONDITIONS + EXTRA_CONDITIONS + tuple(FEEDBACK_CONDITIONS)
 
 
@@ -86,7 +101,7 @@ def experiment_dict(
     sim_device |= data.pop("sim_device", None) or {}
     if condition in FEEDBACK_CONDITIONS:
         rule, feedback_on, settle = FEEDBACK_CONDITIONS[condition]
-        device = deep_merge({"culture": CONTROL_CULTURES[rule]}, sim_device)
+        device = deep_merge({"culture": control_culture(condition)}, sim_device)
         device = deep_merge(device, {"culture": {"plasticity": rule}})
         device["feedback_settle_ms"] = FEEDBACK_SETTLE_MS if settle else 0.0
         own = {"devices": [device], "feedback": FEEDBACK_ON if feedback_on else {"enabled": False}}

@@ -58,6 +58,7 @@ from spikeloop.experiments.benchmarks.conditions import (  # noqa: F401  (re-exp
     FEEDBACK_ON,
     FEEDBACK_SETTLE_MS,
     SCENARIO,
+    control_culture,
     experiment_dict,
 )
 from spikeloop.experiments.benchmarks.record import provenance, write_result
@@ -82,8 +83,11 @@ FEEDBACK_COMPARISONS: tuple[tuple[str, str], ...] = (
     ("none_on", "none_off"),
     ("none_on_settle", "none_off"),
     ("none_on", "none_on_settle"),
+    ("dopamine_on_settle", "dopamine_frozen_on_settle"),
+    ("dopamine_frozen_on_settle", "dopamine_off"),
 )
-"""(a, b) pairs read in `feedback_effects`: feedback's effect per rule, and the direct path with and without settle."""
+"""(a, b) pairs read in `feedback_effects`: feedback's effect per rule, the direct path with and without settle, and
+on the positive control's culture the plastic path (weights free against frozen) and the pulses alone."""
 
 
 Episode = tuple[float, float, bool]
@@ -555,7 +559,7 @@ def _culture(condition: str, overrides: dict[str, Any] | None = None) -> dict[st
     from spikeloop.bridge.device.simulated_culture import DOPAMINE_KNOBS, SimulatedCultureConfig
 
     rule = FEEDBACK_CONDITIONS[condition][0] if condition in FEEDBACK_CONDITIONS else "stdp"
-    control = CONTROL_CULTURES[rule] if condition in FEEDBACK_CONDITIONS else {}
+    control = control_culture(condition) if condition in FEEDBACK_CONDITIONS else {}
     knobs = dataclasses.asdict(SimulatedCultureConfig.from_mapping(control | (overrides or {}) | {"plasticity": rule}))
     used = {k: v for k, v in knobs.items() if rule == "dopamine_stdp" or k not in DOPAMINE_KNOBS}
     return json.loads(json.dumps(used))  # tuples as lists, as read back
