@@ -54,6 +54,9 @@ DT_MS = 1.0
 """Simulation timestep. Stimulation and recording are resolved to this."""
 
 MAX_DELAY_MS = 8
+RING_ROWS = 16
+"""Rows of the input ring, one per coming step: more than MAX_DELAY_MS, and a power of two (the kernel wraps with a
+mask; a division per synaptic event cost a third of the kernel's time)."""
 EPOCH_TAUS = 8.0
 """dopamine_stdp: the eligibility scale is renormalised every this many eligibility time constants (e^-8 stays
 far from underflow and loses under 4 of float64's 16 digits)."""
@@ -247,15 +250,9 @@ def knob_table() -> str:
     return "\n".join(rows)
 
 
-@numba.njit(cache=True)
-def _uniform(rng_state: np.ndarray) -> float:
-    # xorshift64*: fast, good enough for noise, state owned by this culture.
-    x = rng_state[0]
-    x ^= x >> np.uint64(12)
-    x ^= x << np.uint64(25)
-    x ^= x >> np.uint64(27)
-    rng_state[0] = x
-    return float((x * np.uint64(2685821657736338717)) >> np.uint64(11)) / 9007199254740992.0
+def _noise_threshold(probability: float) -> np.uint64:
+    """ceil(probability * 2**53): a 53-bit draw k is below it exactly when k / 2**53 < probability."""
+    return np.uint64(math.ceil(probability * 9007199254740992.0))
 
 
 @numba.njit(cache=True, inline="always")
@@ -312,7 +309,7 @@ def _simulate(
     stim_falloff,
     stim_gain,
     recorded_by,
-    noise_p,
+    noise_threshold,
     noise_kick,
     rule,
     a_plus,
@@ -330,6 +327,10 @@ def _simulate(
     da,
     rng_state,
     electrode_counts,
+    kicked,
+    spiked,
+    pre_before,
+    post_before,
 ):  # pragma: no cover - compiled
     # rule: 0 fixed weights, 1 STDP (weights change at once), 2 dopamine-modulated STDP.
     # Rule 2 keeps, per synapse, its eligibility c on a moving scale: c(k) = trace[s, 0] * scale(k), with
@@ -338,11 +339,11 @@ def _simulate(
     # total = sum of scale(k) (tonic + d_k) (da[1]). A synapse is brought up to date only when one of its
     # neurons spikes: the cost stays per spike, as for STDP. da = [d, total, scale, steps into the epoch].
     n = v.shape[0]
-    ring = input_ring.shape[0]
+    mask = input_ring.shape[0] - 1  # rows: a power of two, so the ring wraps with a mask, not a division
+    x = rng_state[0]  # the noise generator's state, kept in a register for the step's draws
     for k in range(n_steps):
         step = step0 + k
-        slot = step % ring
-        current = input_ring[slot]
+        current = input_ring[step & mask]
         if rule == 2:
             if da[3] >= epoch_steps:  # renormalise before the scale underflows
                 _consolidate_all(weight, plastic, trace, da, w_max)
@@ -363,49 +364,131 @@ def _simulate(
             da[1] += da[2] * (dopamine_tonic + da[0])
             inv_scale = 1.0 / da[2]
         total = da[1]
+        # Spontaneous kicks: one xorshift64* draw per neuron and step (fast, and the state is this culture's), its
+        # top 53 bits compared as an integer: k / 2**53 < p exactly when k < ceil(p * 2**53) = noise_threshold.
         for i in range(n):
-            drive = current[i]
+            x ^= x >> np.uint64(12)
+            x ^= x << np.uint64(25)
+            x ^= x >> np.uint64(27)
+            kicked[i] = (x * np.uint64(2685821657736338717)) >> np.uint64(11) < noise_threshold
+        # Every neuron's membrane, in a loop of its own without branches (so the compiler can vectorise it). The
+        # traces keep their values from before this step's decay (`*_before`): a spike handled below must see
+        # the neurons after it in index order as they were, as when one loop did both.
+        spiked_any = False
+        for i in range(n):
+            drive = current[i] + noise_kick if kicked[i] else current[i]
             current[i] = 0.0
-            if _uniform(rng_state) < noise_p:
-                drive += noise_kick
             # Two half steps keep the quadratic term stable at 1 ms (Izhikevich 2003).
             vi = v[i] + drive
             ui = u[i]
             vi += 0.5 * (0.04 * vi * vi + 5.0 * vi + 140.0 - ui)
             vi += 0.5 * (0.04 * vi * vi + 5.0 * vi + 140.0 - ui)
             ui += a[i] * (b[i] * vi - ui)
+            fired = vi >= 30.0
+            spiked[i] = fired
+            spiked_any |= fired
+            v[i] = c[i] if fired else vi
+            u[i] = ui + d[i] if fired else ui
+            pre_before[i] = pre_trace[i]
+            post_before[i] = post_trace[i]
             pre_trace[i] *= trace_decay
             post_trace[i] *= trace_decay
-            if vi >= 30.0:
-                vi = c[i]
-                ui += d[i]
-                el = recorded_by[i]
-                if el >= 0:
-                    electrode_counts[k, el] += 1
+        if not spiked_any:
+            continue
+        for i in range(n):
+            if not spiked[i]:
+                continue
+            el = recorded_by[i]
+            if el >= 0:
+                electrode_counts[k, el] += 1
+            if rule == 0:
                 for s in range(out_ptr[i], out_ptr[i + 1]):
-                    t = out_target[s]
-                    if rule == 2 and plastic[s]:
-                        _consolidate(s, weight, trace, total, w_max)
-                    input_ring[(step + out_delay[s]) % ring, t] += weight[s]
-                    if rule == 1 and plastic[s]:
-                        # Pre after post: depress, proportional to the weight.
-                        weight[s] -= a_minus * post_trace[t] * weight[s]
-                    elif rule == 2 and plastic[s]:
-                        trace[s, 0] -= c_minus * post_trace[t] * inv_scale  # additive, as Izhikevich 2007
-                if rule != 0:
-                    for q in range(in_ptr[i], in_ptr[i + 1]):
-                        s = in_synapse[q]
-                        if plastic[s]:
-                            if rule == 2:
-                                _consolidate(s, weight, trace, total, w_max)
-                            if rule == 1:  # post after pre: potentiate towards w_max
-                                weight[s] += a_plus * pre_trace[synapse_source[s]] * (w_max - weight[s])
-                            else:
-                                trace[s, 0] += c_plus * pre_trace[synapse_source[s]] * inv_scale
-                pre_trace[i] += 1.0
-                post_trace[i] += 1.0
-            v[i] = vi
-            u[i] = ui
+                    input_ring[(step + out_delay[s]) & mask, out_target[s]] += weight[s]
+            else:
+                _spike_plastic(
+                    i,
+                    step,
+                    mask,
+                    rule,
+                    out_ptr,
+                    out_target,
+                    out_delay,
+                    weight,
+                    plastic,
+                    in_ptr,
+                    in_synapse,
+                    synapse_source,
+                    input_ring,
+                    pre_trace,
+                    post_trace,
+                    pre_before,
+                    post_before,
+                    a_plus,
+                    a_minus,
+                    w_max,
+                    c_plus,
+                    c_minus,
+                    trace,
+                    total,
+                    inv_scale,
+                )
+            pre_trace[i] += 1.0
+            post_trace[i] += 1.0
+    rng_state[0] = x
+
+
+@numba.njit(cache=True)
+def _spike_plastic(
+    i,
+    step,
+    mask,
+    rule,
+    out_ptr,
+    out_target,
+    out_delay,
+    weight,
+    plastic,
+    in_ptr,
+    in_synapse,
+    synapse_source,
+    input_ring,
+    pre_trace,
+    post_trace,
+    pre_before,
+    post_before,
+    a_plus,
+    a_minus,
+    w_max,
+    c_plus,
+    c_minus,
+    trace,
+    total,
+    inv_scale,
+):  # pragma: no cover - compiled
+    # Neuron i spiked under STDP (rule 1) or dopamine-STDP (rule 2): deliver, then pair with both sides. A neuron
+    # after i (index order) is read as before this step's decay, one before i as after it (and its own spike).
+    for s in range(out_ptr[i], out_ptr[i + 1]):
+        t = out_target[s]
+        post_t = post_trace[t] if t < i else post_before[t]
+        if rule == 2 and plastic[s]:
+            _consolidate(s, weight, trace, total, w_max)
+        input_ring[(step + out_delay[s]) & mask, t] += weight[s]
+        if rule == 1 and plastic[s]:
+            # Pre after post: depress, proportional to the weight.
+            weight[s] -= a_minus * post_t * weight[s]
+        elif rule == 2 and plastic[s]:
+            trace[s, 0] -= c_minus * post_t * inv_scale  # additive, as Izhikevich 2007
+    for q in range(in_ptr[i], in_ptr[i + 1]):
+        s = in_synapse[q]
+        if plastic[s]:
+            src = synapse_source[s]
+            pre_src = pre_trace[src] if src < i else pre_before[src]
+            if rule == 2:
+                _consolidate(s, weight, trace, total, w_max)
+            if rule == 1:  # post after pre: potentiate towards w_max
+                weight[s] += a_plus * pre_src * (w_max - weight[s])
+            else:
+                trace[s, 0] += c_plus * pre_src * inv_scale
 
 
 def electrode_positions() -> np.ndarray:
@@ -440,9 +523,14 @@ class SimulatedCulture:
         if cfg.rule == "dopamine_stdp":
             self._dopamine_per_pulse[list(cfg.reward_electrodes)] = cfg.dopamine_per_reward_pulse
             self._dopamine_per_pulse[list(cfg.punishment_electrodes)] = cfg.dopamine_per_punishment_pulse
-        self._input_ring = np.zeros((MAX_DELAY_MS + 1, n), dtype=np.float64)
+        self._input_ring = np.zeros((RING_ROWS, n), dtype=np.float64)
         self._pre_trace = np.zeros(n)
         self._post_trace = np.zeros(n)
+        # Kernel scratch, per step: who was kicked, who spiked, the traces before the step's decay.
+        self._kicked = np.zeros(n, dtype=np.bool_)
+        self._spiked = np.zeros(n, dtype=np.bool_)
+        self._pre_before = np.zeros(n)
+        self._post_before = np.zeros(n)
         self._pulse_next_step = np.zeros(N_ELECTRODES, dtype=np.int64)
         self._pulse_interval_steps = np.ones(N_ELECTRODES, dtype=np.int64)
         self._pulse_remaining = np.zeros(N_ELECTRODES, dtype=np.int64)
@@ -646,7 +734,7 @@ class SimulatedCulture:
             self.stim_falloff,
             cfg.stim_gain_mv_per_ua,
             self.recorded_by,
-            cfg.noise_probability_per_ms,
+            _noise_threshold(cfg.noise_probability_per_ms),
             cfg.noise_kick_mv,
             _RULE_CODE[self._rule] if self.plasticity_enabled else 0,
             cfg.stdp_potentiation,
@@ -664,6 +752,10 @@ class SimulatedCulture:
             self._dopamine,
             self._rng_state,
             counts,
+            self._kicked,
+            self._spiked,
+            self._pre_before,
+            self._post_before,
         )
         self.step += n_steps
         return counts
