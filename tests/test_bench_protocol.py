@@ -20,6 +20,11 @@ def test_sign_flip_p_is_the_share_of_sign_patterns_at_least_as_extreme() -> None
     assert sign_flip_p(d) == pytest.approx(np.mean(np.array(means) >= np.mean(d) - 1e-12))
     assert sign_flip_p([1.0] * 5) == pytest.approx(1 / 32)  # the floor with five seeds
     assert sign_flip_p([]) is None
+    # Two-sided: a large effect of either sign; five seeds of one sign give 2/32 whichever sign it is.
+    assert sign_flip_p([-1.0] * 5) == pytest.approx(1.0) and sign_flip_p([-1.0] * 5, two_sided=True) == pytest.approx(
+        2 / 32
+    )
+    assert sign_flip_p([1.0, -1.0], two_sided=True) == pytest.approx(1.0)
 
 
 def write_session(run_dir: Path, condition: str, seed: int, effect: float) -> None:
@@ -56,6 +61,7 @@ def test_collect_pairs_the_sessions_by_seed(tmp_path: Path) -> None:
     assert paired["seeds"] == [0, 1, 2]  # seed 7 has nothing to pair with
     assert paired[tag]["feedback_minus_control"] == [10.0, 9.0, 8.0]
     assert paired[tag]["p_one_sided_sign_flip"] == pytest.approx(1 / 8)
+    assert paired[tag]["p_two_sided_sign_flip"] == pytest.approx(2 / 8)
     assert result["command"].startswith("spikeloop bench protocol --collect")
     assert len(result["sessions"]) == 7 and result["sessions"][0]["device"]["backend"] == "sim"
 

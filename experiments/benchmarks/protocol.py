@@ -34,14 +34,17 @@ EFFECTS = ("protocol/return_late_minus_early", "protocol/kill_rate_late_minus_ea
 """The per-seed effects compared across conditions."""
 
 
-def sign_flip_p(differences: list[float]) -> float | None:
-    """Exact one-sided p of a paired sign-flip test: the share of the 2^n sign patterns whose mean is as large."""
+def sign_flip_p(differences: list[float], two_sided: bool = False) -> float | None:
+    """Exact p of a paired sign-flip test: the share of the 2^n sign patterns whose mean is as large (one-sided), or
+    as far from 0 (two-sided: an effect of either sign, such as feedback lowering rest activity)."""
     d = np.asarray([x for x in differences if x is not None and np.isfinite(x)], dtype=np.float64)
     if len(d) == 0 or len(d) > 20:
         return None
     observed = d.mean()
-    signs = np.array(list(itertools.product((1.0, -1.0), repeat=len(d))))
-    return float(((signs * d).mean(axis=1) >= observed - 1e-12).mean())
+    means = (np.array(list(itertools.product((1.0, -1.0), repeat=len(d)))) * d).mean(axis=1)
+    if two_sided:
+        return float((np.abs(means) >= abs(observed) - 1e-12).mean())
+    return float((means >= observed - 1e-12).mean())
 
 
 def trial_outcomes(run_dirs: list[Path]) -> list[dict[str, Any]]:
@@ -108,6 +111,7 @@ def summarize(sessions: list[dict[str, Any]]) -> dict[str, Any]:
                 "feedback_minus_control": differences,
                 "mean": float(np.mean(differences)) if differences else None,
                 "p_one_sided_sign_flip": sign_flip_p(differences),
+                "p_two_sided_sign_flip": sign_flip_p(differences, two_sided=True),
             }
     return {"conditions": summary, "feedback_against": paired}
 
