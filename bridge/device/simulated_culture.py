@@ -55,8 +55,9 @@ DT_MS = 1.0
 
 MAX_DELAY_MS = 8
 RING_ROWS = 16
-"""Rows of the input ring, one per coming step: more than MAX_DELAY_MS, and a power of two (the kernel wraps with a
-mask; a division per synaptic event cost a third of the kernel's time)."""
+"""Rows of the input ring, one per coming step: more than MAX_DELAY_MS, and a power of two, so the kernel wraps with a
+mask, not a division per synaptic event (docs/architecture.md, "One millisecond of the kernel": 23x -> 38x real
+time for a heavily spiking culture with fixed weights)."""
 EPOCH_TAUS = 8.0
 """dopamine_stdp: the eligibility scale is renormalised every this many eligibility time constants (e^-8 stays
 far from underflow and loses under 4 of float64's 16 digits)."""
@@ -371,7 +372,7 @@ def _simulate(
             x ^= x << np.uint64(25)
             x ^= x >> np.uint64(27)
             kicked[i] = (x * np.uint64(2685821657736338717)) >> np.uint64(11) < noise_threshold
-        # Every neuron's membrane, in a loop of its own without branches (so the compiler can vectorise it). The
+        # Every neuron's membrane, in a loop of its own (numba does not vectorise it: docs/benchmarks.md, "device"). The
         # traces keep their values from before this step's decay (`*_before`): a spike handled below must see
         # the neurons after it in index order as they were, as when one loop did both.
         spiked_any = False
@@ -405,90 +406,33 @@ def _simulate(
                 for s in range(out_ptr[i], out_ptr[i + 1]):
                     input_ring[(step + out_delay[s]) & mask, out_target[s]] += weight[s]
             else:
-                _spike_plastic(
-                    i,
-                    step,
-                    mask,
-                    rule,
-                    out_ptr,
-                    out_target,
-                    out_delay,
-                    weight,
-                    plastic,
-                    in_ptr,
-                    in_synapse,
-                    synapse_source,
-                    input_ring,
-                    pre_trace,
-                    post_trace,
-                    pre_before,
-                    post_before,
-                    a_plus,
-                    a_minus,
-                    w_max,
-                    c_plus,
-                    c_minus,
-                    trace,
-                    total,
-                    inv_scale,
-                )
+                # STDP (rule 1) or dopamine-STDP (rule 2): deliver, then pair with both sides. A partner after i
+                # (index order) is read as before this step's decay, one before i as after it (and its own spike).
+                for s in range(out_ptr[i], out_ptr[i + 1]):
+                    t = out_target[s]
+                    post_t = post_trace[t] if t < i else post_before[t]
+                    if rule == 2 and plastic[s]:
+                        _consolidate(s, weight, trace, total, w_max)
+                    input_ring[(step + out_delay[s]) & mask, t] += weight[s]
+                    if rule == 1 and plastic[s]:
+                        # Pre after post: depress, proportional to the weight.
+                        weight[s] -= a_minus * post_t * weight[s]
+                    elif rule == 2 and plastic[s]:
+                        trace[s, 0] -= c_minus * post_t * inv_scale  # additive, as Izhikevich 2007
+                for q in range(in_ptr[i], in_ptr[i + 1]):
+                    s = in_synapse[q]
+                    if plastic[s]:
+                        src = synapse_source[s]
+                        pre_src = pre_trace[src] if src < i else pre_before[src]
+                        if rule == 2:
+                            _consolidate(s, weight, trace, total, w_max)
+                        if rule == 1:  # post after pre: potentiate towards w_max
+                            weight[s] += a_plus * pre_src * (w_max - weight[s])
+                        else:
+                            trace[s, 0] += c_plus * pre_src * inv_scale
             pre_trace[i] += 1.0
             post_trace[i] += 1.0
     rng_state[0] = x
-
-
-@numba.njit(cache=True)
-def _spike_plastic(
-    i,
-    step,
-    mask,
-    rule,
-    out_ptr,
-    out_target,
-    out_delay,
-    weight,
-    plastic,
-    in_ptr,
-    in_synapse,
-    synapse_source,
-    input_ring,
-    pre_trace,
-    post_trace,
-    pre_before,
-    post_before,
-    a_plus,
-    a_minus,
-    w_max,
-    c_plus,
-    c_minus,
-    trace,
-    total,
-    inv_scale,
-):  # pragma: no cover - compiled
-    # Neuron i spiked under STDP (rule 1) or dopamine-STDP (rule 2): deliver, then pair with both sides. A neuron
-    # after i (index order) is read as before this step's decay, one before i as after it (and its own spike).
-    for s in range(out_ptr[i], out_ptr[i + 1]):
-        t = out_target[s]
-        post_t = post_trace[t] if t < i else post_before[t]
-        if rule == 2 and plastic[s]:
-            _consolidate(s, weight, trace, total, w_max)
-        input_ring[(step + out_delay[s]) & mask, t] += weight[s]
-        if rule == 1 and plastic[s]:
-            # Pre after post: depress, proportional to the weight.
-            weight[s] -= a_minus * post_t * weight[s]
-        elif rule == 2 and plastic[s]:
-            trace[s, 0] -= c_minus * post_t * inv_scale  # additive, as Izhikevich 2007
-    for q in range(in_ptr[i], in_ptr[i + 1]):
-        s = in_synapse[q]
-        if plastic[s]:
-            src = synapse_source[s]
-            pre_src = pre_trace[src] if src < i else pre_before[src]
-            if rule == 2:
-                _consolidate(s, weight, trace, total, w_max)
-            if rule == 1:  # post after pre: potentiate towards w_max
-                weight[s] += a_plus * pre_src * (w_max - weight[s])
-            else:
-                trace[s, 0] += c_plus * pre_src * inv_scale
 
 
 def electrode_positions() -> np.ndarray:

@@ -60,8 +60,9 @@ sets off a network-wide burst, and a ridge readout of one window's spike-group c
 stimulation while the weights stay frozen, as they do under `dopamine_off` (held-out R^2 summed over the 16 inputs,
 at most 16; seeds 0-4: -0.10 to 0.29). With kill feedback releasing dopamine its weights fell (mean 6.0 -> 4.3 mV)
 and the R^2 rose from -0.44 to 1.05 within 10 kills; without feedback it stayed at -0.43 (seed 0; open loop, outside
-training). That is a global calming, not shown to be reward-specific, and whether it becomes a difference in
-learning is what `spikeloop bench feedback` measures: not measured yet (docs/benchmarks.md, "feedback controls").
+training). That is a global calming, not shown to be reward-specific; whether it becomes a difference in learning
+is what `spikeloop bench feedback` measures (docs/benchmarks.md, "feedback controls": it does, through the weight
+change).
 The negative controls run today's culture."""
 
 

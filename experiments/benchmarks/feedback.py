@@ -8,8 +8,8 @@ device's `feedback_settle_ms`, which keeps feedback-evoked spikes out of the
 collection windows (the direct path cut); and the positive control's culture with
 its weights frozen, feedback on and settled (`dopamine_frozen_on_settle`: the plastic
 path against the pulses alone). Same budget, seeds and statistics; `feedback_effects`
-gives each comparison paired by seed with its 95% interval and the exact tests. Writes docs/benchmarks/feedback.json and .png; the
-reading goes in docs/benchmarks.md.
+gives each comparison paired by seed with its 95% interval and the exact tests.
+Writes docs/benchmarks/feedback.json and .png; the reading goes in docs/benchmarks.md.
 """
 
 from __future__ import annotations
