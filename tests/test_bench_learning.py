@@ -366,7 +366,8 @@ def test_feedback_runs_measured_apart_merge_into_one_result_without_running(tmp_
         files.append(path)
     out = tmp_path / "feedback.json"
     conditions = [c for cs in parts.values() for c in cs]
-    argv = ["--seeds", str(seeds), "--env-steps", str(budget), "--conditions", *conditions, "--output", str(out)]
+    argv = ["--seeds", str(seeds), "--first-seed", "0", "--env-steps", str(budget), "--conditions", *conditions]
+    argv += ["--output", str(out)]
     assert bench_feedback.main([*argv, "--merge", str(files[0]), "--merge", str(files[1])]) == 0
     result = json.loads(out.read_text())
     assert set(result["runs"]) == set(conditions) and all(len(result["runs"][c]) == seeds for c in conditions)
@@ -395,3 +396,49 @@ def test_sim_reference_is_compared_with_sim_both_ways():
     assert "vs_sim" not in out["summary"]["sim"]
     assert "sim_reference - sim: return -30.0" in bl.table(out | {"settings": {}})
     assert "vs_sim" not in bl.summarize(_runs(conditions=("sim",)))["summary"]["sim"]
+
+
+def _fresh_file(path, conditions, seeds):
+    """A result file of synthetic runs on the given seeds (learners and chance alternating by condition)."""
+    runs = {
+        c: {str(s): (_learner(100, s) if i % 2 == 0 else _chance(s)) for s in seeds} for i, c in enumerate(conditions)
+    }
+    settings = bl._settings(bl.SCENARIO, conditions, len(seeds), bl.MIN_ENV_STEPS, first_seed=min(seeds))
+    path.write_text(json.dumps(bl.build_result(settings, runs, {}, 1.0)))
+    return path
+
+
+def test_benchmark_seeds_are_held_apart_from_the_tuning_seeds(tmp_path, capsys):
+    """Fresh seeds by default; a result never pools tuning and fresh seeds; a tuning-seed result says what it is."""
+    assert bl.FRESH_FIRST_SEED not in bl.TUNING_SEEDS and 0 in bl.TUNING_SEEDS
+    conditions = ("direct", "zero")
+    base = ["--env-steps", str(bl.MIN_ENV_STEPS), "--conditions", *conditions]
+    # Fresh seeds 100-102, measured in two files by seed, merge into one result without running anything.
+    fresh = range(bl.FRESH_FIRST_SEED, bl.FRESH_FIRST_SEED + 3)
+    a = _fresh_file(tmp_path / "a.json", conditions, list(fresh)[:2])
+    b = _fresh_file(tmp_path / "b.json", conditions, list(fresh)[2:])
+    out = tmp_path / "fresh.json"
+    assert bl.main([*base, "--seeds", "3", "--output", str(out), "--merge", str(a), "--merge", str(b)]) == 0
+    result = json.loads(out.read_text())
+    assert result["settings"]["first_seed"] == bl.FRESH_FIRST_SEED and result["settings"]["seeds"] == 3
+    assert result["settings"]["tuning_seeds"] == list(bl.TUNING_SEEDS)
+    assert sorted(result["runs"]["direct"]) == [str(s) for s in fresh]
+    assert not any("tuning seeds" in note for note in result["notes"])
+    # The committed kind: tuning seeds, resumed with --first-seed 0, and the result says so.
+    tuned = _fresh_file(tmp_path / "tuned.json", conditions, [0, 1])
+    assert bl.main([*base, "--seeds", "2", "--first-seed", "0", "--output", str(tuned), "--resume"]) == 0
+    notes = json.loads(tuned.read_text())["notes"]
+    assert any("seeds 0, 1 are tuning seeds" in note and "--first-seed 100" in note for note in notes)
+    capsys.readouterr()
+    # Resuming the tuning-seed file with the default (fresh) seeds is refused, naming both kinds and the fix.
+    with pytest.raises(SystemExit):
+        bl.main([*base, "--seeds", "2", "--output", str(tuned), "--resume"])
+    err = capsys.readouterr().err
+    assert "tuning seeds (0, 1" in err and "fresh seeds (100, 101)" in err and "--first-seed 0" in err
+    # So is a range that spans both kinds, before anything runs.
+    with pytest.raises(SystemExit):
+        bl.main([*base, "--seeds", "3", "--first-seed", "4", "--output", str(tmp_path / "span.json")])
+    assert "tuning seeds (4" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bl.main(["--first-seed", "-1"])
+    assert "--first-seed must be >= 0" in capsys.readouterr().err

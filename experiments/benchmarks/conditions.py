@@ -14,6 +14,13 @@ CONDITIONS = ("direct", "transparent", "sim", "zero", "random")
 EXTRA_CONDITIONS = ("sim_reference",)
 """Conditions run only when asked for (the feedback controls below too)."""
 SCENARIO = "basic"
+TUNING_SEEDS = range(5)
+"""Seeds 0-4: the seeds every setting was chosen on. The learner's settings (learning rate and its schedule, network
+sizes, the encoder's and decoder's defaults), the control cultures' knobs and the feedback settle time were each
+picked while reading `bench learning` / `bench feedback` runs of these seeds (and the quickstart's seed 0), so a
+result on them is not a fresh test of those choices."""
+FRESH_FIRST_SEED = 100
+"""Where the benchmarks' seeds start by default (`--first-seed`): held apart from `TUNING_SEEDS`."""
 
 FEEDBACK_ON: dict[str, Any] = {
     "use_reward_feedback": False,

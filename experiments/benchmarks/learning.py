@@ -57,7 +57,9 @@ from spikeloop.experiments.benchmarks.conditions import (  # noqa: F401  (re-exp
     FEEDBACK_CONDITIONS,
     FEEDBACK_ON,
     FEEDBACK_SETTLE_MS,
+    FRESH_FIRST_SEED,
     SCENARIO,
+    TUNING_SEEDS,
     control_culture,
     experiment_dict,
 )
@@ -243,6 +245,13 @@ def summarize(runs: Runs, scenario: str = SCENARIO) -> dict[str, Any]:
             "final_kill_rate": _per_seed(by_seed, _final_kill_rate),
         }
     chance_return, chance_from = chance(runs)
+    seeds_run = sorted({int(seed) for by_seed in runs.values() for seed in by_seed})
+    if seeds_run and all(seed in TUNING_SEEDS for seed in seeds_run):
+        notes.append(
+            f"seeds {', '.join(map(str, seeds_run))} are tuning seeds (every setting was chosen reading them): "
+            f"these runs describe those choices and do not test them afresh; fresh seeds: --first-seed "
+            f"{FRESH_FIRST_SEED}"
+        )
 
     # The 90% mark: 90% of the way from chance to direct's final return.
     direct_final = summary.get("direct", {}).get("final_return_mean", {}).get("pooled")
@@ -514,6 +523,21 @@ def runs_from_result(result: dict[str, Any]) -> Runs:
     }
 
 
+def _tuning_mix(runs: Runs, wanted: Sequence[str]) -> str | None:
+    """Why runs on the tuning seeds and on fresh seeds may not share one result, or None if they do not mix."""
+    held = {int(s) for by_seed in runs.values() for s in by_seed}
+    tuning = sorted(s for s in held | {int(s) for s in wanted} if s in TUNING_SEEDS)
+    fresh = sorted(s for s in held | {int(s) for s in wanted} if s not in TUNING_SEEDS)
+    if not tuning or not fresh:
+        return None
+    return (
+        f"this would pool runs on the tuning seeds ({', '.join(map(str, tuning))}: every setting was chosen reading "
+        f"them) with runs on fresh seeds ({', '.join(map(str, fresh))}), and a result on both is neither a fresh "
+        f"test nor the committed one; resume or merge files of one kind (--first-seed 0 for the tuning seeds' files, "
+        f"the default {FRESH_FIRST_SEED} for fresh ones), or write to another --output"
+    )
+
+
 def check_resume(existing: dict[str, Any], settings: dict[str, Any]) -> Runs:
     """The runs an earlier result file holds, if it was measured with the same settings; ValueError if not."""
     old = existing.get("settings")
@@ -566,7 +590,12 @@ def _culture(condition: str, overrides: dict[str, Any] | None = None) -> dict[st
 
 
 def _settings(
-    scenario: str, conditions: Sequence[str], seeds: int, budget: int, culture: dict[str, Any] | None = None
+    scenario: str,
+    conditions: Sequence[str],
+    seeds: int,
+    budget: int,
+    culture: dict[str, Any] | None = None,
+    first_seed: int = 0,
 ) -> dict[str, Any]:
     recorded = [c for c in conditions if c in FEEDBACK_CONDITIONS or (culture and c in SIM_CONDITIONS)]
     return (
@@ -574,6 +603,8 @@ def _settings(
             "scenario": scenario,
             "conditions": list(conditions),
             "seeds": seeds,
+            "first_seed": first_seed,
+            "tuning_seeds": list(TUNING_SEEDS),
             "env_steps_per_run": budget,
             "base_experiment": BASE_EXPERIMENT,
             "window_episodes": WINDOW,
@@ -782,7 +813,16 @@ def main(
         help=f"conditions to run (default: {' '.join(default_conditions)}; sim_reference: the sim culture "
         "stimulated as the reference device does)",
     )
-    parser.add_argument("--seeds", type=int, default=5, help="seeds per condition, 0..N-1 (default 5)")
+    parser.add_argument("--seeds", type=int, default=5, help="seeds per condition, K..K+N-1 (default 5)")
+    parser.add_argument(
+        "--first-seed",
+        type=int,
+        default=FRESH_FIRST_SEED,
+        metavar="K",
+        help=f"the first seed (default {FRESH_FIRST_SEED}: held apart from the tuning seeds "
+        f"{TUNING_SEEDS.start}-{TUNING_SEEDS.stop - 1}, which every setting was chosen on; "
+        f"--first-seed 0 repeats the runs committed before the split)",
+    )
     parser.add_argument(
         "--env-steps",
         type=int,
@@ -825,6 +865,8 @@ def main(
         parser.error(str(exc))
     if args.seeds < 1:
         parser.error(f"--seeds must be >= 1 (got {args.seeds})")
+    if args.first_seed < 0:
+        parser.error(f"--first-seed must be >= 0 (got {args.first_seed})")
     if args.env_steps < MIN_ENV_STEPS:
         parser.error(f"--env-steps must be >= {MIN_ENV_STEPS} (got {args.env_steps}): too few steps for any episode")
     conditions = [c for c in ALL_CONDITIONS if c in set(args.conditions)]
@@ -835,13 +877,14 @@ def main(
             else default_output.with_name(f"{default_output.stem}-{args.scenario}{default_output.suffix}")
         )
     figure = args.figure or args.output.with_suffix(".png")
-    settings = _settings(args.scenario, conditions, args.seeds, args.env_steps, culture)
+    wanted = [str(seed) for seed in range(args.first_seed, args.first_seed + args.seeds)]
+    settings = _settings(args.scenario, conditions, args.seeds, args.env_steps, culture, args.first_seed)
 
     runs: Runs = {}
     run_facts: dict[str, dict[str, Any]] = {}
     wall_before = 0.0
     sources = ([args.output] if args.resume and args.output.is_file() else []) + list(args.merge)
-    held, seeds = list(conditions), args.seeds
+    held = list(conditions)
     for source in sources:
         try:
             existing = json.loads(source.read_text())
@@ -860,14 +903,17 @@ def main(
         wall_before += float(existing.get("wall_s") or 0.0)
         # The file keeps every run it held: settings cover the union.
         held += existing["settings"].get("conditions", [])
-        seeds = max(seeds, int(existing["settings"].get("seeds", 0)))
         print(f"[learning] {source}: {sum(len(v) for v in earlier.values())} run(s) already done", file=sys.stderr)
+    mixed = _tuning_mix(runs, wanted)
+    if mixed:
+        parser.error(mixed)
     if sources:
+        held_seeds = sorted({int(s) for by_seed in runs.values() for s in by_seed} | {int(s) for s in wanted})
         held_conditions = [c for c in ALL_CONDITIONS if c in set(held)]
-        settings = _settings(args.scenario, held_conditions, seeds, args.env_steps, culture)
+        settings = _settings(args.scenario, held_conditions, len(held_seeds), args.env_steps, culture, min(held_seeds))
 
     # Interleaved (for each seed, every condition) so that drift in machine load hits every condition.
-    todo = [(c, seed) for seed in range(args.seeds) for c in conditions if str(seed) not in runs.get(c, {})]
+    todo = [(c, int(seed)) for seed in wanted for c in conditions if seed not in runs.get(c, {})]
     result: dict[str, Any] | None = None
     t0 = time.monotonic()
     if todo:
