@@ -42,6 +42,7 @@ import yaml
 from spikeloop.experiments.ray_session import init_ray
 from spikeloop.experiments.run_log import DEVICE_LOST, FINISHED, NOTHING_TRAINED, SETUP_ERROR
 from spikeloop.experiments.schema import Experiment, experiment_from_dict, set_path
+from spikeloop.experiments.trial_files import PROVENANCE_FILE
 
 EMPTY_ITERATIONS = "empty_iterations"
 """Result key: iterations of the trial (in this driver) in which the learner received no env steps."""
@@ -424,6 +425,31 @@ def _tell_hardware(experiment: Experiment, reason: str, results) -> None:
         print(line, flush=True)
 
 
+def record_provenance(run_dir: Path, resumed: bool, command: str | None = None) -> None:
+    """Write (or, on a resume, extend) the run's provenance: which code ran its trials, from which command."""
+    from spikeloop.experiments.benchmarks.record import SOURCE_TREE, git_state, machine, utc_now
+
+    entry = {
+        "command": command,  # None when started from Python rather than the CLI
+        "cwd": os.getcwd(),
+        "git": git_state(SOURCE_TREE),
+        "machine": machine(),
+        "at": utc_now(),
+    }
+    path = run_dir / PROVENANCE_FILE
+    try:
+        record = json.loads(path.read_text()) if resumed and path.is_file() else {}
+    except (OSError, ValueError):
+        record = {}  # an unreadable record is replaced by what is known now, not allowed to stop the run
+    if not isinstance(record, dict) or "started" not in record:
+        record = {"started": entry, "resumed": []} if not resumed else {"started": None, "resumed": []}
+    if resumed:
+        record.setdefault("resumed", []).append(entry)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
 def latest_run_dir(experiment: Experiment) -> Path | None:
     """The newest run directory of this experiment's name (for --resume)."""
     root = Path(experiment.output.root_dir).resolve()
@@ -466,11 +492,18 @@ def _check_cluster_fit(experiment: Experiment) -> None:
         raise DoesNotFit(problem)
 
 
-def run(experiment: Experiment, *, sweep: bool, resume: bool = False, start_from: Path | None = None) -> Path:
+def run(
+    experiment: Experiment,
+    *,
+    sweep: bool,
+    resume: bool = False,
+    start_from: Path | None = None,
+    command: str | None = None,
+) -> Path:
     """Train (one trial) or sweep (the tune section), returning the run directory.
 
     `start_from`: a checkpoint (checked by `spikeloop.experiments.start_from.check_start`) whose weights every new trial
-    starts from.
+    starts from. `command`: the command line that started it, for the run's provenance record.
     """
     import ray
     from ray import tune
@@ -496,6 +529,7 @@ def run(experiment: Experiment, *, sweep: bool, resume: bool = False, start_from
         if run_dir is None:
             raise FileNotFoundError(f"no earlier run of {experiment.name!r} under {root} to resume")
         print(f"resuming {run_dir}", flush=True)
+        record_provenance(run_dir, resumed=True, command=command)
         # Finished trials too: a trial stopped by a device loss is finished for Tune; one that ended for good
         # returns at once (ENDED_FILE). Errored ones continue from their last checkpoint.
         again = tune.ResumeConfig.ResumeType.RESUME
@@ -506,6 +540,7 @@ def run(experiment: Experiment, *, sweep: bool, resume: bool = False, start_from
         run_dir = root / run_name
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / RESOLVED_FILE).write_text(experiment.to_yaml())
+        record_provenance(run_dir, resumed=False, command=command)
         param_space: dict[str, Any] = {"experiment": experiment.plain()}
         if start_from is not None:
             param_space[START_FROM] = str(start_from)

@@ -3,6 +3,8 @@
 A leaf module: the readers import it without the writer, which imports the analysis for its final figures.
 """
 
+PROVENANCE_FILE = "provenance.json"
+"""In a run directory: the command, the commit and the machine it started with, and each resume's (runner.py)."""
 EPISODES_FILE = "episodes.jsonl"
 CURVE_FILE = "learning_curve.png"
 STEPS_DIR = "steps"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -260,3 +261,42 @@ def test_check_plans_the_sweep() -> None:
     assert "no difference of any size is detectable; 10 seeds can reach it" in "\n".join(few)
     assert plan.lines(load_experiment(REPO / "experiments" / "quickstart.yaml"), cpus=2) == []
     assert math.isfinite(p.seconds)
+
+
+def test_a_sweep_exported_to_one_file_analyses_as_its_run(factorial: Path, tmp_path: Path) -> None:
+    """`--export` keeps the trials, experiment and provenance; the file reads back to the same analysis."""
+    from spikeloop.experiments.runner import record_provenance
+
+    run = tmp_path / "run"
+    shutil.copytree(factorial, run)  # a copy: the module's fixture stays as it was
+    record_provenance(run, resumed=False)
+    record_provenance(run, resumed=True)
+    record = json.loads((run / "provenance.json").read_text())
+    assert record["started"]["git"]["commit"] == record["resumed"][0]["git"]["commit"]
+    assert len(record["resumed"]) == 1 and record["started"]["machine"]["cpus"] >= 1
+
+    out, export = tmp_path / "from-run", tmp_path / "sweep.json"
+    proc = run_spikeloop(["analyze", str(run), "--output-dir", str(out), "--export", str(export)], timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    exported = json.loads(export.read_text())
+    assert exported["kind"] == sweep.EXPORT_KIND and exported["provenance"] == record
+    assert exported["experiment"]["tune"]["search_space"][END] == {"grid": [-5.0, -4.0]}
+    assert len(exported["trials"]) == 4 * 7 and {t["seed"] for t in exported["trials"]} == set(range(7))
+
+    again = tmp_path / "from-file"
+    proc = run_spikeloop(["analyze", str(export), "--output-dir", str(again)], timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a, b = (json.loads(f.read_text()) for f in (out / "analysis.json", again / "sweep.analysis.json"))
+    for key in ("comparisons", "main_effects", "pairing", "baseline", "factors"):
+        assert a[key] == b[key], key
+    for from_run, from_file in zip(a["configurations"], b["configurations"], strict=True):
+        # The same trials, named by their directory in the run and by the file and the directory in the export.
+        assert [Path(t).name for t in from_run.pop("trials")] == [t.split(": ")[1] for t in from_file.pop("trials")]
+        assert from_run == from_file
+
+    damaged = tmp_path / "damaged.json"
+    damaged.write_text(json.dumps({**exported, "trials": [{"seed": 0}]}))
+    proc = run_spikeloop(["analyze", str(damaged)], timeout=120)
+    assert proc.returncode == 1 and "damaged sweep export" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_spikeloop(["analyze", str(export), "--export", str(tmp_path / "x.json")], timeout=120)
+    assert proc.returncode == 2 and "--export reads a run directory" in proc.stderr

@@ -65,6 +65,13 @@ def test_train_quickstart_leaves_a_complete_run_directory(tmp_path: Path) -> Non
     assert {"devices", "loop", "safety", "feedback", "env", "model", "checkpoint"} <= set(resolved)
     summary = yaml.safe_load((run_dir / "summary.yaml").read_text())
     assert summary["trials"] == 1 and summary["errored"] == 0
+    # Which code and command made the run: the commit this checkout is at, the command as typed.
+    provenance = json.loads((run_dir / "provenance.json").read_text())
+    started = provenance["started"]
+    assert started["command"] == " ".join(
+        ["spikeloop", "train", "experiments/quickstart.yaml", *TWO_SMALL_ITERATIONS, "--set", f"output.root_dir={root}"]
+    )
+    assert len(started["git"]["commit"]) == 40 and provenance["resumed"] == []
 
     trial_dir = _only([p for p in run_dir.iterdir() if p.is_dir() and p.name.startswith("train_trial")], "trial")
     trial_resolved = yaml.safe_load((trial_dir / "experiment.yaml").read_text())
@@ -119,6 +126,8 @@ def test_train_quickstart_leaves_a_complete_run_directory(tmp_path: Path) -> Non
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]
     assert f"resuming {run_dir}" in proc.stdout
+    resumed = json.loads((run_dir / "provenance.json").read_text())
+    assert resumed["started"] == started and resumed["resumed"][0]["command"].endswith("--resume")
     assert "[iter " not in output
     assert (trial_dir / "episodes.jsonl").read_text().splitlines() == lines
     assert sorted(p.name for p in trial_dir.glob("checkpoint_*")) == checkpoints

@@ -10,6 +10,10 @@ Sources:
   resolved `experiment.yaml`; keys drawn at random (choice, uniform, ...) differ from
   trial to trial and are noise the comparison averages over; the trial's top-level
   `seed` is its seed (`tune.seeds` gives seed k the same value in every configuration).
+- a sweep's export (`spikeloop analyze RUN_DIR --export FILE`, e.g. the committed
+  docs/benchmarks/sweep.json): the same trials as the run directory (configuration,
+  seed, every episode's env steps, return and kill), with the run's experiment and
+  provenance, in one file small enough to commit; it analyses as the run did.
 - a learning benchmark file (`spikeloop bench learning` / `ablation` write
   docs/benchmarks/learning.json, ablation.json): each condition is a configuration of
   one factor, `condition`; seed k is the same RLlib and device seed in every condition,
@@ -55,6 +59,7 @@ from spikeloop.experiments.analysis.runs import (
     why_unfinished,
 )
 from spikeloop.experiments.dotted import get_path
+from spikeloop.experiments.trial_files import PROVENANCE_FILE
 
 FINAL_EPISODES = 100
 """Episodes in a trial's final window (the learning benchmark's window too)."""
@@ -169,10 +174,10 @@ def load(source: str | Path, include_unfinished: bool = False) -> SweepData:
     if source.is_file():
         if source.suffix != ".json":
             raise ValueError(
-                f"{source}: give a run directory (output.root_dir/<name>-<timestamp>) or a learning benchmark "
-                "file (docs/benchmarks/learning.json)"
+                f"{source}: give a run directory (output.root_dir/<name>-<timestamp>), a sweep export "
+                "(docs/benchmarks/sweep.json) or a learning benchmark file (docs/benchmarks/learning.json)"
             )
-        return load_benchmark(source)
+        return load_export(source) if _is_export(source) else load_benchmark(source)
     return load_run(source, include_unfinished)
 
 
@@ -248,6 +253,85 @@ def _value_or_none(experiment: dict[str, Any], key: str) -> Any:
         return get_path(experiment, key)
     except KeyError:
         return None
+
+
+EXPORT_KIND = "spikeloop sweep export"
+"""The `kind` of a file `export` writes (how `load` tells it from a benchmark file)."""
+
+
+def _is_export(path: Path) -> bool:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False  # load_benchmark says what is wrong with it
+    return isinstance(data, dict) and data.get("kind") == EXPORT_KIND
+
+
+def _floats(values: np.ndarray) -> list[float | None]:
+    return [float(v) if math.isfinite(v) else None for v in np.asarray(values, dtype=np.float64)]
+
+
+def export(data: SweepData) -> dict[str, Any]:
+    """A run's trials, its experiment and its provenance as one JSON-able record that `load` reads back."""
+    run_dir = Path(data.source)
+    experiment = yaml.safe_load((run_dir / RESOLVED_FILE).read_text()) if (run_dir / RESOLVED_FILE).is_file() else None
+    provenance = None
+    if (run_dir / PROVENANCE_FILE).is_file():
+        provenance = json.loads((run_dir / PROVENANCE_FILE).read_text())
+    return {
+        "kind": EXPORT_KIND,
+        "run_kind": data.kind,
+        "source": str(run_dir),
+        "experiment": experiment,
+        "provenance": provenance,
+        "factors": data.factors,
+        "default_baseline": list(data.default_baseline),
+        "drawn_keys": data.drawn_keys,
+        "left_out": data.left_out,
+        "trials": [
+            {
+                "configuration": dict(zip(data.factors, unit.configuration, strict=True)),
+                "seed": unit.seed,
+                "trial": Path(unit.source).name,
+                "drawn": unit.drawn,
+                "env_steps": _floats(unit.env_steps),
+                "return": _floats(unit.returns),
+                "kill": _floats(unit.kills),
+            }
+            for unit in data.units
+        ],
+    }
+
+
+def _array(values: list[float | None]) -> np.ndarray:
+    return np.asarray([math.nan if v is None else v for v in values], dtype=np.float64)
+
+
+def load_export(path: Path) -> SweepData:
+    """A sweep's export (`export`), as the run directory it came from was read."""
+    try:
+        data = json.loads(path.read_text())
+        factors = {key: list(levels) for key, levels in data["factors"].items()}
+        units = [
+            Unit(
+                configuration=tuple(trial["configuration"][key] for key in factors),
+                seed=int(trial["seed"]),
+                returns=_array(trial["return"]),
+                kills=_array(trial["kill"]),
+                env_steps=_array(trial["env_steps"]),
+                source=f"{path.name}: {trial['trial']}",
+                drawn=dict(trial.get("drawn") or {}),
+            )
+            for trial in data["trials"]
+        ]
+        baseline = tuple(data["default_baseline"])
+        kind, drawn_keys, left_out = data["run_kind"], list(data["drawn_keys"]), dict(data["left_out"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(
+            f"{path}: a damaged sweep export (written by `spikeloop analyze RUN_DIR --export FILE`): "
+            f"{type(exc).__name__}: {exc}; export it again from its run directory"
+        ) from None
+    return SweepData(kind, path, factors, units, drawn_keys, baseline, left_out)
 
 
 def load_benchmark(path: Path) -> SweepData:

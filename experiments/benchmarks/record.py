@@ -19,9 +19,19 @@ def provenance(name: str, argv: list[str] | None) -> dict[str, Any]:
     return {
         "command": " ".join(["spikeloop", "bench", name, *(argv or [])]),
         "git": git_state(SOURCE_TREE),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine(),
+        "measured_at": utc_now(),
     }
+
+
+def machine() -> dict[str, Any]:
+    """The machine a measurement ran on: CPUs, Python and platform."""
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+
+
+def utc_now() -> str:
+    """The time now, as the result files write it (UTC, ISO 8601)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def write_result(path: Path, result: dict[str, Any]) -> None:

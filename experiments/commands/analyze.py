@@ -48,6 +48,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--output-dir", type=Path, default=None, help="write the files here instead")
     parser.add_argument(
+        "--export",
+        type=Path,
+        default=None,
+        metavar="FILE.json",
+        help="also write the run's trials (configuration, seed, each episode's env steps, return and kill), its "
+        "experiment and its provenance (commit, command, machine) into one file that `spikeloop analyze FILE.json` "
+        "reads back as the run: a sweep's record small enough to commit (e.g. docs/benchmarks/sweep.json)",
+    )
+    parser.add_argument(
         "--include-unfinished",
         action="store_true",
         help="also read trials that have not reached their stop condition (a sweep still running, a run stopped "
@@ -89,11 +98,19 @@ def main(argv: list[str]) -> int:
     from spikeloop.experiments.analysis import report, sweep
 
     data = sweep.load(args.source, include_unfinished=args.include_unfinished)
+    if args.export is not None:
+        if not Path(args.source).is_dir():
+            print(f"spikeloop analyze: --export reads a run directory, not the file {args.source}", file=sys.stderr)
+            return 2
+        from spikeloop.experiments.benchmarks.record import utc_now, write_result
+
+        write_result(args.export, sweep.export(data) | {"exported_at": utc_now()})
     baseline = sweep.parse_baseline(data, args.baseline)
     result = report.with_curves(sweep.analyze(data, baseline, args.alpha, args.alternative), data)
     paths = report.write(result, data, args.output_dir)
     print(report.printed(result))
-    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    written = [*paths.values(), *([args.export] if args.export is not None else [])]
+    print("wrote " + ", ".join(str(p) for p in written))
     return 0
 
 

@@ -38,5 +38,6 @@ def main(argv: list[str]) -> int:
     start_from = start_or_exit(args, experiment)
     from spikeloop.experiments.runner import run
 
-    run(experiment, sweep=False, resume=args.resume, start_from=start_from)
+    command = " ".join(["spikeloop", "train", *argv])
+    run(experiment, sweep=False, resume=args.resume, start_from=start_from, command=command)
     return 0
