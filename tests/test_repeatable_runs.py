@@ -1,4 +1,7 @@
-"""An unpaced simulated run repeats bit for bit: `spikeloop train` twice, the same episodes.jsonl byte for byte.
+"""An unpaced simulated run repeats bit for bit: the same episodes.jsonl byte for byte.
+
+In the default suite: one `spikeloop tune` of two identical trials side by side (the shipped sweep's trial
+shape, two iterations), one with the live view on. In the long tier: `spikeloop train` twice, as below.
 
 The quickstart experiment as a user runs it (a `sim` culture as fast as possible, one remote env runner, the
 learner updating between iterations), cut to two iterations of 256 env steps. The second run has the live view
@@ -14,9 +17,11 @@ from __future__ import annotations
 import json
 import re
 import socket
+import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 
 from spikeloop.bridge.device.program import Device, DeviceConfig
 from spikeloop.bridge.wire.address import DeviceAddress
@@ -77,6 +82,58 @@ def test_two_runs_of_one_seed_write_the_same_episodes(tmp_path: Path) -> None:
     assert all(line["timeouts_in_episode"] == 0 for line in lines)
     assert "wall_time" not in lines[0]  # the one clock reading a record carried
     assert second.read_bytes() == first.read_bytes()
+
+
+def _sweep_of_two_identical_runs(view_port: int) -> str:
+    """The shipped feedback sweep's trial (sim culture unpaced, no env runners) cut to two iterations, run twice.
+
+    The one grid key is the live view, which must change nothing the culture or the learner sees: the two
+    trials are the same experiment and seed, run side by side on a loaded machine, one with the view on.
+    """
+    return textwrap.dedent(f"""\
+        name: repeat
+        seed: 0
+        devices:
+          - {{device_id: sim, backend: sim, realtime: false}}
+        env: {{scenario: basic, frame_skip: 4}}
+        ppo: {{train_batch_size_per_learner: 256, minibatch_size: 64}}
+        resources: {{num_env_runners: 0}}
+        stop: {{iterations: 2}}
+        checkpoint: {{every_iterations: 100, keep: 1, at_end: false}}
+        view: {{port: {view_port}}}
+        tune:
+          search_space:
+            view.enabled: {{grid: [false, true]}}
+          max_concurrent_trials: 2
+          max_failures: 0
+        """)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_two_trials_of_one_seed_side_by_side_write_the_same_episodes(tmp_path: Path) -> None:
+    """The default suite's check of repeatability: one `spikeloop tune`, two identical trials, byte-identical output.
+
+    The trials share the machine's two cores (each starves the other now and then: the reply timeouts a loaded
+    machine used to cause), learn between their iterations, and one serves the live view.
+    """
+    config = tmp_path / "repeat.yaml"
+    config.write_text(_sweep_of_two_identical_runs(free_port(kind="tcp")))
+    proc = run_spikeloop(["tune", str(config), "--set", f"output.root_dir={tmp_path}"], timeout=840)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    found = re.findall(r"run directory: (\S+)", proc.stdout)
+    assert found, proc.stdout[-2000:]
+    trials = sorted(Path(found[-1]).glob("*/episodes.jsonl"))
+    assert len(trials) == 2, trials
+    views = [yaml.safe_load((t.parent / "experiment.yaml").read_text())["view"]["enabled"] for t in trials]
+    assert sorted(views) == [False, True]
+    assert "live view of env runner" in proc.stdout + proc.stderr  # the view did serve in one of them
+    lines = [json.loads(line) for line in trials[0].read_text().splitlines()]
+    assert len(lines) >= 5 and {line["iteration"] for line in lines} == {1, 2}  # both iterations, some episodes
+    assert len({line["episode_length"] for line in lines}) > 1  # different games, not one repeated
+    assert sum(line["episode_feedback_commands"] for line in lines) > 0  # feedback reached the culture
+    assert all(line["timeouts_in_episode"] == 0 for line in lines)
+    assert trials[1].read_bytes() == trials[0].read_bytes()
 
 
 @pytest.mark.parametrize("realtime", [False, True])
