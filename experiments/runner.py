@@ -43,6 +43,9 @@ from spikeloop.experiments.ray_session import init_ray
 from spikeloop.experiments.run_log import DEVICE_LOST, FINISHED, NOTHING_TRAINED, SETUP_ERROR
 from spikeloop.experiments.schema import Experiment, experiment_from_dict, set_path
 from spikeloop.experiments.trial_files import PROVENANCE_FILE
+from spikeloop.models import rllib_notices
+
+rllib_notices.install()  # in a trial's process too, before Tune's actor logs its setup time
 
 EMPTY_ITERATIONS = "empty_iterations"
 """Result key: iterations of the trial (in this driver) in which the learner received no env steps."""
@@ -162,6 +165,27 @@ def score_of(tune_config_or_experiment: dict[str, Any] | Experiment) -> tuple[st
     return metric_key(tag), mode, float("-inf") if mode == "max" else float("inf")
 
 
+def sweep_trials(experiment: Experiment) -> int:
+    """How many trials `spikeloop tune` runs: grid points x seeds x samples."""
+    from spikeloop.experiments.analysis.plan import grid_points
+
+    return grid_points(experiment) * experiment.tune.seeds * experiment.tune.num_samples
+
+
+def _sweep_tag(tune_config: dict[str, Any]) -> str:
+    """`[trial N] ` before a sweep trial's progress lines (its settings are printed once, at its start)."""
+    from ray import tune
+
+    from spikeloop.experiments.tune_logging import trial_label, trial_number
+
+    if "sweep" not in tune_config and SEED_INDEX not in tune_config:
+        return ""
+    number = trial_number(tune.get_context().get_trial_id() or "")
+    tag = f"[trial {number}] " if number is not None else ""
+    print(f"{tag}{trial_label(tune_config)}", flush=True)
+    return tag
+
+
 def train_trial(tune_config: dict[str, Any]) -> None:
     """The Tune function trainable: build, (restore,) train, log, checkpoint, finish.
 
@@ -249,6 +273,7 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
 
         start_trial(algo, Path(tune_config[START_FROM]), trial_dir)
     log = RunLog(trial_dir)
+    tag = _sweep_tag(tune_config)
     if start is None:  # a resumed trial's first event file has its HPARAMS session already
         log.start_session(experiment, base_seed=int(tune_config["experiment"].get("seed", 0)))
     stop = experiment.stop
@@ -274,7 +299,7 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
             trained[LEARNER_ENV_STEPS] += int(values.get("ppo/env_steps_received", 0))
             trained[EMPTY_ITERATIONS] += empty is not None
             log.log_empty_iterations(result, trained[EMPTY_ITERATIONS])
-            print(log.progress_line(result, values, empty), flush=True)
+            print(tag + log.progress_line(result, values, empty), flush=True)
             iteration = algo.iteration
             done = stop_reached(
                 stop,
@@ -509,7 +534,7 @@ def run(
     from ray import tune
 
     from spikeloop.experiments.checkpoint_upgrade import refuse_old
-    from spikeloop.experiments.tune_logging import NoTuneTensorBoard
+    from spikeloop.experiments.tune_logging import NoTuneTensorBoard, SweepProgress
     from spikeloop.models import rllib_notices
 
     if resume and (earlier := latest_run_dir(experiment)) is not None:
@@ -567,7 +592,8 @@ def run(
                     checkpoint_score_order=mode,
                 ),
                 failure_config=tune.FailureConfig(max_failures=t.max_failures),
-                callbacks=[NoTuneTensorBoard()],  # the trial writes its own tags; no ray/tune/* copies
+                # The trial writes its own tags (no ray/tune/* copies); a sweep prints its progress as trials end.
+                callbacks=[NoTuneTensorBoard(), *([SweepProgress(sweep_trials(experiment))] if sweep else [])],
                 verbose=0,
             ),
         )

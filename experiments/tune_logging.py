@@ -1,4 +1,4 @@
-"""Tune's own logging, minus its TensorBoard copy.
+"""Tune's own logging, minus its TensorBoard copy; a sweep's progress in one line per finished trial.
 
 Tune adds a TensorBoardX logger to every trial unless one is already in the run's callbacks; it writes each
 reported metric again as `ray/tune/*` into the trial directory, beside the tags the trial writes itself
@@ -8,6 +8,11 @@ nothing; Tune's JSON and CSV logs (`result.json`, `progress.csv`), which its exp
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+from typing import Any
+
+from ray.tune import Callback
 from ray.tune.logger import TBXLoggerCallback
 
 
@@ -26,3 +31,95 @@ class NoTuneTensorBoard(TBXLoggerCallback):
 
     def log_trial_end(self, trial, failed: bool = False) -> None:
         pass
+
+
+def trial_label(config: dict[str, Any]) -> str:
+    """A sweep trial's swept settings and seed, short key names (`use_reward_feedback=true, ..., seed 3`)."""
+    from spikeloop.experiments.analysis.sweep import format_value, short_names
+
+    swept = config.get("sweep") or {}
+    names = short_names(list(swept))
+    parts = [f"{names[key]}={format_value(value)}" for key, value in swept.items()]
+    seed_index = config.get("sweep_seed_index")
+    if seed_index is not None:
+        parts.append(f"seed {seed_index}")
+    return ", ".join(parts) or "the experiment as written"
+
+
+def trial_number(trial_id: str) -> int | None:
+    """Tune's trial id (`e08a4_00005`, or a trial name ending in it) -> its number in the sweep (5)."""
+    tail = trial_id.rsplit("_", 1)[-1]
+    return int(tail) if tail.isdigit() else None
+
+
+def _duration(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{max(minutes, 1)} min"
+
+
+class SweepProgress(Callback):
+    """Prints, as each trial of a sweep ends, how far the sweep is, that trial's result and the time left.
+
+    The time left is the pace of this driver's finished trials (wall time per finished trial, so trials side by
+    side count as they run) times the trials not yet finished; trials a `--resume` found finished do not count
+    towards the pace.
+    """
+
+    def __init__(self, total_trials: int) -> None:
+        self.total = total_trials
+        self.setup()
+
+    def setup(self, **info) -> None:
+        """The sweep (re)starts in this driver: the pace counts from now."""
+        self._started = time.monotonic()
+        self._ended_here = 0
+        self._failed = 0
+
+    def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
+        """A trial reached its end (stop condition, or ended by a lost device or a setup error)."""
+        self._ended(trials, trial, failed=False)
+
+    def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
+        """A trial failed for good (its retries spent)."""
+        self._ended(trials, trial, failed=True)
+
+    def _ended(self, trials: list, trial, failed: bool) -> None:
+        self._ended_here += 1
+        self._failed += failed
+        # Tune calls back before it marks the trial itself as ended.
+        done = len({t.trial_id for t in trials if t.status in ("TERMINATED", "ERROR")} | {trial.trial_id})
+        running = sum(t.status == "RUNNING" and t.trial_id != trial.trial_id for t in trials)
+        line = f"[sweep] {done}/{self.total} trials ended"
+        line += f" ({self._failed} failed here)" if self._failed else ""
+        number = trial_number(trial.trial_id)
+        line += f", {running} running; trial {number if number is not None else trial.trial_id} "
+        line += f"({trial_label(trial.config)}): {self._outcome(trial, failed)}"
+        left = self.total - done
+        if left > 0:
+            pace = (time.monotonic() - self._started) / self._ended_here
+            line += f"; about {_duration(pace * left)} left at this pace"
+        print(line, flush=True)
+
+    @staticmethod
+    def _outcome(trial, failed: bool) -> str:
+        if failed:
+            return "FAILED (its error is in the trial directory's error.txt)"
+        result = trial.last_result or {}
+        for key in ("setup_error", "device_lost", "nothing_trained"):
+            if result.get(key):
+                return f"ended early: {key.replace('_', ' ')}"
+        from spikeloop.experiments.analysis.sweep import FINAL_EPISODES
+        from spikeloop.experiments.hparams_log import final_figures
+
+        try:
+            figures = final_figures(Path(trial.path))
+        except (OSError, ValueError):
+            figures = {}  # the trial directory is not readable from here: its figures are in its TensorBoard files
+        if "final/return_mean" not in figures:
+            return "finished"
+        kills = figures.get("final/kill_rate")
+        episodes = int(result.get("episodes_logged") or 0)
+        window = f"last {FINAL_EPISODES} episodes" if episodes >= FINAL_EPISODES else f"all {episodes} episodes"
+        return f"final return {figures['final/return_mean']:.1f}" + (
+            f", kill rate {kills:.2f} ({window})" if kills is not None else f" ({window})"
+        )

@@ -6,7 +6,11 @@ it), that RLlib builds its own modules through a deprecated path (RLlib's own ca
 that GPUtil is missing (spikeloop monitors no GPU), that the private local Ray turned
 token authentication on (it stays on; README, "Running on a Ray cluster", says how
 clients pass the token), that it started, that Tune wrote a checkpoint or its
-experiment state (spikeloop's own progress lines report the run). Only these exact
+experiment state (spikeloop's own progress lines report the run), that Tune
+snapshots a sweep's state often (its checkpoints are spikeloop's choice, the
+snapshots cost little) and that a trial's setup took seconds (starting a culture
+and a game does; Tune's remedy, reusing actors, would carry one trial's culture
+into the next). Only these exact
 messages are dropped, on the loggers that emit them; every other warning still shows.
 
 Tune's banner (an experiment table, Tune's result path and a TensorBoard command for
@@ -28,6 +32,8 @@ NOTICES: tuple[tuple[str, str], ...] = (
     ("ray._private.worker", "Started a local Ray instance"),
     ("ray.train._internal.storage", "Checkpoint successfully created"),
     ("ray.tune.tune", "Wrote the latest version of all result files and experiment state"),
+    ("ray.tune.execution.experiment_state", "Experiment state snapshotting has been triggered multiple times"),
+    ("ray.tune.trainable.trainable", "Trainable.setup took"),
 )
 """(logger name, a fragment of the message) of each notice dropped."""
 

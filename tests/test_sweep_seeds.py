@@ -56,7 +56,8 @@ SWEEP_YAML = textwrap.dedent(f"""\
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tune_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The sweep's run directory and what `spikeloop tune` printed."""
     root = tmp_path_factory.mktemp("sweep")
     config = root / "planted.yaml"
     config.write_text(SWEEP_YAML)
@@ -64,7 +65,33 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     found = re.findall(r"run directory: (\S+)", proc.stdout)
     assert found, proc.stdout[-2000:]
-    return Path(found[-1])
+    return Path(found[-1]), proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def run_dir(tune_run: tuple[Path, str]) -> Path:
+    return tune_run[0]
+
+
+def test_the_sweep_shows_its_progress(tune_run: tuple[Path, str]) -> None:
+    """Each ended trial: how far the sweep is, which trial it was, its result and the time left; no Tune chatter."""
+    _, output = tune_run
+    ended = re.findall(r"\[sweep\] (\d+)/(\d+) trials ended, (\d+) running; trial (\d+) \(([^)]*)\): (.*)", output)
+    assert len(ended) == 2 * SEEDS, output[-4000:]
+    assert sorted(int(done) for done, *_ in ended) == list(range(1, 2 * SEEDS + 1))
+    assert {int(total) for _, total, *_ in ended} == {2 * SEEDS}
+    assert sorted(int(number) for _, _, _, number, *_ in ended) == list(range(2 * SEEDS))
+    labels = {label for *_, label, _ in ended}
+    assert labels == {f"end_health_per_hp={v}, seed {k}" for v in (-5.0, -4.0) for k in range(SEEDS)}
+    # Figures from the trial's episodes (the last 100, or all of them here); the last line has no time left.
+    assert all(re.match(r"final return -?\d+\.\d, kill rate \d\.\d\d \(all \d+ episodes\)", o) for *_, o in ended)
+    assert all("left at this pace" in outcome for *_, outcome in ended[:-1])
+    assert "left at this pace" not in ended[-1][-1]
+    # A sweep trial's progress lines say which trial they are, and each trial says its settings once.
+    assert re.search(r"\[trial \d+\] \[iter 1\] episodes", output), output[-3000:]
+    assert len(re.findall(r"\[trial \d+\] end_health_per_hp=-[45]\.0, seed \d\n", output)) == 2 * SEEDS
+    for chatter in ("Trainable.setup took", "Experiment state snapshotting"):
+        assert chatter not in output, output[output.find(chatter) - 2000 : output.find(chatter) + 2000]
 
 
 def _trials(run_dir: Path) -> list[tuple[dict, list[dict]]]:
