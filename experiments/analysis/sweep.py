@@ -10,8 +10,8 @@ Sources:
   resolved `experiment.yaml`; keys drawn at random (choice, uniform, ...) differ from
   trial to trial and are noise the comparison averages over; the trial's top-level
   `seed` is its seed (`tune.seeds` gives seed k the same value in every configuration).
-- a sweep's export (`spikeloop analyze RUN_DIR --export FILE`, e.g. the committed
-  docs/benchmarks/sweep.json): the same trials as the run directory (configuration,
+- a sweep's export (`spikeloop analyze RUN_DIR --export FILE`, e.g. a sweep's record
+  committed beside the benchmarks): the same trials as the run directory (configuration,
   seed, every episode's env steps, return and kill), with the run's experiment and
   provenance, in one file small enough to commit; it analyses as the run did.
 - a learning benchmark file (`spikeloop bench learning` / `ablation` write
@@ -175,7 +175,7 @@ def load(source: str | Path, include_unfinished: bool = False) -> SweepData:
         if source.suffix != ".json":
             raise ValueError(
                 f"{source}: give a run directory (output.root_dir/<name>-<timestamp>), a sweep export "
-                "(docs/benchmarks/sweep.json) or a learning benchmark file (docs/benchmarks/learning.json)"
+                "(`spikeloop analyze RUN_DIR --export FILE.json`) or a learning benchmark file (docs/benchmarks/learning.json)"
             )
         return load_export(source) if _is_export(source) else load_benchmark(source)
     return load_run(source, include_unfinished)

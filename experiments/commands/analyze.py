@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE.json",
         help="also write the run's trials (configuration, seed, each episode's env steps, return and kill), its "
         "experiment and its provenance (commit, command, machine) into one file that `spikeloop analyze FILE.json` "
-        "reads back as the run: a sweep's record small enough to commit (e.g. docs/benchmarks/sweep.json)",
+        "reads back as the run: a sweep's record small enough to commit",
     )
     parser.add_argument(
         "--include-unfinished",
