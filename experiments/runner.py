@@ -42,7 +42,7 @@ import yaml
 from spikeloop.experiments.ray_session import init_ray
 from spikeloop.experiments.run_log import DEVICE_LOST, FINISHED, NOTHING_TRAINED, SETUP_ERROR
 from spikeloop.experiments.schema import Experiment, experiment_from_dict, set_path
-from spikeloop.experiments.trial_files import PROVENANCE_FILE
+from spikeloop.experiments.trial_files import PROVENANCE_FILE, REPEATS_FILE
 from spikeloop.models import rllib_notices
 
 rllib_notices.install()  # in a trial's process too, before Tune's actor logs its setup time
@@ -166,10 +166,10 @@ def score_of(tune_config_or_experiment: dict[str, Any] | Experiment) -> tuple[st
 
 
 def sweep_trials(experiment: Experiment) -> int:
-    """How many trials `spikeloop tune` runs: grid points x seeds x samples."""
-    from spikeloop.experiments.analysis.plan import grid_points
+    """How many trials `spikeloop tune` runs: grid points (less those that repeat another) x seeds x samples."""
+    from spikeloop.experiments.analysis.plan import configurations_run
 
-    return grid_points(experiment) * experiment.tune.seeds * experiment.tune.num_samples
+    return configurations_run(experiment) * experiment.tune.seeds * experiment.tune.num_samples
 
 
 def _sweep_tag(tune_config: dict[str, Any]) -> str:
@@ -418,9 +418,22 @@ def _train_iteration(algo) -> dict[str, Any]:
         raise
 
 
-def _search_space(experiment: Experiment) -> dict[str, Any]:
+def _search_space(experiment: Experiment, run_dir: Path | None = None) -> Any:
+    """Tune's search space; an all-grid one without the points that repeat another (listed in repeats.json)."""
     from ray import tune
 
+    from spikeloop.experiments.sweep_repeats import reasons, thin_grid
+
+    points, repeats = thin_grid(experiment.plain(), experiment.tune.search_space)
+    if repeats:
+        if run_dir is not None:
+            (run_dir / REPEATS_FILE).write_text(json.dumps([r.to_json() for r in repeats], indent=2) + "\n")
+        print(
+            f"sweep: {len(points)} of {len(points) + len(repeats)} configurations run; {len(repeats)} repeat "
+            f"another exactly and are read as it ({reasons(repeats)}; each in {REPEATS_FILE})",
+            flush=True,
+        )
+        return tune.grid_search(points)
     return {
         key: getattr(tune, SEARCH_FUNCTIONS[kind])(arg)
         for key, spec in experiment.tune.search_space.items()
@@ -570,7 +583,7 @@ def run(
         if start_from is not None:
             param_space[START_FROM] = str(start_from)
         if sweep and experiment.tune.search_space:
-            param_space["sweep"] = _search_space(experiment)
+            param_space["sweep"] = _search_space(experiment, run_dir)
         if sweep and experiment.tune.seeds > 1:
             param_space[SEED_INDEX] = tune.grid_search(list(range(experiment.tune.seeds)))
         t = experiment.tune

@@ -5,6 +5,8 @@ A leaf module: the readers import it without the writer, which imports the analy
 
 PROVENANCE_FILE = "provenance.json"
 """In a run directory: the command, the commit and the machine it started with, and each resume's (runner.py)."""
+REPEATS_FILE = "repeats.json"
+"""In a sweep's run directory: grid points not run because they repeat another exactly (sweep_repeats.py)."""
 EPISODES_FILE = "episodes.jsonl"
 CURVE_FILE = "learning_curve.png"
 STEPS_DIR = "steps"

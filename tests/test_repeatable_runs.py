@@ -87,8 +87,10 @@ def test_two_runs_of_one_seed_write_the_same_episodes(tmp_path: Path) -> None:
 def _sweep_of_two_identical_runs(view_port: int) -> str:
     """The shipped feedback sweep's trial (sim culture unpaced, no env runners) cut to two iterations, run twice.
 
-    The one grid key is the live view, which must change nothing the culture or the learner sees: the two
-    trials are the same experiment and seed, run side by side on a loaded machine, one with the view on.
+    The grid: the live view off and on, which must change nothing the culture or the learner sees, and the
+    episode feedback's surprise scaling off and on, which does nothing while surprise scaling is off: two of
+    the four points repeat the other two, so `spikeloop tune` runs two trials, the same experiment and seed,
+    side by side on a loaded machine, one with the view on.
     """
     return textwrap.dedent(f"""\
         name: repeat
@@ -96,6 +98,7 @@ def _sweep_of_two_identical_runs(view_port: int) -> str:
         devices:
           - {{device_id: sim, backend: sim, realtime: false}}
         env: {{scenario: basic, frame_skip: 4}}
+        feedback: {{surprise: {{enabled: false}}}}
         ppo: {{train_batch_size_per_learner: 256, minibatch_size: 64}}
         resources: {{num_env_runners: 0}}
         stop: {{iterations: 2}}
@@ -104,36 +107,69 @@ def _sweep_of_two_identical_runs(view_port: int) -> str:
         tune:
           search_space:
             view.enabled: {{grid: [false, true]}}
+            feedback.episode_feedback_surprise_scaling: {{grid: [true, false]}}
           max_concurrent_trials: 2
           max_failures: 0
         """)
 
 
+@pytest.fixture(scope="module")
+def identical_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The run directory of that sweep and what `spikeloop tune` printed."""
+    root = tmp_path_factory.mktemp("repeat")
+    config = root / "repeat.yaml"
+    config.write_text(_sweep_of_two_identical_runs(free_port(kind="tcp")))
+    proc = run_spikeloop(["tune", str(config), "--set", f"output.root_dir={root}"], timeout=840)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    found = re.findall(r"run directory: (\S+)", proc.stdout)
+    assert found, proc.stdout[-2000:]
+    return Path(found[-1]), proc.stdout + proc.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_two_trials_of_one_seed_side_by_side_write_the_same_episodes(tmp_path: Path) -> None:
+def test_two_trials_of_one_seed_side_by_side_write_the_same_episodes(identical_sweep: tuple[Path, str]) -> None:
     """The default suite's check of repeatability: one `spikeloop tune`, two identical trials, byte-identical output.
 
     The trials share the machine's two cores (each starves the other now and then: the reply timeouts a loaded
     machine used to cause), learn between their iterations, and one serves the live view.
     """
-    config = tmp_path / "repeat.yaml"
-    config.write_text(_sweep_of_two_identical_runs(free_port(kind="tcp")))
-    proc = run_spikeloop(["tune", str(config), "--set", f"output.root_dir={tmp_path}"], timeout=840)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    found = re.findall(r"run directory: (\S+)", proc.stdout)
-    assert found, proc.stdout[-2000:]
-    trials = sorted(Path(found[-1]).glob("*/episodes.jsonl"))
+    run_dir, output = identical_sweep
+    trials = sorted(run_dir.glob("*/episodes.jsonl"))
     assert len(trials) == 2, trials
     views = [yaml.safe_load((t.parent / "experiment.yaml").read_text())["view"]["enabled"] for t in trials]
     assert sorted(views) == [False, True]
-    assert "live view of env runner" in proc.stdout + proc.stderr  # the view did serve in one of them
+    assert "live view of env runner" in output  # the view did serve in one of them
     lines = [json.loads(line) for line in trials[0].read_text().splitlines()]
     assert len(lines) >= 5 and {line["iteration"] for line in lines} == {1, 2}  # both iterations, some episodes
     assert len({line["episode_length"] for line in lines}) > 1  # different games, not one repeated
     assert sum(line["episode_feedback_commands"] for line in lines) > 0  # feedback reached the culture
     assert all(line["timeouts_in_episode"] == 0 for line in lines)
     assert trials[1].read_bytes() == trials[0].read_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_grid_points_that_repeat_another_are_not_run_and_are_read_as_it(identical_sweep: tuple[Path, str]) -> None:
+    """The scaling swept while surprise is off: listed in repeats.json, not run, analysed as its twin."""
+    run_dir, output = identical_sweep
+    assert "sweep: 2 of 4 configurations run; 2 repeat another exactly" in output
+    repeats = json.loads((run_dir / "repeats.json").read_text())
+    scaling = "feedback.episode_feedback_surprise_scaling"
+    assert [(r["configuration"]["view.enabled"], r["configuration"][scaling]) for r in repeats] == [
+        (False, False),
+        (True, False),
+    ]
+    assert all(r["same_as"] == r["configuration"] | {scaling: True} for r in repeats)
+    assert all("feedback.surprise.enabled is false" in r["why"] for r in repeats)
+    assert re.search(r"\[sweep\] 2/2 trials ended", output), output[-3000:]
+
+    proc = run_spikeloop(["analyze", str(run_dir)], timeout=300)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert "Not run: 2 grid point(s)" in proc.stdout
+    result = json.loads((run_dir / "analysis.json").read_text())
+    finals = {c["label"]: c["final_return"]["per_seed"] for c in result["configurations"]}
+    assert len(finals) == 4 and len({json.dumps(v) for v in finals.values()}) == 1  # one experiment, four names
 
 
 @pytest.mark.parametrize("realtime", [False, True])

@@ -49,6 +49,18 @@ def grid_points(experiment) -> int:
     return math.prod(len(spec["grid"]) for spec in experiment.tune.search_space.values() if "grid" in spec)
 
 
+def repeats(experiment) -> list:
+    """The grid points `spikeloop tune` does not run because they repeat another exactly (sweep_repeats.py)."""
+    from spikeloop.experiments.sweep_repeats import thin_grid
+
+    return thin_grid(experiment.plain(), experiment.tune.search_space)[1]
+
+
+def configurations_run(experiment) -> int:
+    """Grid points `spikeloop tune` runs: all of them, less those that repeat another."""
+    return grid_points(experiment) - len(repeats(experiment))
+
+
 def benchmark_condition(experiment) -> str | None:
     """The learning benchmark's condition that runs like this experiment (None: no benchmark does)."""
     if experiment.policy == "direct":
@@ -87,7 +99,7 @@ def plan(experiment, cpus: float | None = None) -> SweepPlan:
     """The sweep `spikeloop tune` would run for this experiment."""
     t = experiment.tune
     configurations, seeds, samples = grid_points(experiment), t.seeds, t.num_samples
-    trials = configurations * seeds * samples
+    trials = configurations_run(experiment) * seeds * samples
     seconds, basis = _wall_time(experiment, trials, cpus)
     return SweepPlan(configurations, seeds, samples, trials, seconds, basis, _power_lines(experiment, configurations))
 
@@ -207,9 +219,20 @@ def lines(experiment, cpus: float | None = None) -> list[str]:
     """What `spikeloop check` prints about the sweep (nothing without a search space or seeds)."""
     if not experiment.tune.search_space and experiment.tune.seeds == 1:
         return []
+    from spikeloop.experiments.sweep_repeats import reasons
+
     p = plan(experiment, cpus)
+    repeated = repeats(experiment)
+    run = p.configurations - len(repeated)
     size = (
-        f"[info] sweep: {p.configurations} configuration(s) (grid points) x {p.seeds} seed(s)"
+        f"[info] sweep: {p.configurations} configuration(s) (grid points)"
+        + (
+            f", {len(repeated)} of them the same experiment as another and not run ({reasons(repeated)}; "
+            f"analyze reads each as the one it repeats): {run}"
+            if repeated
+            else ""
+        )
+        + f" x {p.seeds} seed(s)"
         + (f" x {p.samples} samples" if p.samples > 1 else "")
         + f" = {p.trials} trial(s)"
     )

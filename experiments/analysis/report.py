@@ -123,6 +123,8 @@ def markdown(result: dict[str, Any]) -> str:
         )
     if result.get("left_out"):
         lines += ["", left_out_sentence(result)]
+    if result.get("repeats"):
+        lines += ["", repeats_sentence(result)]
     lines += ["", "## Configurations", "", *configurations_table(result)]
     short = [
         f"{e['label']} (seeds {', '.join(e['short_seeds'])})" for e in result["configurations"] if e["short_seeds"]
@@ -255,6 +257,21 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"not JSON: {type(value).__name__}")
 
 
+def repeats_sentence(result: dict[str, Any]) -> str:
+    """Which grid points were not run because they repeat another, and why: their figures are the other's."""
+    repeats = result["repeats"]
+
+    def short(configuration: dict[str, Any]) -> str:
+        return ", ".join(f"{k.rsplit('.', 1)[-1]}={sweep.format_value(v)}" for k, v in configuration.items())
+
+    return (
+        f"Not run: {len(repeats)} grid point(s) that are the same experiment as another (a setting that does "
+        "nothing there), read as the one they repeat, seed for seed: "
+        + "; ".join(f"{short(r['configuration'])} = {short(r['same_as'])} ({r.get('why', '')})" for r in repeats)
+        + "."
+    )
+
+
 def left_out_sentence(result: dict[str, Any]) -> str:
     """Which trials the analysis left out because they have not reached their stop condition."""
     left_out = result["left_out"]
@@ -267,6 +284,7 @@ def left_out_sentence(result: dict[str, Any]) -> str:
 def printed(result: dict[str, Any]) -> str:
     """What the command prints: the configurations, the comparisons of the final return, every verdict."""
     lines = [left_out_sentence(result)] if result.get("left_out") else []
+    lines += [repeats_sentence(result)] if result.get("repeats") else []
     lines += configurations_table(result)
     rows = result["comparisons"]["final_return"]
     if rows:

@@ -59,7 +59,7 @@ from spikeloop.experiments.analysis.runs import (
     why_unfinished,
 )
 from spikeloop.experiments.dotted import get_path
-from spikeloop.experiments.trial_files import PROVENANCE_FILE
+from spikeloop.experiments.trial_files import PROVENANCE_FILE, REPEATS_FILE
 
 FINAL_EPISODES = 100
 """Episodes in a trial's final window (the learning benchmark's window too)."""
@@ -119,6 +119,8 @@ class SweepData:
     drawn_keys: list[str] = field(default_factory=list)
     default_baseline: tuple[Any, ...] = ()
     left_out: dict[str, str] = field(default_factory=dict)
+    repeats: list[dict[str, Any]] = field(default_factory=list)
+    """Grid points not run because they repeat another exactly (repeats.json): read as the one they repeat."""
     """Trials left out because they have not reached their stop condition: directory name -> why."""
 
     @property
@@ -219,11 +221,14 @@ def load_run(run_dir: Path, include_unfinished: bool = False) -> SweepData:
     grid_keys = [k for k, spec in space.items() if isinstance(spec, dict) and "grid" in spec and k not in seed_keys]
     drawn_keys = [k for k in space if k not in grid_keys and k not in seed_keys]
     values: dict[str, list[Any]] = {}
+    repeats = _repeats(run_dir)
     for key in grid_keys:
         values[key] = [_value_or_none(t.experiment, key) for t in trials]
+    # A grid point not run because it repeats another (repeats.json) still holds its levels.
+    seen = {key: found + [r["configuration"].get(key) for r in repeats] for key, found in values.items()}
     factors = {
         key: _levels(found, list(space[key]["grid"]))
-        for key, found in values.items()
+        for key, found in seen.items()
         if len({json.dumps(v, sort_keys=True) for v in found}) > 1
     }
     units = []
@@ -241,11 +246,54 @@ def load_run(run_dir: Path, include_unfinished: bool = False) -> SweepData:
                 drawn={k: _value_or_none(trial.experiment, k) for k in drawn_keys},
             )
         )
+    units += _repeated_units(units, repeats, list(factors))
     first = tuple(levels[0] for levels in factors.values())
-    data = SweepData(kind, run_dir, factors, units, drawn_keys, first, left_out)
+    data = SweepData(kind, run_dir, factors, units, drawn_keys, first, left_out, repeats)
     if first not in data.configurations and data.configurations:
         data.default_baseline = data.configurations[0]
     return data
+
+
+def _repeats(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's grid points not run because they repeat another (`spikeloop tune` wrote them), or none."""
+    path = run_dir / REPEATS_FILE
+    if not path.is_file():
+        return []
+    try:
+        repeats = json.loads(path.read_text())
+        if not isinstance(repeats, list) or not all(
+            isinstance(r, dict) and isinstance(r.get("configuration"), dict) and isinstance(r.get("same_as"), dict)
+            for r in repeats
+        ):
+            raise ValueError("expected a list of {configuration, same_as, why}")
+    except ValueError as exc:
+        raise ValueError(
+            f"{path}: unreadable ({exc}); it lists the grid points that repeat another, as `spikeloop tune` "
+            "wrote it: restore it from the run's copy, or delete it to analyse only the points that ran"
+        ) from None
+    return repeats
+
+
+def _repeated_units(units: list[Unit], repeats: list[dict[str, Any]], keys: list[str]) -> list[Unit]:
+    """Each repeated grid point's units: those of the point it repeats, seed by seed, under its own name."""
+    out = []
+    for repeat in repeats:
+        same_as = tuple(repeat["same_as"].get(k) for k in keys)
+        configuration = tuple(repeat["configuration"].get(k) for k in keys)
+        for unit in units:
+            if unit.configuration == same_as:
+                out.append(
+                    Unit(
+                        configuration=configuration,
+                        seed=unit.seed,
+                        returns=unit.returns,
+                        kills=unit.kills,
+                        env_steps=unit.env_steps,
+                        source=f"{unit.source} (read for a repeat of it: {repeat.get('why', '')})",
+                        drawn=unit.drawn,
+                    )
+                )
+    return out
 
 
 def _value_or_none(experiment: dict[str, Any], key: str) -> Any:
@@ -288,6 +336,7 @@ def export(data: SweepData) -> dict[str, Any]:
         "default_baseline": list(data.default_baseline),
         "drawn_keys": data.drawn_keys,
         "left_out": data.left_out,
+        "repeats": data.repeats,
         "trials": [
             {
                 "configuration": dict(zip(data.factors, unit.configuration, strict=True)),
@@ -326,12 +375,13 @@ def load_export(path: Path) -> SweepData:
         ]
         baseline = tuple(data["default_baseline"])
         kind, drawn_keys, left_out = data["run_kind"], list(data["drawn_keys"]), dict(data["left_out"])
+        repeats = list(data.get("repeats") or [])
     except (ValueError, KeyError, TypeError) as exc:
         raise ValueError(
             f"{path}: a damaged sweep export (written by `spikeloop analyze RUN_DIR --export FILE`): "
             f"{type(exc).__name__}: {exc}; export it again from its run directory"
         ) from None
-    return SweepData(kind, path, factors, units, drawn_keys, baseline, left_out)
+    return SweepData(kind, path, factors, units, drawn_keys, baseline, left_out, repeats)
 
 
 def load_benchmark(path: Path) -> SweepData:
@@ -603,6 +653,7 @@ def analyze(
         "alternative": alternative,
         "baseline": base_label,
         "left_out": data.left_out,
+        "repeats": data.repeats,
         "configurations": [],
         "comparisons": {},
         "main_effects": {},

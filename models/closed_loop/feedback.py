@@ -64,7 +64,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 from spikeloop.bridge.wire.channels import FEEDBACK_REFERENCE, STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
 from spikeloop.bridge.wire.protocol import FeedbackCommand, FeedbackType
@@ -213,6 +213,19 @@ class FeedbackSettings:
     max_datagrams_per_step: int = 2
     """Most feedback datagrams sent between two stimulations (an interrupt counts); whole commands beyond it are
     dropped, step feedback before episode feedback, and counted (`feedback_dropped`)."""
+
+
+INERT_WHEN: dict[str, tuple[tuple[str, Any], ...]] = {
+    "feedback.episode_feedback_surprise_scaling": (
+        ("feedback.enabled", False),
+        ("feedback.use_episode_feedback", False),
+        ("feedback.surprise.enabled", False),
+    ),
+}
+"""Settings that change nothing while any of the listed (setting, value) holds: `FeedbackPolicy` reads them only
+past those checks (`episode_scales`, `for_episode`). A sweep runs such configurations once
+(`spikeloop.experiments.sweep_repeats`). Measured as well: in an unpaced simulated sweep the scaling's on and off
+wrote the same episodes byte for byte with episode feedback off, and with surprise off."""
 
 
 @dataclass(frozen=True)
