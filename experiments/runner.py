@@ -640,7 +640,17 @@ def run(
         if r.path
     }
     failed = errors or setup_errors or lost or untrained
-    _tell_hardware(experiment, "error: a trial failed" if failed else "completed", results)
+    # Ctrl-C: Tune saves the run and returns; trials that had not reached their stop (or not started) say so by
+    # lacking FINISHED in their last report. The run is not complete, and a device must not be told it is.
+    unfinished = [r for r in results if r.error is None and not (r.metrics or {}).get(FINISHED)]
+    interrupted = bool(unfinished) and not failed
+    if interrupted:
+        summary["unfinished_trials"] = len(unfinished)
+    _tell_hardware(
+        experiment,
+        "error: a trial failed" if failed else "error: the run was interrupted" if interrupted else "completed",
+        results,
+    )
     try:
         best = results.get_best_result(metric=score, mode=mode)
         summary["best"] = {
@@ -660,6 +670,15 @@ def run(
     for r in errors:
         print(f"trial failed: {r.error}", file=sys.stderr)
     print(f"run directory: {run_dir}", flush=True)
+    if interrupted:
+        again = f"`{command} --resume`" if command else "the same `spikeloop train` or `tune` command with --resume"
+        print(
+            f"interrupted: {len(unfinished)} of {len(results)} trial(s) had not finished; the run's state and "
+            f"their last checkpoints are saved: continue it with {again}",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise KeyboardInterrupt
     if lost:
         raise RuntimeError(
             f"{len(lost)} of {len(results)} trial(s) stopped because a device was lost (not retried: "

@@ -10,7 +10,8 @@ experiment state (spikeloop's own progress lines report the run), that Tune
 snapshots a sweep's state often (its checkpoints are spikeloop's choice, the
 snapshots cost little) and that a trial's setup took seconds (starting a culture
 and a game does; Tune's remedy, reusing actors, would carry one trial's culture
-into the next). Only these exact
+into the next), and Tune's advice on resuming an interrupted run through its
+Python API (spikeloop prints its own: the command with `--resume`). Only these exact
 messages are dropped, on the loggers that emit them; every other warning still shows.
 
 Tune's banner (an experiment table, Tune's result path and a TensorBoard command for
@@ -34,6 +35,7 @@ NOTICES: tuple[tuple[str, str], ...] = (
     ("ray.tune.tune", "Wrote the latest version of all result files and experiment state"),
     ("ray.tune.execution.experiment_state", "Experiment state snapshotting has been triggered multiple times"),
     ("ray.tune.trainable.trainable", "Trainable.setup took"),
+    ("ray.tune.tune", "Experiment has been interrupted, but the most recent state was saved"),
 )
 """(logger name, a fragment of the message) of each notice dropped."""
 

@@ -159,3 +159,44 @@ def test_train_the_direct_control_needs_no_culture(tmp_path: Path) -> None:
     assert episodes and all(e["device_id"] is None for e in episodes)  # a culture link would name its device
     tags = event_tags(trial_dir)
     assert {"episode/return_mean", "decoder/ratio_mean", "value/target_std"} <= tags, sorted(tags)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_ctrl_c_stops_the_run_says_how_to_continue_and_does_not_call_it_complete(tmp_path: Path) -> None:
+    """SIGINT after the first iteration: exit 130, spikeloop's own resume command, the run marked unfinished."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.support.spikeloop_cli import REPO, cli_env
+
+    root = tmp_path / "runs"
+    args = ["train", "experiments/quickstart.yaml", *TWO_SMALL_ITERATIONS, "--set", "stop.iterations=50"]
+    args += ["--set", f"output.root_dir={root}"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spikeloop.experiments.cli", *args],
+        cwd=REPO,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    output: list[str] = []
+    deadline = time.monotonic() + 400
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        output.append(line)
+        if "[iter 1]" in line:
+            proc.send_signal(signal.SIGINT)  # what Ctrl-C sends the driver
+            break
+        assert time.monotonic() < deadline, "".join(output)[-3000:]
+    rest, _ = proc.communicate(timeout=300)
+    text = "".join(output) + rest
+    assert proc.returncode == 130, text[-4000:]
+    command = "spikeloop " + " ".join(args)
+    assert "interrupted: 1 of 1 trial(s) had not finished" in text and f"`{command} --resume`" in text, text[-3000:]
+    assert "Tuner.restore" not in text  # Tune's advice for its Python API is not what a spikeloop user types
+    (run_dir,) = root.glob("quickstart-*")
+    assert yaml.safe_load((run_dir / "summary.yaml").read_text())["unfinished_trials"] == 1
