@@ -60,9 +60,9 @@ def _duration(seconds: float) -> str:
 class SweepProgress(Callback):
     """Prints, as each trial of a sweep ends, how far the sweep is, that trial's result and the time left.
 
-    The time left is the pace of this driver's finished trials (wall time per finished trial, so trials side by
-    side count as they run) times the trials not yet finished; trials a `--resume` found finished do not count
-    towards the pace.
+    The time left: the trials not yet ended, each taking as long as the trials that ended in this driver took
+    from their start on average, run as many side by side as this driver has seen at once. Trials a `--resume`
+    found finished do not count towards it.
     """
 
     def __init__(self, total_trials: int) -> None:
@@ -71,9 +71,16 @@ class SweepProgress(Callback):
 
     def setup(self, **info) -> None:
         """The sweep (re)starts in this driver: the pace counts from now."""
-        self._started = time.monotonic()
-        self._ended_here = 0
+        self._started_at: dict[str, float] = {}
+        self._durations: list[float] = []
+        self._side_by_side = 1
         self._failed = 0
+
+    def on_trial_start(self, iteration: int, trials: list, trial, **info) -> None:
+        """A trial started (or restarted): its duration counts from now."""
+        self._started_at[trial.trial_id] = time.monotonic()
+        running = {t.trial_id for t in trials if t.status == "RUNNING"} | {trial.trial_id}
+        self._side_by_side = max(self._side_by_side, len(running))
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
         """A trial reached its end (stop condition, or ended by a lost device or a setup error)."""
@@ -84,7 +91,9 @@ class SweepProgress(Callback):
         self._ended(trials, trial, failed=True)
 
     def _ended(self, trials: list, trial, failed: bool) -> None:
-        self._ended_here += 1
+        started = self._started_at.pop(trial.trial_id, None)
+        if started is not None:
+            self._durations.append(time.monotonic() - started)
         self._failed += failed
         # Tune calls back before it marks the trial itself as ended.
         done = len({t.trial_id for t in trials if t.status in ("TERMINATED", "ERROR")} | {trial.trial_id})
@@ -95,9 +104,9 @@ class SweepProgress(Callback):
         line += f", {running} running; trial {number if number is not None else trial.trial_id} "
         line += f"({trial_label(trial.config)}): {self._outcome(trial, failed)}"
         left = self.total - done
-        if left > 0:
-            pace = (time.monotonic() - self._started) / self._ended_here
-            line += f"; about {_duration(pace * left)} left at this pace"
+        if left > 0 and self._durations:
+            mean = sum(self._durations) / len(self._durations)
+            line += f"; about {_duration(mean * left / self._side_by_side)} left at this pace"
         print(line, flush=True)
 
     @staticmethod
