@@ -671,7 +671,10 @@ def run(
         print(f"trial failed: {r.error}", file=sys.stderr)
     print(f"run directory: {run_dir}", flush=True)
     if interrupted:
-        again = f"`{command} --resume`" if command else "the same `spikeloop train` or `tune` command with --resume"
+        if command:
+            again = f"`{command}`" if "--resume" in command.split() else f"`{command} --resume`"
+        else:
+            again = "the same `spikeloop train` or `tune` command with --resume"
         print(
             f"interrupted: {len(unfinished)} of {len(results)} trial(s) had not finished; the run's state and "
             f"their last checkpoints are saved: continue it with {again}",
