@@ -42,7 +42,7 @@ import yaml
 from spikeloop.experiments.ray_session import init_ray
 from spikeloop.experiments.run_log import DEVICE_LOST, FINISHED, NOTHING_TRAINED, SETUP_ERROR
 from spikeloop.experiments.schema import Experiment, experiment_from_dict, set_path
-from spikeloop.experiments.trial_files import PROVENANCE_FILE, REPEATS_FILE
+from spikeloop.experiments.trial_files import PROVENANCE_FILE, REPEATS_FILE, SEED_INDEX
 from spikeloop.models import rllib_notices
 
 rllib_notices.install()  # in a trial's process too, before Tune's actor logs its setup time
@@ -71,14 +71,6 @@ SEARCH_FUNCTIONS = {
     "loguniform": "loguniform",
     "randint": "randint",
 }
-
-
-SEED_INDEX = "sweep_seed_index"
-"""Tune config key of a trial's seed number k (0 .. tune.seeds - 1): a grid dimension beside the search space.
-
-Tune varies grid keys in the sorted order of their paths, the first fastest; this name sorts after every
-`sweep` key, so the seed varies slowest: every configuration runs seed 0 before any runs seed 1, and drift of
-the machine's load hits all configurations alike."""
 
 
 def seeded(data: dict[str, Any], k: int) -> dict[str, Any]:
@@ -548,7 +540,6 @@ def run(
 
     from spikeloop.experiments.checkpoint_upgrade import refuse_old
     from spikeloop.experiments.tune_logging import NoTuneTensorBoard, SweepProgress
-    from spikeloop.models import rllib_notices
 
     if resume and (earlier := latest_run_dir(experiment)) is not None:
         refuse_old(earlier)  # before Ray: a run written before `spikeloop.*` is upgraded first, not half restored

@@ -23,3 +23,9 @@ NOTHING_TRAINED = "nothing_trained"
 """Report key of a trial whose learner received no env steps at all: it did not complete, whatever it sampled."""
 ENDED_SHORT = (SETUP_ERROR, DEVICE_LOST, NOTHING_TRAINED)
 """Keys whose presence in the last report means the trial ended without reaching its stop condition."""
+SEED_INDEX = "sweep_seed_index"
+"""Tune config key of a trial's seed number k (0 .. tune.seeds - 1): a grid dimension beside the search space.
+
+Tune varies grid keys in the sorted order of their paths, the first fastest; this name sorts after every
+`sweep` key, so the seed varies slowest: every configuration runs seed 0 before any runs seed 1, and drift of
+the machine's load hits all configurations alike."""

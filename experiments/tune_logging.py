@@ -15,6 +15,8 @@ from typing import Any
 from ray.tune import Callback
 from ray.tune.logger import TBXLoggerCallback
 
+from spikeloop.experiments.trial_files import ENDED_SHORT, SEED_INDEX
+
 
 class NoTuneTensorBoard(TBXLoggerCallback):
     """Takes the place of Tune's TensorBoard logger and writes nothing."""
@@ -40,7 +42,7 @@ def trial_label(config: dict[str, Any]) -> str:
     swept = config.get("sweep") or {}
     names = short_names(list(swept))
     parts = [f"{names[key]}={format_value(value)}" for key, value in swept.items()]
-    seed_index = config.get("sweep_seed_index")
+    seed_index = config.get(SEED_INDEX)
     if seed_index is not None:
         parts.append(f"seed {seed_index}")
     return ", ".join(parts) or "the experiment as written"
@@ -114,7 +116,7 @@ class SweepProgress(Callback):
         if failed:
             return "FAILED (its error is in the trial directory's error.txt)"
         result = trial.last_result or {}
-        for key in ("setup_error", "device_lost", "nothing_trained"):
+        for key in ENDED_SHORT:
             if result.get(key):
                 return f"ended early: {key.replace('_', ' ')}"
         from spikeloop.experiments.analysis.sweep import FINAL_EPISODES

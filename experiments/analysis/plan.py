@@ -42,6 +42,8 @@ class SweepPlan:
     seconds: float | None
     basis: str
     power_lines: list[str] = field(default_factory=list)
+    repeats: list = field(default_factory=list)
+    """Grid points not run because they repeat another (`sweep_repeats.Repeat`): in `configurations`, not `trials`."""
 
 
 def grid_points(experiment) -> int:
@@ -99,9 +101,11 @@ def plan(experiment, cpus: float | None = None) -> SweepPlan:
     """The sweep `spikeloop tune` would run for this experiment."""
     t = experiment.tune
     configurations, seeds, samples = grid_points(experiment), t.seeds, t.num_samples
-    trials = configurations_run(experiment) * seeds * samples
+    repeated = repeats(experiment)
+    trials = (configurations - len(repeated)) * seeds * samples
     seconds, basis = _wall_time(experiment, trials, cpus)
-    return SweepPlan(configurations, seeds, samples, trials, seconds, basis, _power_lines(experiment, configurations))
+    power_lines = _power_lines(experiment, configurations)
+    return SweepPlan(configurations, seeds, samples, trials, seconds, basis, power_lines, repeated)
 
 
 def _wall_time(experiment, trials: int, cpus: float | None) -> tuple[float | None, str]:
@@ -222,7 +226,7 @@ def lines(experiment, cpus: float | None = None) -> list[str]:
     from spikeloop.experiments.sweep_repeats import reasons
 
     p = plan(experiment, cpus)
-    repeated = repeats(experiment)
+    repeated = p.repeats
     run = p.configurations - len(repeated)
     size = (
         f"[info] sweep: {p.configurations} configuration(s) (grid points)"

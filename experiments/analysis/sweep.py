@@ -119,9 +119,9 @@ class SweepData:
     drawn_keys: list[str] = field(default_factory=list)
     default_baseline: tuple[Any, ...] = ()
     left_out: dict[str, str] = field(default_factory=dict)
+    """Trials left out because they have not reached their stop condition: directory name -> why."""
     repeats: list[dict[str, Any]] = field(default_factory=list)
     """Grid points not run because they repeat another exactly (repeats.json): read as the one they repeat."""
-    """Trials left out because they have not reached their stop condition: directory name -> why."""
 
     @property
     def configurations(self) -> list[tuple[Any, ...]]:

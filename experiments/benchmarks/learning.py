@@ -525,9 +525,9 @@ def runs_from_result(result: dict[str, Any]) -> Runs:
 
 def _tuning_mix(runs: Runs, wanted: Sequence[str]) -> str | None:
     """Why runs on the tuning seeds and on fresh seeds may not share one result, or None if they do not mix."""
-    held = {int(s) for by_seed in runs.values() for s in by_seed}
-    tuning = sorted(s for s in held | {int(s) for s in wanted} if s in TUNING_SEEDS)
-    fresh = sorted(s for s in held | {int(s) for s in wanted} if s not in TUNING_SEEDS)
+    seeds = {int(s) for by_seed in runs.values() for s in by_seed} | {int(s) for s in wanted}
+    tuning = sorted(s for s in seeds if s in TUNING_SEEDS)
+    fresh = sorted(s for s in seeds if s not in TUNING_SEEDS)
     if not tuning or not fresh:
         return None
     return (
