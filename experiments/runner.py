@@ -22,6 +22,9 @@ check); it is not retried (Tune would only wait out the same silence again),
 but `--resume`, once the device answers again, continues it from that
 checkpoint. A trial that ended for good (its budget, or a failure the same
 settings would repeat) leaves `trial_ended.json`, and `--resume` leaves it be.
+An unpaced simulated trial is not continued from a checkpoint (its cultures'
+state is not in one) but started again from the start, on `--resume` and on a
+retry alike, so that it stays the run its seed gives.
 """
 
 from __future__ import annotations
@@ -197,6 +200,7 @@ def train_trial(tune_config: dict[str, Any]) -> None:
     if ended.exists():  # `--resume` restarts finished trials too (a device loss finishes one): this one is done
         print(f"trial ended before ({ended.read_text().strip()}): nothing to resume", flush=True)
         return
+    start = _restart_if_repeatable(tune_config, start, ended.parent)
     try:
         _train(tune_config, start, progress)
     except DeviceLost as exc:  # lost before the first iteration: nothing to save
@@ -212,6 +216,40 @@ def train_trial(tune_config: dict[str, Any]) -> None:
         return
     if not progress["device_lost"]:
         ended.write_text(json.dumps({"reason": "stopped", "iterations_this_driver": progress["iterations"]}) + "\n")
+
+
+TUNE_OWN_FILES = ("checkpoint_", "params.", "result.json", "progress.csv", "error.")
+"""Name prefixes of what Tune keeps in a trial directory (its checkpoints and logs): left where Tune expects them."""
+ABANDONED_PREFIX = "abandoned-"
+"""In a trial directory: what an attempt of a repeatable trial wrote before it was started again from the start."""
+
+
+def _restart_if_repeatable(tune_config: dict[str, Any], start, trial_dir: Path):
+    """The checkpoint to continue from; None for an unpaced simulated trial that ran before, which starts again.
+
+    Continuing such a trial from a checkpoint would give a run no seed gives: its cultures restart from their seed
+    while the agent goes on (their weights and state are not in the checkpoint). It is started again from the
+    start instead, so that it is the run its seed gives and pairs with the other trials of that seed. What the
+    earlier attempt wrote (episodes, event files, session records) moves to `abandoned-<time>/`, nothing deleted;
+    Tune's own files and checkpoints stay where Tune keeps them.
+    """
+    # experiment.yaml stays (the same settings are written again): `spikeloop analyze` finds trials by it, and
+    # an abandoned attempt is not a trial of the run.
+    kept = (*TUNE_OWN_FILES, ABANDONED_PREFIX, RESOLVED_FILE)
+    ours = [p for p in trial_dir.iterdir() if not p.name.startswith(kept)]
+    if not ours or not _trial_experiment(tune_config).repeats_bit_for_bit():
+        return start
+    aside = trial_dir / (ABANDONED_PREFIX + time.strftime("%Y%m%d-%H%M%S"))
+    aside.mkdir()
+    for path in ours:
+        path.rename(aside / path.name)
+    print(
+        f"started again from the start, not {'from its checkpoint' if start is not None else 'where it stopped'}: "
+        "an unpaced simulated culture's state is not in a checkpoint, so only a whole run is the run its seed "
+        f"gives; the earlier attempt's files are in {aside.name}/",
+        flush=True,
+    )
+    return None
 
 
 def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None:
@@ -666,9 +704,15 @@ def run(
             again = f"`{command}`" if "--resume" in command.split() else f"`{command} --resume`"
         else:
             again = "the same `spikeloop train` or `tune` command with --resume"
+        how = (
+            "(an unpaced simulated run repeats only whole: its unfinished trials start again from the start, and "
+            "what they wrote so far is kept in each trial's abandoned-<time>/)"
+            if experiment.repeats_bit_for_bit()
+            else "(from their last checkpoints)"
+        )
         print(
             f"interrupted: {len(unfinished)} of {len(results)} trial(s) had not finished; the run's state and "
-            f"their last checkpoints are saved: continue it with {again}",
+            f"their last checkpoints are saved: continue it with {again} {how}",
             file=sys.stderr,
             flush=True,
         )

@@ -553,6 +553,14 @@ class Experiment(BaseModel):
             env_steps_per_iteration=self.rollout_steps_per_runner() * max(1, self.resources.num_env_runners),
         )
 
+    def repeats_bit_for_bit(self) -> bool:
+        """True when the same seed gives the same run: every device simulated and unpaced (or no culture in the loop).
+
+        Such a run is only that experiment whole: its cultures' state (weights, membranes, noise) is not in a
+        checkpoint, so a trial continued from one would not be the run its seed gives (runner.train_trial).
+        """
+        return self.policy == "direct" or all(d.simulated and not d.realtime for d in self.devices)
+
     def sample_pace(self) -> SamplePace:
         """What one env runner's sample asks of its culture: steps, stimulations, waits (`loop.sample_timeout_s`)."""
         culture = self.culture_settings()

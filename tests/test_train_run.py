@@ -164,7 +164,11 @@ def test_train_the_direct_control_needs_no_culture(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_ctrl_c_stops_the_run_says_how_to_continue_and_does_not_call_it_complete(tmp_path: Path) -> None:
-    """SIGINT after the first iteration: exit 130, spikeloop's own resume command, the run marked unfinished."""
+    """SIGINT after the first iteration: exit 130, spikeloop's own resume command, the run marked unfinished.
+
+    Then that command: the quickstart is unpaced and simulated, so its trial starts again from the start rather
+    than from its checkpoint, and so repeats the interrupted attempt's episodes byte for byte, which stay on disk.
+    """
     import signal
     import subprocess
     import sys
@@ -173,7 +177,7 @@ def test_ctrl_c_stops_the_run_says_how_to_continue_and_does_not_call_it_complete
     from tests.support.spikeloop_cli import REPO, cli_env
 
     root = tmp_path / "runs"
-    args = ["train", "experiments/quickstart.yaml", *TWO_SMALL_ITERATIONS, "--set", "stop.iterations=50"]
+    args = ["train", "experiments/quickstart.yaml", *TWO_SMALL_ITERATIONS, "--set", "stop.iterations=4"]
     args += ["--set", f"output.root_dir={root}"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "spikeloop.experiments.cli", *args],
@@ -200,3 +204,16 @@ def test_ctrl_c_stops_the_run_says_how_to_continue_and_does_not_call_it_complete
     assert "Tuner.restore" not in text  # Tune's advice for its Python API is not what a spikeloop user types
     (run_dir,) = root.glob("quickstart-*")
     assert yaml.safe_load((run_dir / "summary.yaml").read_text())["unfinished_trials"] == 1
+    assert "start again from the start" in text, text[-3000:]
+
+    resumed = run_spikeloop([*args, "--resume"], timeout=400)
+    again = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, again[-4000:]
+    assert "started again from the start, not from its checkpoint" in again, again[-4000:]
+    trial_dir = _only([p.parent for p in run_dir.glob("*/" + "params.json")], "trial directory")
+    aside = _only(list(trial_dir.glob("abandoned-*")), "abandoned attempt")
+    before = (aside / "episodes.jsonl").read_text()
+    after = (trial_dir / "episodes.jsonl").read_text()
+    assert before and after.startswith(before) and len(after) > len(before)
+    assert (aside / "record").is_dir() and list(aside.glob("events.out.tfevents.*"))
+    assert yaml.safe_load((run_dir / "summary.yaml").read_text()).get("unfinished_trials", 0) == 0
