@@ -167,8 +167,8 @@ def sweep_trials(experiment: Experiment) -> int:
     return configurations_run(experiment) * experiment.tune.seeds * experiment.tune.num_samples
 
 
-def _sweep_tag(tune_config: dict[str, Any]) -> str:
-    """`[trial N] ` before a sweep trial's progress lines (its settings are printed once, at its start)."""
+def _sweep_tag(tune_config: dict[str, Any], print_settings: bool = False) -> str:
+    """`[trial N] ` before a sweep trial's lines; print_settings prints its settings too (once, at its start)."""
     from ray import tune
 
     from spikeloop.experiments.tune_logging import trial_label, trial_number
@@ -177,7 +177,8 @@ def _sweep_tag(tune_config: dict[str, Any]) -> str:
         return ""
     number = trial_number(tune.get_context().get_trial_id() or "")
     tag = f"[trial {number}] " if number is not None else ""
-    print(f"{tag}{trial_label(tune_config)}", flush=True)
+    if print_settings:
+        print(f"{tag}{trial_label(tune_config)}", flush=True)
     return tag
 
 
@@ -243,8 +244,9 @@ def _restart_if_repeatable(tune_config: dict[str, Any], start, trial_dir: Path):
     aside.mkdir()
     for path in ours:
         path.rename(aside / path.name)
+    instead_of = "from its checkpoint" if start is not None else "where it stopped"
     print(
-        f"started again from the start, not {'from its checkpoint' if start is not None else 'where it stopped'}: "
+        f"{_sweep_tag(tune_config)}started again from the start, not {instead_of}: "
         "an unpaced simulated culture's state is not in a checkpoint, so only a whole run is the run its seed "
         f"gives; the earlier attempt's files are in {aside.name}/",
         flush=True,
@@ -303,7 +305,7 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
 
         start_trial(algo, Path(tune_config[START_FROM]), trial_dir)
     log = RunLog(trial_dir)
-    tag = _sweep_tag(tune_config)
+    tag = _sweep_tag(tune_config, print_settings=True)
     if start is None:  # a resumed trial's first event file has its HPARAMS session already
         log.start_session(experiment, base_seed=int(tune_config["experiment"].get("seed", 0)))
     stop = experiment.stop
