@@ -251,6 +251,11 @@ def curve_window(episodes: int) -> int:
     return max(1, min(100, episodes // 5))
 
 
+CURVE_REDRAW_S = 30.0
+"""learning_curve.png is redrawn at most this often while a trial runs (and at its end): drawing it was 7% of a
+sweep trial's process time, redrawn after every iteration of a few seconds."""
+
+
 class RunLog:
     """TensorBoard, episodes.jsonl and the learning curve of one trial directory."""
 
@@ -266,6 +271,8 @@ class RunLog:
         """Env steps of the episodes this RunLog wrote (this driver's; a resume starts again at 0)."""
         self._started = time.monotonic()
         self._last_step = 0
+        self._curve_drawn_at: float | None = None
+        self._curve_stale = False
 
     @staticmethod
     def _count_lines(path: Path) -> int:
@@ -275,7 +282,7 @@ class RunLog:
             return sum(1 for line in f if line.strip())
 
     def log_iteration(self, result: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, float]:
-        """Write one iteration: scalars, episode lines, curve; return the scalars."""
+        """Write one iteration: scalars, episode lines, the curve (at most every CURVE_REDRAW_S); return the scalars."""
         step = int(result.get("num_env_steps_sampled_lifetime") or result.get("training_iteration", 0))
         self._last_step = step
         values = scalars(result)
@@ -299,7 +306,11 @@ class RunLog:
                     if steps is not None:
                         line["step_log"] = self._write_steps(index, steps)
                     f.write(json.dumps(line) + "\n")
+            self._curve_stale = True
+        now = time.monotonic()
+        if self._curve_stale and (self._curve_drawn_at is None or now - self._curve_drawn_at >= CURVE_REDRAW_S):
             self.draw_curve()
+            self._curve_drawn_at, self._curve_stale = now, False
         self.writer.flush()
         return values
 
@@ -381,6 +392,9 @@ class RunLog:
         """Write the final figures (final/return_mean, final/kill_rate: the HPARAMS tab's metrics), then close."""
         from spikeloop.experiments.hparams_log import final_figures
 
+        if self._curve_stale:
+            self.draw_curve()
+            self._curve_stale = False
         for tag, value in final_figures(self.trial_dir).items():
             self.writer.add_scalar(tag, value, global_step=self._last_step)
         self.writer.close()

@@ -274,3 +274,21 @@ def test_real_runs_read_back(runs_root: Path) -> None:
     comparisons = analysis.compare_ablations(trials)
     assert {c.name_b for c in comparisons} == {"zero", "random"}
     assert all("no evidence" in analysis.verdict(c) for c in comparisons)  # one seed each: no claim
+
+
+def test_the_learning_curve_is_redrawn_at_most_every_interval_and_at_the_end(tmp_path: Path) -> None:
+    """learning_curve.png: drawn after the first iteration, not after each following one (drawing it cost 7% of a
+    sweep trial's process), and drawn with every episode when the log closes."""
+    from spikeloop.experiments.run_log import CURVE_REDRAW_S
+
+    assert CURVE_REDRAW_S >= 10
+    trial_dir = tmp_path / "trial"
+    log = RunLog(trial_dir)
+    curve = trial_dir / "learning_curve.png"
+    record = {"episode_reward": -1.0, "episode_length": 5, "kill_count": 0}
+    log.log_iteration({"training_iteration": 1, "num_env_steps_sampled_lifetime": 5}, [dict(record)])
+    first = curve.read_bytes()
+    log.log_iteration({"training_iteration": 2, "num_env_steps_sampled_lifetime": 10}, [dict(record)])
+    assert curve.read_bytes() == first  # within the interval: not redrawn
+    log.close()
+    assert curve.read_bytes() != first  # at the end: redrawn, two episodes now
