@@ -257,10 +257,18 @@ def test_check_plans_the_sweep() -> None:
     assert lines[0].startswith("[info] sweep: 16 configuration(s)") and "= 100 trial(s)" in lines[0]
     assert "6 of them the same experiment as another and not run" in lines[0] and ": 10 x 10 seed(s)" in lines[0]
     spread = power_table.benchmark_spread(power_table.LEARNING_JSON, "sim")["final_return"]
-    detectable = power.detectable_difference(10, spread["sd_paired"], paired=True, alpha=0.05 / 15)
-    assert f"final return: {detectable:.1f} at the measured pairing" in "\n".join(lines)
+    # Against the baseline: the 10 distinct experiments give 9 tests (a repeat's is its twin's); then the 4 main
+    # effects, a Holm family of their own.
+    text = "\n".join(lines)
+    assert "9 comparison(s) against the baseline: alpha 0.05/9" in text and "4 main effect(s) of 4 factors" in text
+    for family in (9, 4):
+        detectable = power.detectable_difference(10, spread["sd_paired"], paired=True, alpha=0.05 / family)
+        assert f"final return: {detectable:.1f} at the measured pairing" in text
     few = plan.lines(load_experiment(REPO / "experiments" / "sweep_feedback.yaml", ["tune.seeds=5"]), cpus=2)
-    assert "no difference of any size is detectable; 10 seeds can reach it" in "\n".join(few)
+    assert [line.split("detectable; ")[-1] for line in few if "no difference of any size" in line] == [
+        "9 seeds can reach it",  # 2/2^9 < 0.05/9 <= 2/2^8
+        "8 seeds can reach it",  # 2/2^8 < 0.05/4 <= 2/2^7
+    ]
     assert plan.lines(load_experiment(REPO / "experiments" / "quickstart.yaml"), cpus=2) == []
     assert math.isfinite(p.seconds)
 

@@ -170,6 +170,15 @@ def test_grid_points_that_repeat_another_are_not_run_and_are_read_as_it(identica
     result = json.loads((run_dir / "analysis.json").read_text())
     finals = {c["label"]: c["final_return"]["per_seed"] for c in result["configurations"]}
     assert len(finals) == 4 and len({json.dumps(v) for v in finals.values()}) == 1  # one experiment, four names
+    # Against the baseline (view off, scaling on): one test, the other run point; each repeat is reported as
+    # the comparison it repeats, outside the Holm family (which would otherwise count one test two or three times).
+    rows = result["comparisons"]["final_return"]
+    (tested,) = [r for r in rows if "repeat_of" not in r]
+    assert len(rows) == 3 and tested["family_size"] == 1
+    assert sorted(r["repeat_of"] for r in rows if "repeat_of" in r) == sorted(
+        [result["baseline"], tested["configuration"]]
+    )
+    assert all(r["p_holm"] is None for r in rows if r.get("repeat_of") == result["baseline"])
 
 
 @pytest.mark.parametrize("realtime", [False, True])

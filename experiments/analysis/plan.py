@@ -104,7 +104,7 @@ def plan(experiment, cpus: float | None = None) -> SweepPlan:
     repeated = repeats(experiment)
     trials = (configurations - len(repeated)) * seeds * samples
     seconds, basis = _wall_time(experiment, trials, cpus)
-    power_lines = _power_lines(experiment, configurations)
+    power_lines = _power_lines(experiment, configurations - len(repeated))
     return SweepPlan(configurations, seeds, samples, trials, seconds, basis, power_lines, repeated)
 
 
@@ -179,11 +179,13 @@ def _default_scenario() -> str:
 
 
 def _power_lines(experiment, configurations: int) -> list[str]:
-    n = experiment.tune.seeds
+    """Power of the comparisons `analyze` makes: each configuration run against the baseline, then main effects.
+
+    `configurations`: the distinct experiments (grid points less repeats: a repeat's comparison is its twin's
+    and not a second member of the Holm family).
+    """
     if configurations < 2:
         return ["one configuration: nothing to compare (a grid in tune.search_space makes configurations)"]
-    comparisons = configurations - 1
-    alpha = ALPHA / comparisons
     scenario = experiment.env.get("scenario") or _default_scenario()
     path, note = learning_file(scenario)
     condition = benchmark_condition(experiment) or "sim"
@@ -191,10 +193,22 @@ def _power_lines(experiment, configurations: int) -> list[str]:
         return [f"power: not estimated ({note})"]
     spread = power_table.benchmark_spread(path, condition)
     where = f"{_short(path)}, `{condition}`" + (f", {note}" if note else "")
+    lines = _family_power(experiment, configurations - 1, "comparison(s) against the baseline", spread, where)
+    factors = [spec["grid"] for spec in experiment.tune.search_space.values() if len(spec.get("grid") or []) > 1]
+    if len(factors) >= 2:  # a factorial grid: analyze tests each factor's levels, averaged over the others
+        effects = sum(len(levels) - 1 for levels in factors)
+        what = f"main effect(s) of {len(factors)} factors (SD of one configuration's differences: conservative)"
+        lines += _family_power(experiment, effects, what, spread, where)
+    return lines
+
+
+def _family_power(experiment, comparisons: int, what: str, spread: dict, where: str) -> list[str]:
+    n = experiment.tune.seeds
+    alpha = ALPHA / comparisons
     floor = power.smallest_p(n, paired=True)
     enough = power.min_seeds(alpha, paired=True)
     head = (
-        f"{n} paired seed(s) per configuration, {comparisons} comparison(s) against the baseline: alpha "
+        f"{n} paired seed(s) per configuration, {comparisons} {what}: alpha "
         f"{ALPHA:g}/{comparisons} = {alpha:.3g} at Holm's first step"
     )
     if n < enough:
@@ -245,7 +259,8 @@ def lines(experiment, cpus: float | None = None) -> list[str]:
         if p.seconds is not None
         else f"[info] sweep wall time: {p.basis}"
     )
-    return [size, time_line] + [f"[info] power: {line}" if i == 0 else line for i, line in enumerate(p.power_lines)]
+    # A line of its own per Holm family; the indented lines under one are its figures.
+    return [size, time_line] + [line if line.startswith(" ") else f"[info] power: {line}" for line in p.power_lines]
 
 
 def _duration(seconds: float) -> str:

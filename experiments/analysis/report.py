@@ -88,6 +88,8 @@ def comparisons_table(rows: list[dict[str, Any]], first: str = "configuration") 
         )
         hlt = "/".join(map(str, r["higher_lower_tied"])) if "higher_lower_tied" in r else "-"
         label = r.get(first) or r.get("label")
+        if r.get("repeat_of"):  # the same trials as another comparison (or the baseline): not a test of its own
+            label += f" (= {r['repeat_of']}; not in the Holm family)"
         lines.append(
             f"| {label}{' **(differs)**' if r['significant'] else ''} | {r['design']}, {r['seeds'][0]} vs "
             f"{r['seeds'][1]} | {_f(r['mean_difference'], signed=True)} ({_interval(r['difference_ci95'], True)}) | "

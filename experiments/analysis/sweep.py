@@ -130,6 +130,14 @@ class SweepData:
         grid = itertools.product(*self.factors.values()) if self.factors else iter([()])
         return [c for c in grid if c in present]
 
+    def run_as(self, configuration: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The configuration whose trials this one is: itself, or the grid point it repeats (repeats.json)."""
+        keys = list(self.factors)
+        for repeat in self.repeats:
+            if tuple(repeat["configuration"].get(k) for k in keys) == configuration:
+                return tuple(repeat["same_as"].get(k) for k in keys)
+        return configuration
+
     def label(self, configuration: tuple[Any, ...]) -> str:
         """`key=value, ...` with the shortest unambiguous key names; `all trials` without factors."""
         if not self.factors:
@@ -559,9 +567,22 @@ def _holm_family(rows: list[dict[str, Any]], alpha: float) -> None:
         row["smallest_p_holm"] = _number(min(1.0, best * m)) if best is not None else None
 
 
+def _as_repeat(row: dict[str, Any], twin: dict[str, Any] | None, baseline: str) -> None:
+    """A repeat's row takes its twin's Holm figures; one that repeats the baseline (twin None) has none."""
+    keys = ("p_holm", "family_size", "significant", "smallest_p_holm")
+    if twin is not None and row["repeat_of"] != baseline:
+        row.update({k: twin[k] for k in keys})
+    else:
+        row.update({"p_holm": None, "family_size": 0, "significant": False, "smallest_p_holm": None})
+
+
 def verdict(row: dict[str, Any], name: str, baseline: str, metric: str, alpha: float) -> str:
     """One sentence that claims no more than the test shows."""
     what = METRICS[metric]
+    if row.get("repeat_of") == baseline:
+        return f"{name} vs {baseline}: the same experiment (not run; its trials are the baseline's): no test."
+    if row.get("repeat_of"):
+        return f"{name} vs {baseline}: the same experiment as {row['repeat_of']} (not run; its trials read): as it."
     diff = row["mean_difference"]
     n_text = f"{row['seeds'][0]} vs {row['seeds'][1]} seeds ({row['design']})"
     if row.get("seeds_set_aside"):
@@ -674,6 +695,12 @@ def analyze(
         if data.drawn_keys:
             entry["drawn"] = {k: [u.drawn.get(k) for u in units] for k in data.drawn_keys}
         result["configurations"].append(entry)
+    # A repeat's comparison is its twin's (the same trials): reported, but one test, so not a second member of
+    # the Holm family; one that repeats the baseline is no test at all.
+    tested: dict[tuple[Any, ...], int] = {}
+    for configuration in configurations:
+        if configuration != baseline and data.run_as(configuration) not in (data.run_as(baseline), *tested):
+            tested[data.run_as(configuration)] = len(tested)
     for metric in METRICS:
         base_values = per_seed(data, baseline, metric)
         rows = []
@@ -694,18 +721,27 @@ def analyze(
                 row = compare_values(values, base_values, alternative, paired=False)
             row["seeds_set_aside"] = unmatched
             row["configuration"] = data.label(configuration)
+            twin = data.run_as(configuration)
+            if twin == data.run_as(baseline):
+                row["repeat_of"] = base_label
+            elif twin != configuration:
+                row["repeat_of"] = data.label(twin)
             rows.append(row)
-        _holm_family(rows, alpha)
+        family = [r for r in rows if "repeat_of" not in r]
+        _holm_family(family, alpha)
+        by_label = {r["configuration"]: r for r in family}
         for row in rows:
+            if "repeat_of" in row:
+                _as_repeat(row, by_label.get(row["repeat_of"]), base_label)
             row["verdict"] = verdict(row, row["configuration"], base_label, metric, alpha)
         result["comparisons"][metric] = rows
         result["main_effects"][metric] = main_effects(data, baseline, metric, alternative, alpha)
-        result["pairing"][metric] = pooled_pairing(rows)
+        result["pairing"][metric] = pooled_pairing(family)  # a repeat would count its twin twice
         result["power"][metric] = power.at_seed_count(
-            seeds=min((r["seeds"][0] for r in rows), default=0),
+            seeds=min((r["seeds"][0] for r in family), default=0),
             sd_paired=result["pairing"][metric]["sd_paired"],
             sd_unpaired=result["pairing"][metric]["sd_unpaired"],
-            alpha=alpha / max(1, len(rows)),
+            alpha=alpha / max(1, len(family)),
             alternative=alternative,
         )
     return result
