@@ -74,6 +74,7 @@ class SweepProgress(Callback):
     def setup(self, **info) -> None:
         """The sweep (re)starts in this driver: the pace counts from now."""
         self._started_at: dict[str, float] = {}
+        self._reported: set[str] = set()
         self._durations: list[float] = []
         self._side_by_side = 1
         self._failed = 0
@@ -83,6 +84,10 @@ class SweepProgress(Callback):
         self._started_at[trial.trial_id] = time.monotonic()
         running = {t.trial_id for t in trials if t.status == "RUNNING"} | {trial.trial_id}
         self._side_by_side = max(self._side_by_side, len(running))
+
+    def on_trial_result(self, iteration: int, trials: list, trial, result, **info) -> None:
+        """A trial reported an iteration in this driver (one a `--resume` found finished reports none)."""
+        self._reported.add(trial.trial_id)
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
         """A trial reached its end (stop condition, or ended by a lost device or a setup error)."""
@@ -94,7 +99,8 @@ class SweepProgress(Callback):
 
     def _ended(self, trials: list, trial, failed: bool) -> None:
         started = self._started_at.pop(trial.trial_id, None)
-        if started is not None:
+        trained_here = trial.trial_id in self._reported or failed
+        if started is not None and trained_here:  # a trial found finished ends at once: no measure of the pace
             self._durations.append(time.monotonic() - started)
         self._failed += failed
         # Tune calls back before it marks the trial itself as ended.
@@ -105,6 +111,7 @@ class SweepProgress(Callback):
         number = trial_number(trial.trial_id)
         line += f", {running} running; trial {number if number is not None else trial.trial_id} "
         line += f"({trial_label(trial.config)}): {self._outcome(trial, failed)}"
+        line += "" if trained_here else " (it had ended before this resume)"
         left = self.total - done
         if left > 0 and self._durations:
             mean = sum(self._durations) / len(self._durations)
