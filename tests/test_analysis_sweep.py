@@ -310,3 +310,19 @@ def test_a_sweep_exported_to_one_file_analyses_as_its_run(factorial: Path, tmp_p
     assert proc.returncode == 1 and "damaged sweep export" in proc.stderr and "Traceback" not in proc.stderr
     proc = run_spikeloop(["analyze", str(export), "--export", str(tmp_path / "x.json")], timeout=120)
     assert proc.returncode == 2 and "--export reads a run directory" in proc.stderr
+
+
+def test_labels_name_each_swept_key_by_its_shortest_unambiguous_tail() -> None:
+    """`use_reward_feedback`, not `feedback.use_reward_feedback`; but `surprise.enabled`: `enabled` alone says nothing."""
+    keys = ["feedback.use_reward_feedback", "feedback.surprise.enabled", "env.reward_settings.end_health_per_hp"]
+    assert sweep.short_names(keys) == {
+        "feedback.use_reward_feedback": "use_reward_feedback",
+        "feedback.surprise.enabled": "surprise.enabled",
+        "env.reward_settings.end_health_per_hp": "end_health_per_hp",
+    }
+    # Two keys with one tail keep as much of each as tells them apart.
+    assert sweep.short_names(["a.x.gain", "b.x.gain"]) == {"a.x.gain": "a.x.gain", "b.x.gain": "b.x.gain"}
+    assert sweep.short_names(["view.enabled", "meter.enabled"]) == {
+        "view.enabled": "view.enabled",
+        "meter.enabled": "meter.enabled",
+    }

@@ -154,12 +154,17 @@ def format_value(value: Any) -> str:
     return text.removesuffix("\n...").strip()
 
 
+GENERIC_LEAVES = ("enabled",)
+"""Last key parts that name nothing alone (`surprise.enabled`, not `enabled`): a short name keeps their parent."""
+
+
 def short_names(keys: Sequence[str]) -> dict[str, str]:
-    """Each dotted key's shortest trailing part that no other key ends with."""
+    """Each dotted key's shortest trailing part that no other key ends with (and more than a generic leaf)."""
     out = {}
     for key in keys:
         parts = key.split(".")
-        for i in range(len(parts) - 1, -1, -1):
+        longest = len(parts) - 2 if parts[-1] in GENERIC_LEAVES and len(parts) > 1 else len(parts) - 1
+        for i in range(longest, -1, -1):
             tail = ".".join(parts[i:])
             if not any(other != key and (other == tail or other.endswith("." + tail)) for other in keys):
                 out[key] = tail
