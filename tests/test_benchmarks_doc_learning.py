@@ -1,0 +1,58 @@
+"""docs/benchmarks.md's learning tables are their result files, as measured.
+
+docs/benchmarks/learning.json (`basic`) and learning-defend_the_center.json: each condition's row is rebuilt
+from the JSON with the rounding the doc uses and must appear in the doc verbatim, so an edited figure or a
+re-run JSON without its doc fails here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "benchmarks.md"
+RESULTS = ("learning.json", "learning-defend_the_center.json")
+
+
+def expected_rows(result: dict) -> list[str]:
+    """One table row per condition: final return and kill rate (mean, per seed), the 90% mark, p against zero."""
+    rows = []
+    for condition in result["settings"]["conditions"]:
+        s = result["summary"][condition]
+        ret, kill, mark = s["final_return_mean"], s["final_kill_rate"], s["steps_to_90pct_direct"]
+        per_return = ", ".join(f"{v:.0f}" for v in ret["per_seed"].values())
+        per_kill = ", ".join(f"{v:.2f}" for v in kill["per_seed"].values())
+        when = "never" if mark["median"] is None else f"{mark['median']:,.0f}"
+        p = s.get("p_value_vs_zero")
+        versus = "" if p is None else f"{p:.3g} ({s['cliffs_delta_vs_zero']:+.2f})"
+        rows.append(
+            f"| `{condition}` | {ret['pooled']:.1f} ({per_return}) | {kill['pooled']:.2f} ({per_kill}) | "
+            f"{when} ({mark['reached']}/{s['seeds']}) | {versus} |"
+        )
+    return rows
+
+
+@pytest.mark.parametrize("name", RESULTS)
+def test_the_learning_table_is_the_result_file(name: str) -> None:
+    result = json.loads((REPO / "docs" / "benchmarks" / name).read_text())
+    doc = DOC.read_text()
+    missing = [row for row in expected_rows(result) if row not in doc]
+    assert not missing, f"docs/benchmarks.md differs from {name}; rows expected:\n" + "\n".join(missing)
+
+
+def test_the_learning_reading_quotes_the_targets_from_the_result_file() -> None:
+    """The figures the `basic` reading gives for the speed target: the 90% mark and transparent's ratio to direct."""
+    result = json.loads((REPO / "docs" / "benchmarks" / "learning.json").read_text())
+    flat = " ".join(DOC.read_text().split())
+    speed = result["targets"]["b_transparent_speed"]
+    assert f"mark ({result['mark_90pct_return']:.1f})" in flat
+    assert (
+        f"at a median of {speed['transparent_median_steps']:,.0f} env steps against `direct`'s "
+        f"{speed['direct_median_steps']:,.0f}: {speed['ratio']:.2f}x"
+    ) in flat
+    solve = result["targets"]["a_direct_transparent_solve"]["conditions"]["transparent"]["per_seed"].values()
+    returns = sorted(seed["final_return"] for seed in solve)
+    assert f"is still missed: {returns[-1]:.0f} to {returns[0]:.0f}" in flat
