@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from spikeloop.experiments.analysis.sweep import FINAL_EPISODES
+from spikeloop.experiments.benchmarks import curriculum
 from spikeloop.experiments.benchmarks.conditions import (  # noqa: F401  (re-exported: the benchmark's conditions)
     ALL_CONDITIONS,
     BASE_EXPERIMENT,
@@ -63,6 +64,7 @@ from spikeloop.experiments.benchmarks.conditions import (  # noqa: F401  (re-exp
     control_culture,
     experiment_dict,
 )
+from spikeloop.experiments.benchmarks.curriculum import stage_index
 from spikeloop.experiments.benchmarks.record import provenance, write_result
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/learning.json")
@@ -92,8 +94,8 @@ FEEDBACK_COMPARISONS: tuple[tuple[str, str], ...] = (
 on the positive control's culture the plastic path (weights free against frozen) and the pulses alone."""
 
 
-Episode = tuple[float, float, bool]
-"""(env steps at the end of the episode's iteration, return, killed anything)."""
+Episode = tuple[float, float, bool] | tuple[float, float, bool, int]
+"""(env steps at the end of the episode's iteration, return, killed anything[, curriculum level, 0-based])."""
 Runs = dict[str, dict[str, list[Episode]]]
 """condition -> seed (str) -> episodes in order."""
 
@@ -128,15 +130,21 @@ def _progress(condition: str, seed: int, episodes: list[Episode], steps: int, t0
 
 
 def train_run(
-    condition: str, seed: int, budget: int, scenario: str, culture: dict[str, Any] | None = None
+    condition: str,
+    seed: int,
+    budget: int,
+    scenario: str,
+    culture: dict[str, Any] | None = None,
+    env: dict[str, Any] | None = None,
 ) -> tuple[list[Episode], dict[str, Any]]:
-    """Train one condition and seed until `budget` env steps (`culture`: knobs for its sim device); its episodes
-    and run facts."""
+    """Train one condition and seed until `budget` env steps (`culture`: knobs for its sim device; `env`: an env
+    section with a curriculum, whose first level is `scenario`); its episodes and run facts."""
     from spikeloop.experiments.runner import _pull_episode_records
     from spikeloop.experiments.schema import experiment_from_dict
     from spikeloop.models.closed_loop.ppo import finish
 
-    base = BASE_EXPERIMENT | ({"sim_device": {"culture": culture}} if culture else {})
+    base = BASE_EXPERIMENT | ({"sim_device": {"culture": culture}} if culture else {}) | ({"env": env} if env else {})
+    stages = (env or {}).get("curriculum", {}).get("scenarios")
     experiment = experiment_from_dict(
         experiment_dict(condition, seed, scenario, base), source=f"bench learning {condition}"
     )
@@ -153,7 +161,10 @@ def train_run(
                 or result.get("env_runners", {}).get("num_env_steps_sampled_lifetime", 0)
             )
             for record in _pull_episode_records(algo):
-                episodes.append((float(steps), float(record["episode_reward"]), int(record.get("kill_count", 0)) > 0))
+                episode = (float(steps), float(record["episode_reward"]), int(record.get("kill_count", 0)) > 0)
+                if stages:
+                    episode += (stage_index(record.get("scenario"), stages),)
+                episodes.append(episode)
             print(_progress(condition, seed, episodes, steps, t0), file=sys.stderr, flush=True)
     finally:
         try:
@@ -499,19 +510,24 @@ def _targets(summary: dict[str, dict[str, Any]], min_seeds: int) -> dict[str, An
 
 
 def curves_from_episodes(episodes: list[Episode]) -> dict[str, list]:
-    """One run's episodes as compact parallel arrays."""
-    return {
+    """One run's episodes as compact parallel arrays (`level` too for a curriculum's runs)."""
+    curves = {
         "env_steps": [int(e[0]) for e in episodes],
         "return": [round(float(e[1]), 4) for e in episodes],
         "kill": [int(bool(e[2])) for e in episodes],
     }
+    if episodes and len(episodes[0]) > 3:
+        curves["level"] = [int(e[3]) for e in episodes]
+    return curves
 
 
 def episodes_from_curves(curves: dict[str, list]) -> list[Episode]:
     """The inverse of `curves_from_episodes`."""
+    columns = [curves["env_steps"], curves["return"], curves["kill"]]
+    if "level" in curves:
+        columns.append(curves["level"])
     return [
-        (float(s), float(r), bool(k))
-        for s, r, k in zip(curves["env_steps"], curves["return"], curves["kill"], strict=True)
+        (float(row[0]), float(row[1]), bool(row[2]), *(int(v) for v in row[3:])) for row in zip(*columns, strict=True)
     ]
 
 
@@ -547,6 +563,7 @@ def check_resume(existing: dict[str, Any], settings: dict[str, Any]) -> Runs:
         (what, old.get(key), settings.get(key))
         for key, what in (
             ("scenario", "scenario"),
+            ("curriculum_env", "curriculum (env section)"),
             ("env_steps_per_run", "env-step budget"),
             ("base_experiment", "base experiment (spikeloop.experiments.schema learning settings)"),
         )
@@ -596,6 +613,7 @@ def _settings(
     budget: int,
     culture: dict[str, Any] | None = None,
     first_seed: int = 0,
+    env: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     recorded = [c for c in conditions if c in FEEDBACK_CONDITIONS or (culture and c in SIM_CONDITIONS)]
     return (
@@ -619,6 +637,7 @@ def _settings(
             else {}
         )
         | ({"culture": {c: _culture(c, culture) for c in recorded}} if recorded else {})
+        | ({"curriculum_env": env} if env else {})
     )
 
 
@@ -627,6 +646,15 @@ def build_result(
 ) -> dict[str, Any]:
     """The whole result JSON (without provenance) from the runs so far."""
     stats = summarize(runs, settings["scenario"])
+    if settings.get("curriculum_env"):  # returns of different levels do not compare: read per level
+        levels = curriculum.summarize(runs, settings["curriculum_env"]["curriculum"]["scenarios"])
+        stats["curriculum"] = levels
+        stats["targets"] = stats.get("targets", {}) | {"curriculum_transparent": curriculum.target(levels)}
+        stats["notes"] = [
+            *stats["notes"],
+            "a curriculum run: the final return and the 90% mark above mix its levels (read `curriculum`: the "
+            "level reached, and the final return at the last level)",
+        ]
     curves = {
         c: {seed: curves_from_episodes(eps) | run_facts.get(c, {}).get(seed, {}) for seed, eps in runs[c].items()}
         for c in stats["summary"]
@@ -778,6 +806,16 @@ def table(result: dict[str, Any]) -> str:
             f"(p {_fmt(vs_sim['p_value'], '.3g')}, Cliff's delta {_fmt(vs_sim['cliffs_delta'], '+.2f')}), kill rate "
             f"{_fmt(vs_sim['difference_kill_rate'], '+.2f')} (p {_fmt(vs_sim['kill_p_value'], '.3g')}), two-sided"
         )
+    levels = result.get("curriculum")
+    if levels:
+        last = len(levels["levels"])
+        for condition, c in levels["conditions"].items():
+            finals = [v for v in c["final_return_at_last_level"].values() if v is not None]
+            lines.append(
+                f"{condition:>11}: levels reached {', '.join(map(str, c['level_reached'].values()))}; "
+                f"level {last} in {c['reached_last_level']}/{len(c['level_reached'])} seed(s)"
+                + (f", final return there {sum(finals) / len(finals):.1f}" if finals else "")
+            )
     for name, target in result.get("targets", {}).items():
         met = {True: "met", False: "NOT met", None: "not read"}[target["met"]]
         lines.append(f"target {name}: {met}" + (f" ({target['reason']})" if target.get("reason") else ""))
@@ -805,6 +843,15 @@ def main(
         prog=f"spikeloop bench {name}", description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--scenario", default=SCENARIO, help=f"VizDoom scenario (default {SCENARIO})")
+    parser.add_argument(
+        "--curriculum",
+        type=Path,
+        default=None,
+        metavar="EXP.yaml",
+        help="play the curriculum of this experiment's env section (its levels, thresholds, reward) instead of "
+        "--scenario, e.g. experiments/deadly_corridor.yaml; reports the level each run reached and its final "
+        "return at the last level",
+    )
     parser.add_argument(
         "--conditions",
         nargs="+",
@@ -870,6 +917,17 @@ def main(
     if args.env_steps < MIN_ENV_STEPS:
         parser.error(f"--env-steps must be >= {MIN_ENV_STEPS} (got {args.env_steps}): too few steps for any episode")
     conditions = [c for c in ALL_CONDITIONS if c in set(args.conditions)]
+    env = None
+    if args.curriculum is not None:
+        if args.scenario != SCENARIO:
+            parser.error("--curriculum plays its own levels: give --scenario or --curriculum, not both")
+        try:
+            env = curriculum.load_curriculum_env(args.curriculum)
+        except ValueError as exc:
+            parser.error(str(exc))
+        args.scenario = env["scenario"]
+        if args.output is None:
+            args.output = default_output.with_name(f"{default_output.stem}-curriculum-{args.curriculum.stem}.json")
     if args.output is None:
         args.output = (
             default_output
@@ -878,7 +936,7 @@ def main(
         )
     figure = args.figure or args.output.with_suffix(".png")
     wanted = [str(seed) for seed in range(args.first_seed, args.first_seed + args.seeds)]
-    settings = _settings(args.scenario, conditions, args.seeds, args.env_steps, culture, args.first_seed)
+    settings = _settings(args.scenario, conditions, args.seeds, args.env_steps, culture, args.first_seed, env)
 
     runs: Runs = {}
     run_facts: dict[str, dict[str, Any]] = {}
@@ -910,7 +968,9 @@ def main(
     if sources:
         held_seeds = sorted({int(s) for by_seed in runs.values() for s in by_seed} | {int(s) for s in wanted})
         held_conditions = [c for c in ALL_CONDITIONS if c in set(held)]
-        settings = _settings(args.scenario, held_conditions, len(held_seeds), args.env_steps, culture, min(held_seeds))
+        settings = _settings(
+            args.scenario, held_conditions, len(held_seeds), args.env_steps, culture, min(held_seeds), env
+        )
 
     # Interleaved (for each seed, every condition) so that drift in machine load hits every condition.
     todo = [(c, int(seed)) for seed in wanted for c in conditions if seed not in runs.get(c, {})]
@@ -924,7 +984,7 @@ def main(
         try:
             for n, (condition, seed) in enumerate(todo, 1):
                 print(f"[learning] run {n}/{len(todo)}: {condition} seed {seed}", file=sys.stderr, flush=True)
-                episodes, facts = train_run(condition, seed, args.env_steps, args.scenario, culture)
+                episodes, facts = train_run(condition, seed, args.env_steps, args.scenario, culture, env)
                 runs.setdefault(condition, {})[str(seed)] = episodes
                 run_facts.setdefault(condition, {})[str(seed)] = facts
                 result = build_result(settings, runs, run_facts, wall_before + time.monotonic() - t0)

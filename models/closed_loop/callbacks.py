@@ -184,9 +184,13 @@ class ClosedLoopCallbacks(RLlibCallback):
         last_chunk, episode = episode, WholeEpisode.of(episode, prev_episode_chunks)
         _STEPS["in_episode"] = 0
         payload = episode_end_payload(episode, self.episode_numbers.next(env_runner.config))
+        # A curriculum's stage, in the run's records only (the device's episode_end event keeps its own fields).
+        stage = (
+            {"scenario": episode.last_info().get("scenario")} if env_runner.config.env_config.get("curriculum") else {}
+        )
         if not _has_culture(env_runner):
             _EPISODE_RECORDS.append(
-                {"device_id": None, "env_runner": env_runner.worker_index, **payload, "wall_time": time.time()}
+                {"device_id": None, "env_runner": env_runner.worker_index, **payload, **stage, "wall_time": time.time()}
             )
             _log_episode_metrics(metrics_logger, payload)
             return
@@ -217,6 +221,7 @@ class ClosedLoopCallbacks(RLlibCallback):
         record = (
             payload
             | outage
+            | stage
             | {
                 "episode_feedback_commands": len(commands),
                 "episode_surprise_td_error": scales.td_error,
