@@ -326,3 +326,31 @@ def test_labels_name_each_swept_key_by_its_shortest_unambiguous_tail() -> None:
         "view.enabled": "view.enabled",
         "meter.enabled": "meter.enabled",
     }
+
+
+def test_update_docs_writes_the_tables_between_the_sources_markers(factorial: Path, tmp_path: Path) -> None:
+    """`analyze SOURCE --update-docs DOC`: the configuration and main-effect tables, from the analysis itself, between
+    the markers named after the source; idempotent; a document without them gets the lines to add, not a traceback."""
+    from spikeloop.experiments.analysis import doc_blocks, report
+
+    name = report.docs_block_name(factorial)
+    doc = tmp_path / "results.md"
+    doc.write_text(f"# Results\n\n<!-- {name}: begin (written by hand) -->\nold\n<!-- {name}: end -->\n\nmore\n")
+    out = tmp_path / "out"
+    args = ["analyze", str(factorial), "--output-dir", str(out), "--update-docs", str(doc)]
+    proc = run_spikeloop(args, timeout=120)
+    assert proc.returncode == 0 and f"{doc}: updated" in proc.stdout, proc.stderr[-3000:]
+    block = doc_blocks.read(doc, name)
+    assert block == report.docs_tables(json.loads((out / "analysis.json").read_text()))
+    names = sweep.short_names([END, LOST])
+    assert block.splitlines()[0].startswith(f"| `{names[END]}` | `{names[LOST]}` | seeds |")
+    assert "| main effect |" in block and "baseline" in block
+    assert doc.read_text().startswith("# Results\n\n<!-- ") and doc.read_text().endswith("\n\nmore\n")
+    again = run_spikeloop(args, timeout=120)
+    assert again.returncode == 0 and f"{doc}: already up to date" in again.stdout
+
+    bare = tmp_path / "bare.md"
+    bare.write_text("# Results\n")
+    missing = run_spikeloop([*args[:-1], str(bare)], timeout=120)
+    assert missing.returncode == 2 and "no markers for this table; add the lines" in missing.stderr
+    assert f"<!-- {name}: begin (spikeloop analyze" in missing.stderr and "Traceback" not in missing.stderr

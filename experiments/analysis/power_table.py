@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from spikeloop.experiments.analysis import stats, sweep
+from spikeloop.experiments.analysis import doc_blocks, stats, sweep
 from spikeloop.experiments.analysis.power import ALPHAS, DRAWS, MAX_SEEDS, POWER, seeds_needed
 from spikeloop.experiments.benchmarks.conditions import experiment_dict
 
@@ -21,8 +21,9 @@ LEARNING_JSON = REPO / "docs" / "benchmarks" / "learning.json"
 TABLE_DIFFERENCES = {"final_return": (10.0, 25.0, 50.0), "final_kill_rate": (0.05, 0.1, 0.2)}
 """Differences the power table in docs/benchmarks.md is made for (return units; share of episodes)."""
 TABLE_CONDITION = "sim"
-DOCS_BEGIN = "<!-- power-table: begin (spikeloop analyze --power --update-docs docs/benchmarks.md) -->"
-DOCS_END = "<!-- power-table: end -->"
+DOCS_BLOCK = "power-table"
+DOCS_COMMAND = "spikeloop analyze --power --update-docs docs/benchmarks.md"
+DOCS_BEGIN, DOCS_END = doc_blocks.markers(DOCS_BLOCK, DOCS_COMMAND)
 
 
 # --- the measured spread ----------------------------------------------------------------------
@@ -121,19 +122,9 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def update_docs(docs: str | Path, table: str) -> bool:
     """Replace the text between the power-table markers of a markdown file; True if it changed."""
-    docs = Path(docs)
-    text = docs.read_text()
-    if DOCS_BEGIN not in text or DOCS_END not in text:
-        raise ValueError(f"{docs}: no power-table markers; add the lines\n{DOCS_BEGIN}\n{DOCS_END}\nwhere it belongs")
-    head, rest = text.split(DOCS_BEGIN, 1)
-    _, tail = rest.split(DOCS_END, 1)
-    new = f"{head}{DOCS_BEGIN}\n{table}\n{DOCS_END}{tail}"
-    if new != text:
-        docs.write_text(new)
-    return new != text
+    return doc_blocks.update(docs, DOCS_BLOCK, table, DOCS_COMMAND)
 
 
 def docs_table(docs: str | Path) -> str:
     """The power table as it stands between the markers of a markdown file."""
-    text = Path(docs).read_text()
-    return text.split(DOCS_BEGIN, 1)[1].split(DOCS_END, 1)[0].strip()
+    return doc_blocks.read(docs, DOCS_BLOCK)

@@ -72,6 +72,63 @@ def configurations_table(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def docs_block_name(source: str | Path) -> str:
+    """The name of the docs block that holds the tables of an analysed source (a run directory or file)."""
+    return f"analysis-tables {Path(source).as_posix()}"
+
+
+def docs_tables(result: dict[str, Any]) -> str:
+    """The compact tables a results document quotes: one row per configuration (a column per swept key) with its
+    comparison with the baseline, then the main effects; what `--update-docs` writes."""
+    names = sweep.short_names(list(result["factors"]))
+    keys = list(result["factors"])
+    head = [*(f"`{names[k]}`" for k in keys), "seeds", "final return (95% CI)", "kill rate (95% CI)"]
+    head += ["return vs baseline (95% CI)", "p", "Holm p"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = {r["configuration"]: r for r in result["comparisons"].get("final_return", [])}
+    by_label = {entry["label"]: entry for entry in result["configurations"]}
+    for entry in result["configurations"]:
+        ret, kill = entry["final_return"], entry["final_kill_rate"]
+        cells = [sweep.format_value(entry["settings"][k]) for k in keys]
+        cells += [str(len(ret["per_seed"]))]
+        cells += [
+            f"{_f(ret['mean'], '.1f')} ({_interval(ret['ci95'])})",
+            f"{_f(kill['mean'], '.2f')} ({_interval(kill['ci95'])})",
+        ]
+        row = rows.get(entry["label"])
+        if row is None:
+            cells += ["baseline", "", ""]
+        elif row.get("repeat_of"):
+            # Named by what differs from its twin's row (the setting that does nothing here).
+            twin = by_label[row["repeat_of"]]["settings"]
+            differs = ", ".join(
+                f"`{names[k]}` {sweep.format_value(v)}" for k, v in twin.items() if entry["settings"][k] != v
+            )
+            which = "the baseline's" if row["repeat_of"] == result["baseline"] else f"with {differs}"
+            cells += [f"{_f(row['mean_difference'], '.1f', True)}: the same trials as {which}", "", ""]
+        else:
+            difference = f"{_f(row['mean_difference'], '.1f', True)} ({_interval(row['difference_ci95'], True)})"
+            cells += [difference, _f(row["p"]), _f(row["p_holm"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    effects = result["main_effects"].get("final_return", [])
+    if effects:
+        kills = {r["label"]: r for r in result["main_effects"].get("final_kill_rate", [])}
+        lines += [
+            "",
+            "| main effect | final return (95% CI) | p | Holm p | Cliff's delta | kill rate (95% CI) | p | Holm p |",
+        ]
+        lines.append("|---|---|---|---|---|---|---|---|")
+        for r in effects:
+            k = kills.get(r["label"], {})
+            lines.append(
+                f"| {r['label']} | {_f(r['mean_difference'], '.1f', True)} ({_interval(r['difference_ci95'], True)}) | "
+                f"{_f(r['p'])} | {_f(r['p_holm'])} | {_f(r['cliffs_delta'], '.2f', True)} | "
+                f"{_f(k.get('mean_difference'), '.3f', True)} ({_interval(k.get('difference_ci95', [None, None]), True)}) | "
+                f"{_f(k.get('p'))} | {_f(k.get('p_holm'))} |"
+            )
+    return "\n".join(lines)
+
+
 def comparisons_table(rows: list[dict[str, Any]], first: str = "configuration") -> list[str]:
     """One line per comparison: design, difference and interval, p, Holm p, smallest p, Cliff's delta, spread."""
     lines = [

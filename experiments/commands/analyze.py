@@ -76,7 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         metavar="MARKDOWN",
-        help="with --power: also write the table between the power-table markers of this file (docs/benchmarks.md)",
+        help="also write the tables into this markdown file (docs/benchmarks.md), between its markers: with "
+        "--power the power table; with a run or file, its configurations and main effects (markers named after "
+        "the source as given; the error says which lines to add)",
     )
     return parser
 
@@ -91,9 +93,6 @@ def main(argv: list[str]) -> int:
         return _power(args)
     if args.source is None:
         print("spikeloop analyze: give a run directory or a benchmark file (see --help)", file=sys.stderr)
-        return 2
-    if args.update_docs is not None:
-        print("spikeloop analyze: --update-docs goes with --power", file=sys.stderr)
         return 2
     from spikeloop.experiments.analysis import report, sweep
 
@@ -111,6 +110,18 @@ def main(argv: list[str]) -> int:
     print(report.printed(result))
     written = [*paths.values(), *([args.export] if args.export is not None else [])]
     print("wrote " + ", ".join(str(p) for p in written))
+    if args.update_docs is not None:
+        from spikeloop.experiments.analysis import doc_blocks
+
+        command = f"spikeloop analyze {args.source} --update-docs {args.update_docs}"
+        try:
+            changed = doc_blocks.update(
+                args.update_docs, report.docs_block_name(args.source), report.docs_tables(result), command
+            )
+        except (OSError, ValueError) as exc:
+            print(f"spikeloop analyze: {exc}", file=sys.stderr)
+            return 2
+        print(f"{args.update_docs}: {'updated' if changed else 'already up to date'}")
     return 0
 
 
