@@ -50,9 +50,9 @@ def _f(value: float | None, spec: str = ".3g", signed: bool = False) -> str:
     return format(value, ("+" if signed else "") + spec)
 
 
-def _interval(pair: list[float | None], signed: bool = False) -> str:
+def _interval(pair: list[float | None], signed: bool = False, spec: str = ".3g") -> str:
     lo, hi = pair
-    return "-" if lo is None else f"{_f(lo, signed=signed)} to {_f(hi, signed=signed)}"
+    return "-" if lo is None else f"{_f(lo, spec, signed)} to {_f(hi, spec, signed)}"
 
 
 def configurations_table(result: dict[str, Any]) -> list[str]:
@@ -92,8 +92,8 @@ def docs_tables(result: dict[str, Any]) -> str:
         cells = [sweep.format_value(entry["settings"][k]) for k in keys]
         cells += [str(len(ret["per_seed"]))]
         cells += [
-            f"{_f(ret['mean'], '.1f')} ({_interval(ret['ci95'])})",
-            f"{_f(kill['mean'], '.2f')} ({_interval(kill['ci95'])})",
+            f"{_f(ret['mean'], '.1f')} ({_interval(ret['ci95'], spec='.1f')})",
+            f"{_f(kill['mean'], '.2f')} ({_interval(kill['ci95'], spec='.2f')})",
         ]
         row = rows.get(entry["label"])
         if row is None:
@@ -107,7 +107,7 @@ def docs_tables(result: dict[str, Any]) -> str:
             which = "the baseline's" if row["repeat_of"] == result["baseline"] else f"with {differs}"
             cells += [f"{_f(row['mean_difference'], '.1f', True)}: the same trials as {which}", "", ""]
         else:
-            difference = f"{_f(row['mean_difference'], '.1f', True)} ({_interval(row['difference_ci95'], True)})"
+            difference = f"{_f(row['mean_difference'], '.1f', True)} ({_interval(row['difference_ci95'], True, '.1f')})"
             cells += [difference, _f(row["p"]), _f(row["p_holm"])]
         lines.append("| " + " | ".join(cells) + " |")
     effects = result["main_effects"].get("final_return", [])
@@ -121,9 +121,10 @@ def docs_tables(result: dict[str, Any]) -> str:
         for r in effects:
             k = kills.get(r["label"], {})
             lines.append(
-                f"| {r['label']} | {_f(r['mean_difference'], '.1f', True)} ({_interval(r['difference_ci95'], True)}) | "
+                f"| {r['label']} | {_f(r['mean_difference'], '.1f', True)} ({_interval(r['difference_ci95'], True, '.1f')}) | "
                 f"{_f(r['p'])} | {_f(r['p_holm'])} | {_f(r['cliffs_delta'], '.2f', True)} | "
-                f"{_f(k.get('mean_difference'), '.3f', True)} ({_interval(k.get('difference_ci95', [None, None]), True)}) | "
+                f"{_f(k.get('mean_difference'), '.3f', True)} "
+                f"({_interval(k.get('difference_ci95', [None, None]), True, '.3f')}) | "
                 f"{_f(k.get('p'))} | {_f(k.get('p_holm'))} |"
             )
     return "\n".join(lines)
