@@ -225,3 +225,23 @@ def test_an_unpaced_simulated_device_waits_out_a_starved_cpu() -> None:
     quickstart = load_experiment(REPO / QUICKSTART, [])
     # Every step waiting out loop.timeout_s's horizon (2 x 0.5 s) plus the allowance: 512 x 1.25 s.
     assert quickstart.sample_pace().timeout_s("auto") == 640
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_resuming_the_finished_sweep_trains_nothing_and_says_so(identical_sweep: tuple[Path, str]) -> None:
+    """`--resume` of a sweep whose trials all ended: each says it ended before, and no time left is guessed.
+
+    (Tune restarts finished trials on a resume, and each returns at once: their near-zero durations once made
+    a resumed sweep's "time left" a fraction of the truth.) Last in the module: it appends to the run's files.
+    """
+    run_dir, _ = identical_sweep
+    episodes = {p: p.read_text() for p in run_dir.glob("*/episodes.jsonl")}
+    config = run_dir.parent / "repeat.yaml"
+    proc = run_spikeloop(["tune", str(config), "--set", f"output.root_dir={run_dir.parent}", "--resume"], timeout=600)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    ended = re.findall(r"\[sweep\] \d+/\d+ trials ended.*", output)
+    assert len(ended) == 2 and all(line.endswith("(it had ended before this resume)") for line in ended), ended
+    assert "left at this pace" not in output
+    assert {p: p.read_text() for p in run_dir.glob("*/episodes.jsonl")} == episodes

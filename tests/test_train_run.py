@@ -209,7 +209,8 @@ def test_ctrl_c_stops_the_run_says_how_to_continue_and_does_not_call_it_complete
     resumed = run_spikeloop([*args, "--resume"], timeout=400)
     again = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, again[-4000:]
-    assert "started again from the start, not from its checkpoint" in again, again[-4000:]
+    # "not from its checkpoint", or "not where it stopped" when Ctrl-C came before the first checkpoint
+    assert "started again from the start, not " in again, again[-4000:]
     trial_dir = _only([p.parent for p in run_dir.glob("*/" + "params.json")], "trial directory")
     aside = _only(list(trial_dir.glob("abandoned-*")), "abandoned attempt")
     before = (aside / "episodes.jsonl").read_text()
