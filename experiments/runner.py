@@ -240,7 +240,12 @@ def _restart_if_repeatable(tune_config: dict[str, Any], start, trial_dir: Path):
     ours = [p for p in trial_dir.iterdir() if not p.name.startswith(kept)]
     if not ours or not _trial_experiment(tune_config).repeats_bit_for_bit():
         return start
-    aside = trial_dir / (ABANDONED_PREFIX + time.strftime("%Y%m%d-%H%M%S"))
+    stamp = ABANDONED_PREFIX + time.strftime("%Y%m%d-%H%M%S")
+    aside = trial_dir / stamp
+    for n in range(2, 1000):  # a retry within the same second gets a folder of its own
+        if not aside.exists():
+            break
+        aside = trial_dir / f"{stamp}-{n}"
     aside.mkdir()
     for path in ours:
         path.rename(aside / path.name)
