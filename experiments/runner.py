@@ -226,7 +226,7 @@ ABANDONED_PREFIX = "abandoned-"
 
 
 def _restart_if_repeatable(tune_config: dict[str, Any], start, trial_dir: Path):
-    """The checkpoint to continue from; None for an unpaced simulated trial that ran before, which starts again.
+    """The checkpoint to continue from; always None for an unpaced simulated trial, which starts again.
 
     Continuing such a trial from a checkpoint would give a run no seed gives: its cultures restart from their seed
     while the agent goes on (their weights and state are not in the checkpoint). It is started again from the
@@ -238,8 +238,12 @@ def _restart_if_repeatable(tune_config: dict[str, Any], start, trial_dir: Path):
     # an abandoned attempt is not a trial of the run.
     kept = (*TUNE_OWN_FILES, ABANDONED_PREFIX, RESOLVED_FILE)
     ours = [p for p in trial_dir.iterdir() if not p.name.startswith(kept)]
-    if not ours or not _trial_experiment(tune_config).repeats_bit_for_bit():
+    if not _trial_experiment(tune_config).repeats_bit_for_bit():
         return start
+    if not ours:  # nothing written yet: a first start, or a restart killed before it wrote anything
+        if start is not None:
+            print(f"{_sweep_tag(tune_config)}started again from the start, not from its checkpoint", flush=True)
+        return None
     stamp = ABANDONED_PREFIX + time.strftime("%Y%m%d-%H%M%S")
     aside = trial_dir / stamp
     for n in range(2, 1000):  # a retry within the same second gets a folder of its own
