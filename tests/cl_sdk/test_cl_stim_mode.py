@@ -111,8 +111,10 @@ def test_reference_mode_interrupts_every_electrode_then_gives_one_pulse(tmp_path
     stims, feedback_ran_s = _stims_per_channel("reference", tmp_path)
     assert {e: stims[e] for e in ENCODING_ELECTRODES} == {e: 1 for e in ENCODING_ELECTRODES}
     # The feedback burst ran until the stimulation's interrupt cut it: ~0.1 s on a quiet machine (two or three
-    # pulses at 20 Hz), longer when the machine is busy; never the whole burst.
+    # pulses at 20 Hz), longer when the machine is busy; never the whole burst. On a loaded machine the device
+    # can take the feedback and the stimulation in one tick, and the interrupt then cuts the burst before its
+    # first pulse (seen with a sweep and the suite on 2 cores): none is as right as a few, all of it is not.
     most_pulses = min(FEEDBACK_PULSES - 1, math.ceil(feedback_ran_s * FEEDBACK_HZ) + 1)
     for electrode in POSITIVE_FEEDBACK_ELECTRODES:
-        assert 1 <= stims[electrode] <= most_pulses, (stims, feedback_ran_s)
-    assert set(stims) == set(ENCODING_ELECTRODES) | set(POSITIVE_FEEDBACK_ELECTRODES)
+        assert 0 <= stims[electrode] <= most_pulses, (stims, feedback_ran_s)
+    assert set(ENCODING_ELECTRODES) <= set(stims) <= set(ENCODING_ELECTRODES) | set(POSITIVE_FEEDBACK_ELECTRODES)
