@@ -36,7 +36,7 @@ def _runs(random_reaches_last: bool) -> bl.Runs:
 
 
 def test_levels_reached_and_the_last_level_figures() -> None:
-    summary = curriculum.summarize(_runs(random_reaches_last=False), LEVELS)
+    summary = curriculum.summarize(_runs(random_reaches_last=False), LEVELS, bl.ALPHA)
     mine, floor = summary["conditions"]["transparent"], summary["conditions"]["random"]
     assert mine["level_reached"] == {str(s): 5 for s in range(5)} and mine["reached_last_level"] == 5
     assert mine["episodes_at_last_level"]["0"] == 120
@@ -54,15 +54,15 @@ def test_levels_reached_and_the_last_level_figures() -> None:
 
 
 def test_the_target_compares_returns_at_the_last_level_when_both_got_there() -> None:
-    summary = curriculum.summarize(_runs(random_reaches_last=True), LEVELS)
+    summary = curriculum.summarize(_runs(random_reaches_last=True), LEVELS, bl.ALPHA)
     target = curriculum.target(summary)
     assert target["compared_by"] == "final_return_at_last_level" and target["p"] == pytest.approx(1 / 252)
     assert target["met"] is True
     # A transparent seed that stops at level 4 fails "every seed", whatever the test says.
     runs = _runs(random_reaches_last=True)
     runs["transparent"]["2"] = _run([0, 1, 2, 3], -100.0, 2)
-    assert curriculum.target(curriculum.summarize(runs, LEVELS))["met"] is False
-    assert curriculum.target(curriculum.summarize({"random": runs["random"]}, LEVELS))["met"] is None
+    assert curriculum.target(curriculum.summarize(runs, LEVELS, bl.ALPHA))["met"] is False
+    assert curriculum.target(curriculum.summarize({"random": runs["random"]}, LEVELS, bl.ALPHA))["met"] is None
 
 
 def test_a_curriculum_result_keeps_each_episodes_level_and_reads_them_back() -> None:

@@ -700,12 +700,6 @@ def analyze(
         if data.drawn_keys:
             entry["drawn"] = {k: [u.drawn.get(k) for u in units] for k in data.drawn_keys}
         result["configurations"].append(entry)
-    # A repeat's comparison is its twin's (the same trials): reported, but one test, so not a second member of
-    # the Holm family; one that repeats the baseline is no test at all.
-    tested: dict[tuple[Any, ...], int] = {}
-    for configuration in configurations:
-        if configuration != baseline and data.run_as(configuration) not in (data.run_as(baseline), *tested):
-            tested[data.run_as(configuration)] = len(tested)
     for metric in METRICS:
         base_values = per_seed(data, baseline, metric)
         rows = []
@@ -726,6 +720,8 @@ def analyze(
                 row = compare_values(values, base_values, alternative, paired=False)
             row["seeds_set_aside"] = unmatched
             row["configuration"] = data.label(configuration)
+            # A repeat's comparison is its twin's (the same trials): reported, but one test, so not a second
+            # member of the Holm family; one that repeats the baseline is no test at all.
             twin = data.run_as(configuration)
             if twin == data.run_as(baseline):
                 row["repeat_of"] = base_label

@@ -16,6 +16,7 @@ sides have seeds that got to the last level, of the final return there.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,6 @@ import yaml
 from spikeloop.experiments.analysis.stats import cliffs_delta, rank_sum_test
 from spikeloop.experiments.analysis.sweep import FINAL_EPISODES
 
-ALPHA = 0.01
-"""The level of the target's test, as the learning benchmark's other targets."""
 FLOOR = "random"
 """The condition every other one is compared with at the last level."""
 
@@ -56,10 +55,11 @@ def stage_index(scenario: str | None, stages: Sequence[str]) -> int:
     return list(stages).index(scenario)
 
 
-def summarize(runs: dict[str, dict[str, list[tuple]]], stages: Sequence[str], alpha: float = ALPHA) -> dict[str, Any]:
+def summarize(runs: dict[str, dict[str, list[tuple]]], stages: Sequence[str], alpha: float) -> dict[str, Any]:
     """Levels reached and the last level's figures per condition and seed; each condition against `random`.
 
-    `runs`: condition -> seed -> episodes as (env steps, return, killed, level index) in episode order.
+    `runs`: condition -> seed -> episodes as (env steps, return, killed, level index) in episode order; `alpha`:
+    the level the target is read at (the learning benchmark's).
     """
     last = len(stages) - 1
     conditions: dict[str, Any] = {}
@@ -95,8 +95,8 @@ def _against_floor(mine: dict[str, Any], floor: dict[str, Any]) -> dict[str, Any
         test = rank_sum_test(a, b, "greater")
         out[key] = {
             "seeds": [len(a), len(b)],
-            "p": None if test.p != test.p else test.p,
-            "smallest_p": None if test.smallest_p != test.smallest_p else test.smallest_p,
+            "p": None if math.isnan(test.p) else test.p,  # NaN: a side has no seed to test
+            "smallest_p": None if math.isnan(test.smallest_p) else test.smallest_p,
             "cliffs_delta": cliffs_delta(a, b) if a and b else None,
         }
     return out

@@ -647,7 +647,7 @@ def build_result(
     """The whole result JSON (without provenance) from the runs so far."""
     stats = summarize(runs, settings["scenario"])
     if settings.get("curriculum_env"):  # returns of different levels do not compare: read per level
-        levels = curriculum.summarize(runs, settings["curriculum_env"]["curriculum"]["scenarios"])
+        levels = curriculum.summarize(runs, settings["curriculum_env"]["curriculum"]["scenarios"], ALPHA)
         stats["curriculum"] = levels
         stats["targets"] = stats.get("targets", {}) | {"curriculum_transparent": curriculum.target(levels)}
         stats["notes"] = [
