@@ -354,3 +354,16 @@ def test_update_docs_writes_the_tables_between_the_sources_markers(factorial: Pa
     missing = run_spikeloop([*args[:-1], str(bare)], timeout=120)
     assert missing.returncode == 2 and "no markers for this table; add the lines" in missing.stderr
     assert f"<!-- {name}: begin (spikeloop analyze" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_a_trial_stopped_before_its_first_report_is_left_out(tmp_path: Path) -> None:
+    """Ctrl-C during a trial's first iteration: its first episodes are logged, Tune's result.json is still empty
+    (seen in the feedback sweep: 6 episodes of a trial that had just started read as its final return)."""
+    run = write_sweep(tmp_path / "run", {END: {"grid": [-5.0, -4.0]}}, 3, _episodes)
+    trials = sorted(run.glob("trial_*"))
+    for trial in trials:
+        _report(trial, [{"training_iteration": 1, FINISHED: True}])
+    (trials[2] / "result.json").write_text("")
+    data = sweep.load(run)
+    assert data.left_out == {trials[2].name: "stopped before its first report"}
+    assert len(data.units) == len(trials) - 1

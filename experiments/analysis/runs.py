@@ -87,13 +87,16 @@ def why_unfinished(trial: Trial | str | Path) -> str | None:
 
     The trainable's every report carries `finished` (experiments/runner.py): false while the trial runs, and in
     the last report of a run that was stopped or killed; true at the end, where a lost device, a set-up error or a
-    learner that got nothing say so with a key of their own. Trials without result.json or without the key (runs
-    older than the key) cannot tell and count as finished.
+    learner that got nothing say so with a key of their own. An empty result.json: stopped before its first report
+    (its first iteration's episodes may be logged). Trials without result.json or without the key (runs older
+    than the key) cannot tell and count as finished.
     """
     path = _path(trial) / RESULT_FILE
-    lines = [line for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
-    if not lines:
+    if not path.is_file():
         return None
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    if not lines:  # Tune made the file, the trial never reported: stopped in (or before) its first iteration
+        return "stopped before its first report"
     try:
         row = json.loads(lines[-1])
     except json.JSONDecodeError:  # a row cut short by a kill
