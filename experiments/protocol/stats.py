@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from spikeloop.bridge.wire.channels import SPIKE_GROUP_NAMES
+from spikeloop.experiments.analysis import stats as analysis_stats
 from spikeloop.experiments.protocol.rest import RestRecord
 
 EXACT_WORK_LIMIT = 2e9
@@ -132,14 +133,9 @@ def block_means(series: np.ndarray, block: int, resamples: int, rng: np.random.G
 
 
 def holm(pvalues: Sequence[float | None]) -> list[float | None]:
-    """Holm's step-down adjusted p-values (None stays None)."""
-    present = [(p, i) for i, p in enumerate(pvalues) if p is not None]
-    adjusted: list[float | None] = [None] * len(pvalues)
-    running = 0.0
-    for rank, (p, i) in enumerate(sorted(present)):
-        running = max(running, min(1.0, (len(present) - rank) * p))
-        adjusted[i] = running
-    return adjusted
+    """Holm's step-down adjusted p-values (None stays None and does not count); the analysis package's `holm`."""
+    adjusted = analysis_stats.holm([math.nan if p is None else p for p in pvalues])
+    return [None if p is None else a for p, a in zip(pvalues, adjusted, strict=True)]
 
 
 def lag1_autocorrelation(series: np.ndarray) -> float | None:
