@@ -362,7 +362,8 @@ def test_feedback_runs_measured_apart_merge_into_one_result_without_running(tmp_
         }
         settings = bl._settings(bl.SCENARIO, conditions, seeds, budget)
         path = tmp_path / f"fb-{rule}.json"
-        path.write_text(json.dumps(bl.build_result(settings, runs, {}, 1.0)))
+        measured = {"command": f"spikeloop bench feedback --conditions {' '.join(conditions)}", "git": {"commit": rule}}
+        path.write_text(json.dumps(bl.build_result(settings, runs, {}, 1.0) | measured))
         files.append(path)
     out = tmp_path / "feedback.json"
     conditions = [c for cs in parts.values() for c in cs]
@@ -373,6 +374,10 @@ def test_feedback_runs_measured_apart_merge_into_one_result_without_running(tmp_
     assert set(result["runs"]) == set(conditions) and all(len(result["runs"][c]) == seeds for c in conditions)
     assert set(result["feedback_effects"]) == {"dopamine_on - dopamine_off", "none_on - none_off"}
     assert result["settings"]["culture"]["dopamine_on"]["excitatory_weight_mv"] == 6.0  # the control's culture
+    # The merged file keeps where each part was measured: the merge's own commit is not the runs' commit.
+    sources = {entry["file"]: entry for entry in result["sources"]}
+    assert sources[str(files[0])]["git"] == {"commit": "dopamine"} and sources[str(files[1])]["git"]["commit"] == "none"
+    assert sources[str(files[1])]["command"].endswith("none_on none_off") and "git" in result
     # A file measured with another culture for a condition is refused, naming it.
     other = json.loads(files[0].read_text())
     other["settings"]["culture"]["dopamine_off"]["excitatory_weight_mv"] = 4.0

@@ -591,6 +591,12 @@ def check_resume(existing: dict[str, Any], settings: dict[str, Any]) -> Runs:
     return runs_from_result(existing)
 
 
+def source_provenance(path: Path, existing: dict[str, Any]) -> list[dict[str, Any]]:
+    """Where a resumed or merged file's runs were measured: its command, commit and time, and its own sources'."""
+    own = {"file": str(path)} | {k: existing.get(k) for k in ("command", "git", "machine", "measured_at")}
+    return [own, *existing.get("sources", [])]
+
+
 SIM_CONDITIONS = ("sim", "zero", "random", *FEEDBACK_CONDITIONS)
 """The conditions that run the simulated culture (`--culture` applies to these)."""
 
@@ -943,12 +949,14 @@ def main(
     wall_before = 0.0
     sources = ([args.output] if args.resume and args.output.is_file() else []) + list(args.merge)
     held = list(conditions)
+    earlier_provenance: list[dict[str, Any]] = []
     for source in sources:
         try:
             existing = json.loads(source.read_text())
             earlier = check_resume(existing, settings)
         except (OSError, ValueError) as exc:
             parser.error(f"{source}: {exc}")
+        earlier_provenance += source_provenance(source, existing)
         for condition, by_seed in earlier.items():
             for seed, episodes in by_seed.items():
                 if seed in runs.get(condition, {}):
@@ -988,12 +996,13 @@ def main(
                 runs.setdefault(condition, {})[str(seed)] = episodes
                 run_facts.setdefault(condition, {})[str(seed)] = facts
                 result = build_result(settings, runs, run_facts, wall_before + time.monotonic() - t0)
-                result |= provenance(name, argv)
+                result |= provenance(name, argv) | ({"sources": earlier_provenance} if earlier_provenance else {})
                 _write_atomic(args.output, result)
         finally:
             ray.shutdown()
     if result is None:  # every run was there already
         result = build_result(settings, runs, run_facts, wall_before) | provenance(name, argv)
+        result |= {"sources": earlier_provenance} if earlier_provenance else {}
         _write_atomic(args.output, result)
     draw_figure(result, figure)
     print(table(result))
