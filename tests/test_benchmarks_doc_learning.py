@@ -1,6 +1,6 @@
 """docs/benchmarks.md's learning tables are their result files, as measured.
 
-docs/benchmarks/learning.json (`basic`), learning-defend_the_center.json and ablation.json (no 90% mark column
+docs/benchmarks/learning.json (`basic`), learning-fresh.json (`basic` on fresh seeds), learning-defend_the_center.json and ablation.json (no 90% mark column
 there: it has no `direct` to mark against): each condition's row is rebuilt
 from the JSON with the rounding the doc uses and must appear in the doc verbatim, so an edited figure or a
 re-run JSON without its doc fails here.
@@ -15,7 +15,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "benchmarks.md"
-RESULTS = {"learning.json": True, "learning-defend_the_center.json": True, "ablation.json": False}
+RESULTS = {
+    "learning.json": True,
+    "learning-fresh.json": True,
+    "learning-defend_the_center.json": True,
+    "ablation.json": False,
+}
 """Result file -> whether its table has the 90% mark column."""
 
 
@@ -59,3 +64,28 @@ def test_the_learning_reading_quotes_the_targets_from_the_result_file() -> None:
     solve = result["targets"]["a_direct_transparent_solve"]["conditions"]["transparent"]["per_seed"].values()
     returns = sorted(seed["final_return"] for seed in solve)
     assert f"is still missed: {returns[-1]:.0f} to {returns[0]:.0f}" in flat
+
+
+def test_the_fresh_seed_reading_quotes_the_targets_from_the_result_file() -> None:
+    """The fresh-seed run's three target lines: the figures and met / not met, from the file's `targets`."""
+    result = json.loads((REPO / "docs" / "benchmarks" / "learning-fresh.json").read_text())
+    assert result["settings"]["first_seed"] == 100 and result["settings"]["seeds"] == 5
+    flat = " ".join(DOC.read_text().split())
+    targets = result["targets"]
+    sim = targets["c_sim_beats_zero"]
+    verdict = "met" if sim["met"] else "not met"
+    assert f"`sim` beats `zero`: p = {sim['p_value']:.3g}** (one-sided exact Mann-Whitney, {sim['seeds_sim']}" in flat
+    assert f"target p < 0.01: {verdict})" in flat
+    transparent = targets["a_direct_transparent_solve"]["conditions"]["transparent"]
+    returns = sorted(seed["final_return"] for seed in transparent["per_seed"].values())
+    reached = sum(r >= -425 for r in returns)
+    verdict = "met" if transparent["met"] else "not met"
+    assert (
+        f"in every seed): {verdict}**, {reached} of {len(returns)} seeds ({returns[-1]:.1f} to {returns[0]:.1f})"
+        in flat
+    )
+    speed = targets["b_transparent_speed"]
+    assert (
+        f"{speed['transparent_median_steps']:,.0f} env steps against `direct`'s {speed['direct_median_steps']:,.0f}, "
+        f"{speed['ratio']:.2f}x"
+    ) in flat
