@@ -24,6 +24,14 @@ def _signed(value: float, digits: int) -> str:
     return f"{value:+.{digits}f}"
 
 
+def _effect_cells(effect: dict, digits: int) -> tuple[str, str]:
+    """One metric of a comparison as the doc writes it: the per-seed differences, and the mean with its interval."""
+    low, high = effect["ci95_paired"]
+    per_seed = ", ".join(_signed(v, digits) for v in effect["per_seed_difference"].values())
+    interval = f"{_signed(effect['mean_difference'], digits)} ({_signed(low, digits)} .. {_signed(high, digits)})"
+    return per_seed, interval
+
+
 def expected_rows(result: dict, comparisons: tuple[str, ...] = ("dopamine_on_settle - dopamine_off",)) -> list[str]:
     """The doc's condition rows and effect rows, built from the result file."""
     rows = []
@@ -37,10 +45,7 @@ def expected_rows(result: dict, comparisons: tuple[str, ...] = ("dopamine_on_set
         effect = result["feedback_effects"][comparison]
         named = "" if len(comparisons) == 1 else f"`{comparison}` | "  # several comparisons: a column names each
         for label, key, digits in (("final return", "final_return", 1), ("kill rate", "kill_rate", 2)):
-            e = effect[key]
-            low, high = e["ci95_paired"]
-            per_seed = ", ".join(_signed(v, digits) for v in e["per_seed_difference"].values())
-            interval = f"{_signed(e['mean_difference'], digits)} ({_signed(low, digits)} .. {_signed(high, digits)})"
+            per_seed, interval = _effect_cells(effect[key], digits)
             rows.append(f"| {named}{label} | {per_seed} | {interval} |")
     return rows
 
@@ -88,9 +93,7 @@ def negative_rows(result: dict) -> list[str]:
         effects = [result["feedback_effects"][c][key] for c in NEGATIVE_COMPARISONS]
         adjusted = negative_holm(result, key)
         for comparison, e, p_holm in zip(NEGATIVE_COMPARISONS, effects, adjusted, strict=True):
-            low, high = e["ci95_paired"]
-            per_seed = ", ".join(_signed(v, digits) for v in e["per_seed_difference"].values())
-            interval = f"{_signed(e['mean_difference'], digits)} ({_signed(low, digits)} .. {_signed(high, digits)})"
+            per_seed, interval = _effect_cells(e, digits)
             rows.append(
                 f"| `{comparison}` | {label} | {per_seed} | {interval} | {e['mann_whitney_p_two_sided']:.2g} | "
                 f"{p_holm:.2g} | {e['cliffs_delta']:+.2f} |"

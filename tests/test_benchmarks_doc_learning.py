@@ -1,8 +1,8 @@
 """docs/benchmarks.md's learning tables are their result files, as measured.
 
-docs/benchmarks/learning.json (`basic`), learning-fresh.json (`basic` on fresh seeds), learning-defend_the_center.json and ablation.json (no 90% mark column
-there: it has no `direct` to mark against): each condition's row is rebuilt
-from the JSON with the rounding the doc uses and must appear in the doc verbatim, so an edited figure or a
+docs/benchmarks/learning.json (`basic`), learning-fresh.json (`basic` on fresh seeds),
+learning-defend_the_center.json and ablation.json (no 90% mark column there: it has no `direct` to mark
+against): each condition's row is rebuilt from the JSON with the rounding the doc uses and must appear in the doc verbatim, so an edited figure or a
 re-run JSON without its doc fails here.
 """
 

@@ -980,6 +980,8 @@ def main(
             args.scenario, held_conditions, len(held_seeds), args.env_steps, culture, min(held_seeds), env
         )
 
+    from_sources = {"sources": earlier_provenance} if earlier_provenance else {}
+
     # Interleaved (for each seed, every condition) so that drift in machine load hits every condition.
     todo = [(c, int(seed)) for seed in wanted for c in conditions if seed not in runs.get(c, {})]
     result: dict[str, Any] | None = None
@@ -996,13 +998,12 @@ def main(
                 runs.setdefault(condition, {})[str(seed)] = episodes
                 run_facts.setdefault(condition, {})[str(seed)] = facts
                 result = build_result(settings, runs, run_facts, wall_before + time.monotonic() - t0)
-                result |= provenance(name, argv) | ({"sources": earlier_provenance} if earlier_provenance else {})
+                result |= provenance(name, argv) | from_sources
                 _write_atomic(args.output, result)
         finally:
             ray.shutdown()
     if result is None:  # every run was there already
-        result = build_result(settings, runs, run_facts, wall_before) | provenance(name, argv)
-        result |= {"sources": earlier_provenance} if earlier_provenance else {}
+        result = build_result(settings, runs, run_facts, wall_before) | provenance(name, argv) | from_sources
         _write_atomic(args.output, result)
     draw_figure(result, figure)
     print(table(result))
