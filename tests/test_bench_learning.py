@@ -115,11 +115,33 @@ def test_targets_that_fail():
     assert c["met"] is False and c["p_value"] == pytest.approx(1 / 70) and "fewer than 5" in c["reason"]
 
 
-def test_targets_belong_to_basic_only():
-    out = bl.summarize(_runs(), scenario="defend_the_center")
-    assert out["targets"] == {}
-    assert any("targets are defined on basic" in note for note in out["notes"])
+def test_off_basic_the_target_is_beating_random_within_the_budget():
+    out = bl.summarize(_runs(), scenario="defend_the_center", budget=100_000)
+    assert list(out["targets"]) == ["d_beat_random"]  # basic's targets are not read here
+    assert any("not read on defend_the_center" in note for note in out["notes"])
     assert out["summary"]["sim"]["p_value_vs_zero"] == pytest.approx(1 / 252)  # the statistics stay
+    d = out["targets"]["d_beat_random"]
+    assert d["met"] is True and d["reason"] is None
+    assert d["conditions"]["transparent"]["p_value"] == pytest.approx(1 / 252)
+    assert d["holm"] == {"transparent": pytest.approx(2 / 252), "sim": pytest.approx(2 / 252)}
+    # Over the budget the same runs do not meet it.
+    over = bl.summarize(_runs(), scenario="defend_the_center", budget=100_001)["targets"]["d_beat_random"]
+    assert over["met"] is False and "over 100,000" in over["reason"]
+
+
+def test_a_condition_no_better_than_random_fails_the_target_off_basic():
+    runs = _runs()
+    # sim: the random runs shifted by less than the seeds' spread, so the ranks interleave.
+    runs["sim"] = {seed: [(st, r + 0.0015, k) for st, r, k in eps] for seed, eps in runs["random"].items()}
+    out = bl.summarize(runs, scenario="defend_the_center", budget=20_000)
+    assert out["summary"]["sim"]["vs_random"]["p_value"] > 0.01
+    d = out["targets"]["d_beat_random"]
+    assert d["met"] is False
+    assert d["conditions"]["sim"]["met"] is False and d["conditions"]["transparent"]["met"] is True
+    # Without random there is nothing to read.
+    none = bl.summarize(_runs(conditions=("direct", "transparent", "sim")), scenario="defend_the_center", budget=1)
+    assert none["targets"]["d_beat_random"]["met"] is None
+    assert "random not run" in none["targets"]["d_beat_random"]["reason"]
 
 
 def test_sim_that_does_not_learn_fails_c():

@@ -89,3 +89,17 @@ def test_the_fresh_seed_reading_quotes_the_targets_from_the_result_file() -> Non
         f"{speed['transparent_median_steps']:,.0f} env steps against `direct`'s {speed['direct_median_steps']:,.0f}, "
         f"{speed['ratio']:.2f}x"
     ) in flat
+
+
+def test_the_defend_the_center_diagnosis_table_is_its_result_file() -> None:
+    """The 100-episode blocks of the transparent run at 5x the budget, as the diagnosis table shows them."""
+    result = json.loads((REPO / "docs" / "benchmarks" / "defend_the_center-transparent-100k-seed0.json").read_text())
+    blocks = result["blocks"]
+    returns, steps = result["episodes"]["return"], result["episodes"]["env_steps"]
+    for block in blocks:  # the blocks are the episodes' means
+        first, last = block["episodes"]
+        assert block["return_mean"] == round(sum(returns[first - 1 : last]) / (last - first + 1), 1)
+        assert block["env_steps_at_end"] == steps[last - 1]
+    doc = DOC.read_text()
+    assert "| env steps | " + " | ".join(f"{b['env_steps_at_end']:,}" for b in blocks) + " |" in doc
+    assert "| return | " + " | ".join(f"{b['return_mean']:.1f}" for b in blocks) + " |" in doc

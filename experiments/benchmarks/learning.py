@@ -20,9 +20,13 @@ finished run, and `--resume` skips the runs it already holds.
 
 Per condition the summary gives the final return and kill rate (last 100
 episodes, per seed and pooled), the env steps to reach 90% of the way from
-chance to `direct`'s final return, and a one-sided exact Mann-Whitney test
-against `zero` (decides at alpha 0.01). `targets` reads the issue's targets
-from the data, each with `met` true, false or null (not run).
+chance to `direct`'s final return, and one-sided exact Mann-Whitney tests
+against `zero` (decides at alpha 0.01) and, where it ran, against `random`
+(`vs_random`: the floor on a map where an action preference alone pays).
+`targets` reads the issue's targets from the data, each with `met` true, false
+or null (not run): on `basic` three (a, b, c), on another scenario one
+(`d_beat_random`: transparent and sim each beat random at p < 0.01, within
+100,000 env steps).
 
 The feedback controls (`FEEDBACK_CONDITIONS`, run by `spikeloop bench feedback`)
 are further conditions of the same benchmark: the simulated culture with one
@@ -64,7 +68,7 @@ from spikeloop.experiments.benchmarks.conditions import (  # noqa: F401  (re-exp
     control_culture,
     experiment_dict,
 )
-from spikeloop.experiments.benchmarks.curriculum import stage_index
+from spikeloop.experiments.benchmarks.curriculum import FLOOR, stage_index
 from spikeloop.experiments.benchmarks.record import provenance, write_result
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/learning.json")
@@ -75,6 +79,10 @@ ALPHA = 0.01
 TARGET_KILL_RATE = 0.95
 TARGET_RETURN = -425.0
 TARGET_STEPS_RATIO = 1.5
+HARDER_CONDITIONS = ("transparent", "sim")
+"""The conditions that must beat `FLOOR` off `basic`."""
+HARDER_MAX_ENV_STEPS = 100_000
+"""The largest budget the target off `basic` may use."""
 MIN_ENV_STEPS = 1000
 DEFAULT_ENV_STEPS = 20_000
 """Where direct and transparent are at their best: longer runs drift down (measured:
@@ -236,11 +244,15 @@ def chance(runs: Runs) -> tuple[float | None, str]:
     return _mean(firsts), f"no zero condition: mean over {len(firsts)} run(s) of each run's first {WINDOW} episodes"
 
 
-def summarize(runs: Runs, scenario: str = SCENARIO) -> dict[str, Any]:
-    """Per-condition statistics, chance, the 90% mark, the tests against zero, verdicts and targets.
+def summarize(
+    runs: Runs, scenario: str = SCENARIO, budget: int | None = None, is_curriculum: bool = False
+) -> dict[str, Any]:
+    """Per-condition statistics, chance, the 90% mark, the tests against zero and random, verdicts and targets.
 
-    `runs` maps condition -> seed (str) -> [(env steps, return, killed)] in episode order. The targets
-    are defined on `basic` only; another scenario gets none (and a note saying so).
+    `runs` maps condition -> seed (str) -> [(env steps, return, killed)] in episode order. `basic` has its
+    targets (`_targets`); another scenario has one, `_harder_target` (the channel and the culture beat `random`
+    within `HARDER_MAX_ENV_STEPS`; `budget` is the runs' env-step budget). A curriculum run (`is_curriculum`) has
+    its own target, read per level by `build_result`.
     """
     from spikeloop.experiments.analysis import compare, min_seeds_per_group, verdict
 
@@ -336,14 +348,34 @@ def summarize(runs: Runs, scenario: str = SCENARIO) -> dict[str, Any]:
         comparisons[condition] = c
         verdicts[condition] = verdict(c, alpha=ALPHA)
 
+    # One-sided exact Mann-Whitney against random: on a map where an action preference alone pays, noise in place
+    # of spikes is the floor a channel must beat (docs/benchmarks.md, "learning on a harder scenario").
+    floor = summary.get(FLOOR)
+    for condition, s in summary.items():
+        if floor is None or condition == FLOOR:
+            continue
+        r, k = (
+            compare(condition, _finals(s, key), FLOOR, _finals(floor, key), alternative="greater")
+            for key in ("final_return_mean", "final_kill_rate")
+        )
+        s["vs_random"] = {
+            "p_value": _finite(r.mann_whitney_p),
+            "cliffs_delta": _finite(r.cliffs_delta),
+            "kill_p_value": _finite(k.mann_whitney_p),
+            "kill_cliffs_delta": _finite(k.cliffs_delta),
+            "test": "one-sided exact Mann-Whitney on per-seed finals (last 100 episodes): greater than random",
+        }
+
     # The reference device's stimulation against spikeloop's, both ways (two-sided): does the choice matter?
     if "sim" in summary and "sim_reference" in summary:
-
-        def finals(condition: str, key: str) -> list[float]:
-            return [v for v in summary[condition][key]["per_seed"].values() if v is not None]
-
         r, k = (
-            compare("sim_reference", finals("sim_reference", key), "sim", finals("sim", key), alternative="two-sided")
+            compare(
+                "sim_reference",
+                _finals(summary["sim_reference"], key),
+                "sim",
+                _finals(summary["sim"], key),
+                alternative="two-sided",
+            )
             for key in ("final_return_mean", "final_kill_rate")
         )
         summary["sim_reference"]["vs_sim"] = {
@@ -356,6 +388,12 @@ def summarize(runs: Runs, scenario: str = SCENARIO) -> dict[str, Any]:
             "test": "two-sided exact Mann-Whitney on per-seed finals (last 100 episodes)",
         }
 
+    targets: dict[str, Any] = {}
+    if set(summary) & set(CONDITIONS) and scenario == SCENARIO and not is_curriculum:
+        targets = _targets(summary, min_seeds_per_group(ALPHA, "greater"))
+    elif set(summary) & set(CONDITIONS) and not is_curriculum:
+        targets = {"d_beat_random": _harder_target(summary, min_seeds_per_group(ALPHA, "greater"), budget)}
+        notes.append(f"the {SCENARIO} targets are not read on {scenario}; d_beat_random is this scenario's target")
     return {
         "summary": summary,
         "chance_return": chance_return,
@@ -364,11 +402,9 @@ def summarize(runs: Runs, scenario: str = SCENARIO) -> dict[str, Any]:
         "min_seeds_per_group": min_seeds_per_group(ALPHA, "greater"),
         "alpha": ALPHA,
         "verdicts": verdicts,
-        "targets": _targets(summary, min_seeds_per_group(ALPHA, "greater"))
-        if scenario == SCENARIO and set(summary) & set(CONDITIONS)
-        else {},
+        "targets": targets,
         "feedback_effects": feedback_effects(summary),
-        "notes": notes if scenario == SCENARIO else [*notes, f"the targets are defined on {SCENARIO}: none read"],
+        "notes": notes,
     }
 
 
@@ -416,6 +452,51 @@ def feedback_effects(summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
             }
         out[f"{a} - {b}"] = entry
     return out
+
+
+def _finals(condition_summary: dict[str, Any], key: str) -> list[float]:
+    """A condition's per-seed final values of `key` ("final_return_mean" or "final_kill_rate"), runs with none left out."""
+    return [v for v in condition_summary[key]["per_seed"].values() if v is not None]
+
+
+def _harder_target(summary: dict[str, dict[str, Any]], min_seeds: int, budget: int | None) -> dict[str, Any]:
+    """Off `basic`: transparent and sim each beat random (one-sided exact Mann-Whitney p < ALPHA), within the budget."""
+    from spikeloop.experiments.analysis.stats import holm
+
+    target: dict[str, Any] = {
+        "description": f"transparent and sim each beat {FLOOR}: one-sided exact Mann-Whitney p < {ALPHA} on per-seed "
+        f"final returns, >= {min_seeds} seeds per condition, within {HARDER_MAX_ENV_STEPS:,} env steps; direct is "
+        "the ceiling",
+        "env_steps_per_run": budget,
+        "conditions": {},
+        "holm": None,
+        "met": None,
+        "reason": None,
+    }
+    missing = [c for c in (*HARDER_CONDITIONS, FLOOR) if c not in summary]
+    for condition in HARDER_CONDITIONS:
+        if condition in summary and FLOOR in summary:
+            seeds = min(summary[condition]["seeds"], summary[FLOOR]["seeds"])
+            p = summary[condition]["vs_random"]["p_value"]
+            target["conditions"][condition] = {
+                "p_value": p,
+                "cliffs_delta": summary[condition]["vs_random"]["cliffs_delta"],
+                "enough_seeds": seeds >= min_seeds,
+                "met": bool(seeds >= min_seeds and p is not None and p < ALPHA),
+            }
+    ps = [c["p_value"] for c in target["conditions"].values()]
+    if ps and None not in ps:
+        target["holm"] = dict(zip(target["conditions"], holm(ps), strict=True))
+    if missing:
+        target["reason"] = f"{' and '.join(missing)} not run"
+    elif budget is None or budget > HARDER_MAX_ENV_STEPS:
+        target["met"] = False
+        target["reason"] = f"the budget {budget} env steps is over {HARDER_MAX_ENV_STEPS:,}"
+    else:
+        target["met"] = all(c["met"] for c in target["conditions"].values())
+        if not all(c["enough_seeds"] for c in target["conditions"].values()):
+            target["reason"] = f"fewer than {min_seeds} seeds per condition: no outcome could be significant"
+    return target
 
 
 def _targets(summary: dict[str, dict[str, Any]], min_seeds: int) -> dict[str, Any]:
@@ -651,11 +732,16 @@ def build_result(
     settings: dict[str, Any], runs: Runs, run_facts: dict[str, dict[str, Any]], wall_s: float
 ) -> dict[str, Any]:
     """The whole result JSON (without provenance) from the runs so far."""
-    stats = summarize(runs, settings["scenario"])
+    stats = summarize(
+        runs,
+        settings["scenario"],
+        settings.get("env_steps_per_run"),
+        is_curriculum=bool(settings.get("curriculum_env")),
+    )
     if settings.get("curriculum_env"):  # returns of different levels do not compare: read per level
         levels = curriculum.summarize(runs, settings["curriculum_env"]["curriculum"]["scenarios"], ALPHA)
         stats["curriculum"] = levels
-        stats["targets"] = stats.get("targets", {}) | {"curriculum_transparent": curriculum.target(levels)}
+        stats["targets"] = {"curriculum_transparent": curriculum.target(levels)}
         stats["notes"] = [
             *stats["notes"],
             "a curriculum run: the final return and the 90% mark above mix its levels (read `curriculum`: the "
@@ -805,6 +891,13 @@ def table(result: dict[str, Any]) -> str:
             f"{_fmt(s['steps_to_90pct_direct']['median'], '12.0f')}  {_fmt(s['p_value_vs_zero'], '9.3g')}"
         )
     lines.append(f"chance return {_fmt(result.get('chance_return'), '.1f')} ({result.get('chance_from')})")
+    for condition, s in result["summary"].items():
+        if s.get("vs_random"):
+            v = s["vs_random"]
+            lines.append(
+                f"{condition} > random: return p {_fmt(v['p_value'], '.3g')} (Cliff's delta "
+                f"{_fmt(v['cliffs_delta'], '+.2f')}), kill rate p {_fmt(v['kill_p_value'], '.3g')}, one-sided"
+            )
     vs_sim = result["summary"].get("sim_reference", {}).get("vs_sim")
     if vs_sim:
         lines.append(
