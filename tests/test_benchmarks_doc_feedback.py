@@ -159,3 +159,23 @@ def test_the_negative_controls_reading_and_readme_quote_the_result_file() -> Non
         in doc
     )
     assert f"+{direct['mean_difference']:.1f} ({low:.1f} to {high:.1f})" in readme
+
+
+FRESH = REPO / "docs" / "benchmarks" / "feedback-dopamine-fresh.json"
+
+
+def test_the_positive_control_on_fresh_seeds_is_its_result_file() -> None:
+    """The fresh-seed tables, chance and the p the reading quotes, rebuilt from feedback-dopamine-fresh.json."""
+    result = json.loads(FRESH.read_text())
+    assert result["settings"]["first_seed"] == 100  # held apart from the tuning seeds
+    doc = DOC.read_text()
+    missing = [row for row in expected_rows(result) if row not in doc]
+    assert not missing, "docs/benchmarks.md differs from feedback-dopamine-fresh.json; rows expected:\n" + "\n".join(
+        missing
+    )
+    assert f"Chance (each run's first 100 episodes, mean of the 10 runs): {result['chance_return']:.1f}." in doc
+    effect = result["feedback_effects"]["dopamine_on_settle - dopamine_off"]["final_return"]
+    p = effect["mann_whitney_p_greater"]
+    assert p >= 0.01 and f"not met on fresh seeds: p = {p:.2g}, not < 0.01" in doc
+    readme = (REPO / "README.md").read_text()
+    assert f"+{effect['mean_difference']:.1f}" in readme and f"p = {p:.3f}" in readme
