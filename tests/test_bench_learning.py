@@ -126,7 +126,9 @@ def test_off_basic_the_target_is_beating_random_within_the_budget():
     assert d["holm"] == {"transparent": pytest.approx(2 / 252), "sim": pytest.approx(2 / 252)}
     # Over the budget the same runs do not meet it.
     over = bl.summarize(_runs(), scenario="defend_the_center", budget=100_001)["targets"]["d_beat_random"]
-    assert over["met"] is False and "over 100,000" in over["reason"]
+    assert over["met"] is False and "100,001 env steps, is over 100,000" in over["reason"]
+    unknown = bl.summarize(_runs(), scenario="defend_the_center")["targets"]["d_beat_random"]
+    assert unknown["met"] is None and "not recorded" in unknown["reason"]
 
 
 def test_a_condition_no_better_than_random_fails_the_target_off_basic():

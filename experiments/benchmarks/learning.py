@@ -489,9 +489,11 @@ def _harder_target(summary: dict[str, dict[str, Any]], min_seeds: int, budget: i
         target["holm"] = dict(zip(target["conditions"], holm(ps), strict=True))
     if missing:
         target["reason"] = f"{' and '.join(missing)} not run"
-    elif budget is None or budget > HARDER_MAX_ENV_STEPS:
+    elif budget is None:
+        target["reason"] = "the runs' env-step budget is not recorded: the target cannot be read"
+    elif budget > HARDER_MAX_ENV_STEPS:
         target["met"] = False
-        target["reason"] = f"the budget {budget} env steps is over {HARDER_MAX_ENV_STEPS:,}"
+        target["reason"] = f"the budget, {budget:,} env steps, is over {HARDER_MAX_ENV_STEPS:,}"
     else:
         target["met"] = all(c["met"] for c in target["conditions"].values())
         if not all(c["enough_seeds"] for c in target["conditions"].values()):
