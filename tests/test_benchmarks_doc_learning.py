@@ -19,6 +19,7 @@ RESULTS = {
     "learning.json": True,
     "learning-fresh.json": True,
     "learning-defend_the_center.json": True,
+    "learning-defend_the_center-100k.json": True,
     "ablation.json": False,
 }
 """Result file -> whether its table has the 90% mark column."""
@@ -103,3 +104,17 @@ def test_the_defend_the_center_diagnosis_table_is_its_result_file() -> None:
     doc = DOC.read_text()
     assert "| env steps | " + " | ".join(f"{b['env_steps_at_end']:,}" for b in blocks) + " |" in doc
     assert "| return | " + " | ".join(f"{b['return_mean']:.1f}" for b in blocks) + " |" in doc
+
+
+def test_the_defend_the_center_target_table_is_its_result_file() -> None:
+    """The tests against random and the target's verdict, as benchmarks.md quotes them."""
+    result = json.loads((REPO / "docs" / "benchmarks" / "learning-defend_the_center-100k.json").read_text())
+    target = result["targets"]["d_beat_random"]
+    doc = DOC.read_text()
+    for condition in ("transparent", "sim"):
+        c = target["conditions"][condition]
+        row = f"| `{condition}` | {c['p_value']:.3g} | {target['holm'][condition]:.3g} | {c['cliffs_delta']:+.2f} |"
+        assert row in doc, row
+    direct = result["summary"]["direct"]["vs_random"]
+    assert f"| `direct` (the ceiling) | {direct['p_value']:.4f} | | {direct['cliffs_delta']:+.2f} |" in doc
+    assert target["met"] is False and "**The target `d_beat_random` is not met:**" in doc
