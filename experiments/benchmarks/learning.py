@@ -326,15 +326,9 @@ def summarize(
         )
         if zero is None or condition == "zero":
             continue
-        values = [v for v in s["final_return_mean"]["per_seed"].values() if v is not None]
-        zero_values = [v for v in zero["final_return_mean"]["per_seed"].values() if v is not None]
-        c = compare(condition, values, "zero", zero_values, alternative="greater")
-        k = compare(
-            condition,
-            [v for v in s["final_kill_rate"]["per_seed"].values() if v is not None],
-            "zero",
-            [v for v in zero["final_kill_rate"]["per_seed"].values() if v is not None],
-            alternative="greater",
+        c, k = (
+            compare(condition, _finals(s, key), "zero", _finals(zero, key), alternative="greater")
+            for key in ("final_return_mean", "final_kill_rate")
         )
         s.update(
             {
@@ -389,11 +383,13 @@ def summarize(
         }
 
     targets: dict[str, Any] = {}
-    if set(summary) & set(CONDITIONS) and scenario == SCENARIO and not is_curriculum:
-        targets = _targets(summary, min_seeds_per_group(ALPHA, "greater"))
-    elif set(summary) & set(CONDITIONS) and not is_curriculum:
-        targets = {"d_beat_random": _harder_target(summary, min_seeds_per_group(ALPHA, "greater"), budget)}
-        notes.append(f"the {SCENARIO} targets are not read on {scenario}; d_beat_random is this scenario's target")
+    if set(summary) & set(CONDITIONS) and not is_curriculum:
+        min_seeds = min_seeds_per_group(ALPHA, "greater")
+        if scenario == SCENARIO:
+            targets = _targets(summary, min_seeds)
+        else:
+            targets = {"d_beat_random": _harder_target(summary, min_seeds, budget)}
+            notes.append(f"the {SCENARIO} targets are not read on {scenario}; d_beat_random is this scenario's target")
     return {
         "summary": summary,
         "chance_return": chance_return,
