@@ -118,3 +118,6 @@ def test_the_defend_the_center_target_table_is_its_result_file() -> None:
     direct = result["summary"]["direct"]["vs_random"]
     assert f"| `direct` (the ceiling) | {direct['p_value']:.4f} | | {direct['cliffs_delta']:+.2f} |" in doc
     assert target["met"] is False and "**The target `d_beat_random` is not met:**" in doc
+    pooled = {c: s["final_return_mean"]["pooled"] for c, s in result["summary"].items()}
+    transparent_above, sim_above = (f"{pooled[c] - pooled['random']:+.1f}" for c in ("transparent", "sim"))
+    assert f"({transparent_above} and {sim_above})" in doc  # the reading's mean margins over random
