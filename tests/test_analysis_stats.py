@@ -70,6 +70,32 @@ def test_ties_and_zeros_are_exact() -> None:
     assert stats.rank_sum_test([1.0, 1.0], [1.0, 1.0]).p == 1.0
 
 
+def _brute_rank_sum_greater(a: list[float], b: list[float]) -> float:
+    """One-sided p (a higher) by listing every way of choosing len(a) of the pooled mid-ranks."""
+    ranks = scipy_stats.rankdata(np.concatenate([a, b]))
+    observed = ranks[: len(a)].sum()
+    sums = [ranks[list(c)].sum() for c in itertools.combinations(range(len(ranks)), len(a))]
+    return sum(s >= observed - 1e-9 for s in sums) / len(sums)
+
+
+def test_compare_is_exact_when_finals_tie() -> None:
+    """`compare` (bench learning, bench feedback) counts the tied ranks' null, not the normal approximation."""
+    # The shape of the defend_the_center run: two of a's seeds tie, one pair is reversed.
+    a = [-349.3, -348.1, -348.1, -323.0, -339.0]
+    b = [-361.0, -388.0, -391.0, -373.0, -349.2]
+    c = stats.compare("a", a, "b", b)
+    assert c.mann_whitney_p == pytest.approx(_brute_rank_sum_greater(a, b)) == pytest.approx(2 / 252)
+    assert c.mann_whitney_exact
+    approximate = scipy_stats.mannwhitneyu(a, b, alternative="greater", method="asymptotic").pvalue
+    assert approximate > 0.01 > c.mann_whitney_p  # what the approximation used to decide
+    kills_a, kills_b = [1.0, 1.0, 0.99, 1.0, 1.0], [0.97, 0.98, 0.97, 0.99, 0.96]  # ties at 1.00, a tie across groups
+    two = stats.compare("a", kills_a, "b", kills_b, "two-sided").mann_whitney_p
+    assert two == pytest.approx(_brute_rank_sum(kills_a, kills_b))
+    assert stats.compare("a", kills_a, "b", kills_b).mann_whitney_p == pytest.approx(
+        _brute_rank_sum_greater(kills_a, kills_b)
+    )
+
+
 def test_differences_of_float_noise_are_zero() -> None:
     noise = [100.0, 100.0 + 1e-13, 100.0 - 2e-13, 100.0]
     assert stats.signed_rank_test(noise).p == pytest.approx(2 / 2**4)  # all tied: as far as 4 seeds go

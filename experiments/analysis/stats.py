@@ -3,7 +3,7 @@
 Two families of tests, both exact:
 
 - `compare` / `verdict` (the ablation notebook, `spikeloop bench learning`): per-seed final
-  returns of two groups, exact Mann-Whitney (scipy) when nothing ties, one-sided by default.
+  returns of two groups, exact Mann-Whitney (`rank_sum_test`, exact with ties), one-sided by default.
 - the sweep analysis (`spikeloop analyze`): `signed_rank_test` on per-seed differences where
   seeds are paired, `rank_sum_test` (Mann-Whitney) where they are not. Both compute their null
   distribution exactly by counting (dynamic programming over doubled mid-ranks), so ties and
@@ -38,8 +38,8 @@ class Comparison:
     """Final-window returns of two groups of seeds, the test of their difference and its effect size.
 
     The test that decides (`mann_whitney_p`) is the Mann-Whitney U test: it assumes no normality
-    of the per-seed returns, and with no ties its p-value is exact, so it stays valid at the
-    handful of seeds a run affords. Welch's t-test (`welch_p`, same alternative) is reported
+    of the per-seed returns, and its p-value is exact, ties included (`rank_sum_test`), so it
+    stays valid at the handful of seeds a run affords. Welch's t-test (`welch_p`, same alternative) is reported
     alongside as a secondary figure only: at a few seeds its normality assumption cannot be
     checked, and it can give small p-values that the data do not support.
     """
@@ -53,6 +53,8 @@ class Comparison:
     alternative: str = "greater"
     cliffs_delta: float = math.nan
     """P(a > b) - P(a < b) over all seed pairs, in [-1, 1]; = 2U/(n_a n_b) - 1 with U the Mann-Whitney U of a."""
+    mann_whitney_exact: bool = True
+    """False only above `EXACT_RANK_SUM_MAX` seeds in all with tied returns, where the normal approximation decides."""
 
     @property
     def difference(self) -> float:
@@ -75,10 +77,11 @@ def compare(
     """Mann-Whitney U (the test that decides) and Welch's t-test on per-seed final returns, plus Cliff's delta.
 
     `alternative="greater"` tests the one-sided hypothesis that group a scores higher than
-    group b; "two-sided" tests for a difference either way. Mann-Whitney uses the exact null
-    distribution when no two returns tie, else the normal approximation with tie correction.
-    Non-finite returns are dropped. A p-value is NaN where its test cannot run: Mann-Whitney
-    with an empty side, Welch with under 2 seeds a side; both are 1.0 when every return is equal.
+    group b; "two-sided" tests for a difference either way. Mann-Whitney's null distribution is
+    exact, tied returns included (`rank_sum_test`: tied returns share their mid-rank); only past
+    `EXACT_RANK_SUM_MAX` seeds in all does it fall back to scipy (exact without ties, else the normal
+    approximation). Non-finite returns are dropped. A p-value is NaN where its test cannot run:
+    Mann-Whitney with an empty side, Welch with under 2 seeds a side; both are 1.0 when every return is equal.
     """
     from scipy import stats
 
@@ -86,16 +89,21 @@ def compare(
     a = np.asarray([r for r in returns_a if math.isfinite(r)], dtype=np.float64)
     b = np.asarray([r for r in returns_b if math.isfinite(r)], dtype=np.float64)
     welch = mwu = math.nan
+    exact = True
     if len(a) and len(b):
         pooled = np.concatenate([a, b])
         if np.ptp(pooled) == 0:
             welch = mwu = 1.0
         else:
-            method = "exact" if len(np.unique(pooled)) == len(pooled) else "asymptotic"
-            mwu = float(stats.mannwhitneyu(a, b, alternative=alternative, method=method).pvalue)
+            if len(pooled) <= EXACT_RANK_SUM_MAX:
+                mwu = rank_sum_test(a, b, alternative).p
+            else:  # the exact count grows as N^3; scipy's exact test needs untied data
+                exact = len(np.unique(pooled)) == len(pooled)
+                method = "exact" if exact else "asymptotic"
+                mwu = float(stats.mannwhitneyu(a, b, alternative=alternative, method=method).pvalue)
             if len(a) >= 2 and len(b) >= 2:
                 welch = float(stats.ttest_ind(a, b, equal_var=False, alternative=alternative).pvalue)
-    return Comparison(name_a, name_b, a, b, welch, mwu, alternative, cliffs_delta(a, b))
+    return Comparison(name_a, name_b, a, b, welch, mwu, alternative, cliffs_delta(a, b), exact)
 
 
 def smallest_p(n_a: int, n_b: int, alternative: str = "greater") -> float:
