@@ -146,6 +146,63 @@ def test_a_condition_no_better_than_random_fails_the_target_off_basic():
     assert "random not run" in none["targets"]["d_beat_random"]["reason"]
 
 
+def _long_runs(drop: str | None = None, budget_steps: int = 100_000) -> bl.Runs:
+    """direct, transparent and sim trained by the default budget; `drop` ends worse than it was there."""
+    per_iteration = 10
+    n = budget_steps // STEPS_PER_ITERATION * per_iteration
+    runs: bl.Runs = {}
+    for condition in ("direct", "transparent", "sim"):
+        runs[condition] = {}
+        for seed in range(SEEDS):
+            episodes = []
+            for i in range(n):
+                steps = float((i // per_iteration + 1) * STEPS_PER_ITERATION)
+                trained = 100 <= i < n - 100 or condition != drop and i >= 100
+                episodes.append((steps, (HIGH if trained else LOW) + 0.001 * seed + 0.01 * (i % 7), trained))
+            runs[condition][str(seed)] = episodes
+    return runs
+
+
+def test_a_longer_run_is_read_against_its_own_default_budget():
+    runs = _long_runs()
+    out = bl.summarize(runs, budget=100_000)
+    d = out["drift"]["direct"]["per_seed"]["0"]
+    assert d["cut_env_steps"] == bl.DEFAULT_ENV_STEPS  # the iteration at which a 20,000-step run stops
+    default_run = [e for e in runs["direct"]["0"] if e[0] <= bl.DEFAULT_ENV_STEPS]
+    assert d["return_at_default"] == pytest.approx(bl._final_return(default_run))
+    assert d["kill_rate_at_default"] == pytest.approx(bl._final_kill_rate(default_run))
+    assert d["return_at_end"] == pytest.approx(bl._final_return(runs["direct"]["0"]))
+    target = out["targets"]["e_no_drift"]
+    assert target["met"] is True and target["reason"] is None
+    assert set(target["conditions"]) == {"direct", "transparent", "sim"}
+
+
+def test_a_condition_that_ends_worse_fails_no_drift():
+    out = bl.summarize(_long_runs(drop="sim"), budget=100_000)
+    target = out["targets"]["e_no_drift"]
+    assert target["met"] is False
+    assert target["conditions"]["sim"]["met"] is False and target["conditions"]["direct"]["met"] is True
+    sim = out["drift"]["sim"]
+    assert sim["return"]["mean_difference"] == pytest.approx(LOW - HIGH, abs=0.1)
+    assert sim["kill_rate"]["mean_difference"] == pytest.approx(-1.0)
+    assert sim["return"]["signed_rank_p_worse"] == pytest.approx(1 / 32)  # every seed worse: 5 seeds' floor
+    low, high = sim["return"]["ci95_paired"]
+    assert low <= sim["return"]["mean_difference"] <= high < 0
+    assert "sim at the end - at 20,000: return -120.0" in bl.table(out)
+
+
+def test_no_drift_is_read_only_at_five_times_the_default_budget():
+    assert "drift" not in bl.summarize(_long_runs(budget_steps=20_000), budget=20_000)
+    assert "e_no_drift" not in bl.summarize(_long_runs(budget_steps=20_000), budget=20_000)["targets"]
+    out = bl.summarize(_long_runs(budget_steps=40_000), budget=40_000)
+    assert out["targets"]["e_no_drift"]["met"] is None
+    assert "under 100,000" in out["targets"]["e_no_drift"]["reason"]
+    few = bl.summarize({c: dict(list(r.items())[:4]) for c, r in _long_runs().items()}, budget=100_000)
+    assert (
+        few["targets"]["e_no_drift"]["met"] is None and "fewer than 5 seeds" in few["targets"]["e_no_drift"]["reason"]
+    )
+
+
 def test_sim_that_does_not_learn_fails_c():
     runs = _runs()
     runs["sim"] = {seed: [(st, r - 5.0 + 0.0005, k) for st, r, k in eps] for seed, eps in runs["zero"].items()}

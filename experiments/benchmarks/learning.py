@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from spikeloop.experiments.analysis.sweep import FINAL_EPISODES
-from spikeloop.experiments.benchmarks import curriculum
+from spikeloop.experiments.benchmarks import curriculum, drift
 from spikeloop.experiments.benchmarks.conditions import (  # noqa: F401  (re-exported: the benchmark's conditions)
     ALL_CONDITIONS,
     BASE_EXPERIMENT,
@@ -383,10 +383,18 @@ def summarize(
         }
 
     targets: dict[str, Any] = {}
+    longer: dict[str, Any] = {}
     if set(summary) & set(CONDITIONS) and not is_curriculum:
         min_seeds = min_seeds_per_group(ALPHA, "greater")
         if scenario == SCENARIO:
             targets = _targets(summary, min_seeds)
+            if budget is not None and budget > DEFAULT_ENV_STEPS:  # a longer run: does it end worse than it was?
+                longer["drift"] = drift.read(runs, DEFAULT_ENV_STEPS, WINDOW)
+                targets["e_no_drift"] = drift.target(longer["drift"], budget, DEFAULT_ENV_STEPS, min_seeds)
+                notes.append(
+                    f"a {budget:,}-step run: targets a-c are read at its end; `drift` compares each run's final at "
+                    f"the default budget ({DEFAULT_ENV_STEPS:,}) with its final at the end (e_no_drift)"
+                )
         else:
             targets = {"d_beat_random": _harder_target(summary, min_seeds, budget)}
             notes.append(f"the {SCENARIO} targets are not read on {scenario}; d_beat_random is this scenario's target")
@@ -401,7 +409,7 @@ def summarize(
         "targets": targets,
         "feedback_effects": feedback_effects(summary),
         "notes": notes,
-    }
+    } | longer
 
 
 def feedback_effects(summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -913,6 +921,13 @@ def table(result: dict[str, Any]) -> str:
                 f"level {last} in {c['reached_last_level']}/{len(c['level_reached'])} seed(s)"
                 + (f", final return there {sum(finals) / len(finals):.1f}" if finals else "")
             )
+    for condition, d in result.get("drift", {}).items():
+        r, k = d["return"], d["kill_rate"]
+        lines.append(
+            f"{condition} at the end - at {DEFAULT_ENV_STEPS:,}: return {_fmt(r['mean_difference'], '+.1f')} "
+            f"(signed-rank p worse {_fmt(r['signed_rank_p_worse'], '.3g')}), kill rate "
+            f"{_fmt(k['mean_difference'], '+.3f')} (p worse {_fmt(k['signed_rank_p_worse'], '.3g')}), {d['seeds']} seed(s)"
+        )
     for name, target in result.get("targets", {}).items():
         met = {True: "met", False: "NOT met", None: "not read"}[target["met"]]
         lines.append(f"target {name}: {met}" + (f" ({target['reason']})" if target.get("reason") else ""))
