@@ -29,12 +29,15 @@ retry alike, so that it stays the run its seed gives.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
+import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -571,6 +574,22 @@ def _check_cluster_fit(experiment: Experiment) -> None:
         raise DoesNotFit(problem)
 
 
+@contextlib.contextmanager
+def _sigterm_as_ctrl_c():
+    """A SIGTERM (a scheduler's stop, `kill`) ends the run as Ctrl-C does: Tune saves its state, the run resumes.
+
+    Without it Ray's own handler ends the driver at once, with no word of how to continue.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run(
     experiment: Experiment,
     *,
@@ -651,7 +670,8 @@ def run(
             ),
         )
     try:
-        results = tuner.fit()
+        with _sigterm_as_ctrl_c():
+            results = tuner.fit()
     except BaseException:
         _tell_hardware(experiment, "error: the run was interrupted", [])
         raise

@@ -161,22 +161,17 @@ def test_train_the_direct_control_needs_no_culture(tmp_path: Path) -> None:
     assert {"episode/return_mean", "decoder/ratio_mean", "value/target_std"} <= tags, sorted(tags)
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_ctrl_c_stops_the_run_says_how_to_continue_and_does_not_call_it_complete(tmp_path: Path) -> None:
-    """SIGINT after the first iteration: exit 130, spikeloop's own resume command, the run marked unfinished.
+def _stopped_after_the_first_iteration(root: Path, sig: int) -> tuple[list[str], Path, str]:
+    """`spikeloop train` on the quickstart, sent `sig` after its first iteration: exit 130, how to continue, unfinished.
 
-    Then that command: the quickstart is unpaced and simulated, so its trial starts again from the start rather
-    than from its checkpoint, and so repeats the interrupted attempt's episodes byte for byte, which stay on disk.
+    Returns the command's arguments, the run directory and everything the command printed.
     """
-    import signal
     import subprocess
     import sys
     import time
 
     from tests.support.spikeloop_cli import REPO, cli_env
 
-    root = tmp_path / "runs"
     args = ["train", "experiments/quickstart.yaml", *TWO_SMALL_ITERATIONS, "--set", "stop.iterations=4"]
     args += ["--set", f"output.root_dir={root}"]
     proc = subprocess.Popen(
@@ -193,7 +188,7 @@ def test_ctrl_c_stops_the_run_says_how_to_continue_and_does_not_call_it_complete
     for line in proc.stdout:
         output.append(line)
         if "[iter 1]" in line:
-            proc.send_signal(signal.SIGINT)  # what Ctrl-C sends the driver
+            proc.send_signal(sig)
             break
         assert time.monotonic() < deadline, "".join(output)[-3000:]
     rest, _ = proc.communicate(timeout=300)
@@ -204,6 +199,31 @@ def test_ctrl_c_stops_the_run_says_how_to_continue_and_does_not_call_it_complete
     assert "Tuner.restore" not in text  # Tune's advice for its Python API is not what a spikeloop user types
     (run_dir,) = root.glob("quickstart-*")
     assert yaml.safe_load((run_dir / "summary.yaml").read_text())["unfinished_trials"] == 1
+    return args, run_dir, text
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_sigterm_stops_the_run_as_ctrl_c_does(tmp_path: Path) -> None:
+    """A scheduler's SIGTERM: the run's state saved, the resume command printed, not Ray's signal dump."""
+    import signal
+
+    _, _, text = _stopped_after_the_first_iteration(tmp_path / "runs", signal.SIGTERM)
+    assert "SIGTERM received" not in text, text[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_ctrl_c_stops_the_run_says_how_to_continue_and_does_not_call_it_complete(tmp_path: Path) -> None:
+    """SIGINT after the first iteration: exit 130, spikeloop's own resume command, the run marked unfinished.
+
+    Then that command: the quickstart is unpaced and simulated, so its trial starts again from the start rather
+    than from its checkpoint, and so repeats the interrupted attempt's episodes byte for byte, which stay on disk.
+    """
+    import signal
+
+    root = tmp_path / "runs"
+    args, run_dir, text = _stopped_after_the_first_iteration(root, signal.SIGINT)  # what Ctrl-C sends the driver
     assert "start again from the start" in text, text[-3000:]
 
     resumed = run_spikeloop([*args, "--resume"], timeout=400)
