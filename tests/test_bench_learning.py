@@ -417,6 +417,23 @@ def test_feedback_effects_pair_on_with_off_by_seed():
     assert r["cliffs_delta"] == 1.0
 
 
+def test_feedback_effects_paired_test_is_exact_with_zero_and_tied_differences():
+    """Kill rates often tie (1.00) and pairs often differ by nothing: the signed-rank p counts them exactly."""
+    from spikeloop.experiments.analysis.stats import signed_rank_test
+
+    kill_on, kill_off = [1, 1, 1, 1, 0], [1, 1, 0, 0, 0]  # per seed, episode "killed" flags at the end
+    runs = {
+        "stdp_on": {str(s): [(1000.0, -450.0 + s, bool(kill_on[s]))] * 100 for s in range(SEEDS)},
+        "stdp_off": {str(s): [(1000.0, -470.0 + 2 * s, bool(kill_off[s]))] * 100 for s in range(SEEDS)},
+    }
+    effects = bl.summarize(runs)["feedback_effects"]["stdp_on - stdp_off"]
+    kill = effects["kill_rate"]
+    assert list(kill["per_seed_difference"].values()) == [0.0, 0.0, 1.0, 1.0, 0.0]
+    assert kill["wilcoxon_p_greater"] == pytest.approx(1 / 4)  # two non-zero differences, tied: 1 of 4 signings
+    ret = effects["final_return"]  # differences 20, 19, 18, 17, 16: all positive
+    assert ret["wilcoxon_p_two_sided"] == pytest.approx(signed_rank_test([20, 19, 18, 17, 16]).p) == 2 / 32
+
+
 def test_bench_culture_flag_is_checked(capsys):
     with pytest.raises(SystemExit):
         bl.main(["--culture", "dopamine_tau_ms=-5"])

@@ -417,12 +417,13 @@ def feedback_effects(summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
     Per pair: the per-seed differences (seeds both ran), their mean with a 95% t interval, the exact one-sided
     Mann-Whitney p that a scores higher than b (unpaired, the test the positive control must pass at alpha 0.01)
-    and its two-sided p, the exact Wilcoxon signed-rank p on the paired differences (one- and two-sided), and
+    and its two-sided p, the exact Wilcoxon signed-rank p on the paired differences (one- and two-sided; ties and zero differences counted exactly), and
     Cliff's delta.
     """
     from scipy import stats
 
     from spikeloop.experiments.analysis import compare
+    from spikeloop.experiments.analysis.stats import signed_rank_test
 
     out: dict[str, Any] = {}
     for a, b in FEEDBACK_COMPARISONS:
@@ -441,9 +442,9 @@ def feedback_effects(summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
                 half = float(stats.t.ppf(0.975, len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs)))
                 low, high = mean - half, mean + half  # type: ignore[operator]
             wilcoxon = {"greater": None, "two-sided": None}
-            if diffs and any(diffs):
+            if diffs and any(diffs):  # exact with ties and zero differences, as compare's Mann-Whitney
                 for alternative in wilcoxon:
-                    wilcoxon[alternative] = _finite(float(stats.wilcoxon(diffs, alternative=alternative).pvalue))
+                    wilcoxon[alternative] = _finite(signed_rank_test(diffs, alternative).p)
             entry[metric] = {
                 "per_seed_difference": dict(zip(seeds, diffs, strict=False)),
                 "mean_difference": _finite(mean),
