@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from spikeloop.experiments.benchmarks.record import SOURCE_TREE, git_state, provenance
+from spikeloop.experiments.benchmarks.record import SIMD_FLAGS, SOURCE_TREE, git_state, provenance
 
 
 def _git(tree: Path, *args: str) -> str:
@@ -16,6 +16,12 @@ def test_provenance_names_the_command_and_the_commit_of_this_checkout() -> None:
     record = provenance("learning", ["--seeds", "5"])
     assert record["command"] == "spikeloop bench learning --seeds 5"
     assert record["git"]["commit"] == _git(SOURCE_TREE, "rev-parse", "HEAD")
+    # Runs repeat on one machine, not across CPUs: the file says which CPU it was.
+    cpu = record["machine"]
+    assert cpu["cpus"] >= 1 and cpu["cpu_model"] and cpu["cpu_model"] != "unknown"
+    if Path("/proc/cpuinfo").exists():
+        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
+        assert cpu["cpu_simd"] == [f for f in SIMD_FLAGS if f in flags.split(":", 1)[1].split()]
 
 
 def test_git_state_sees_changed_tracked_files_and_no_checkout(tmp_path: Path) -> None:

@@ -25,8 +25,39 @@ def provenance(name: str, argv: list[str] | None) -> dict[str, Any]:
 
 
 def machine() -> dict[str, Any]:
-    """The machine a measurement ran on: CPUs, Python and platform."""
-    return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+    """The machine a measurement ran on: CPUs, their model, Python and platform."""
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": cpu_model(),
+        "cpu_simd": cpu_simd(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+SIMD_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
+"""Vector extensions torch's CPU kernels choose between: runs repeat bit for bit on one machine, not across these."""
+
+
+def _cpuinfo(field: str) -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.split(":", 1)[0].strip() == field:
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux /proc/cpuinfo, else what platform says)."""
+    return _cpuinfo("model name") or platform.processor() or platform.machine() or "unknown"
+
+
+def cpu_simd() -> list[str] | None:
+    """Which of `SIMD_FLAGS` the CPU has (None where /proc/cpuinfo is not there to say)."""
+    flags = _cpuinfo("flags")
+    return None if flags is None else [f for f in SIMD_FLAGS if f in flags.split()]
 
 
 def utc_now() -> str:
