@@ -19,6 +19,7 @@ def test_provenance_names_the_command_and_the_commit_of_this_checkout() -> None:
     # Runs repeat on one machine, not across CPUs: the file says which CPU it was.
     cpu = record["machine"]
     assert cpu["cpus"] >= 1 and cpu["cpu_model"] and cpu["cpu_model"] != "unknown"
+    assert cpu["packages"]["torch"] and cpu["packages"]["ray"]  # the installs a run's numbers depend on
     if Path("/proc/cpuinfo").exists():
         flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
         assert cpu["cpu_simd"] == [f for f in SIMD_FLAGS if f in flags.split(":", 1)[1].split()]

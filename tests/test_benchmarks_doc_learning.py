@@ -121,3 +121,41 @@ def test_the_defend_the_center_target_table_is_its_result_file() -> None:
     pooled = {c: s["final_return_mean"]["pooled"] for c, s in result["summary"].items()}
     transparent_above, sim_above = (f"{pooled[c] - pooled['random']:+.1f}" for c in ("transparent", "sim"))
     assert f"({transparent_above} and {sim_above})" in doc  # the reading's mean margins over random
+
+
+DRIFT = REPO / "docs" / "benchmarks" / "learning-drift.json"
+
+
+def drift_rows(result: dict) -> list[str]:
+    """One row per condition and measure: at the default budget and at the end (mean, per seed), the difference."""
+    rows = []
+    for condition, d in result["drift"].items():
+        per_seed = d["per_seed"]
+        for measure, spec, at_default, at_end in (
+            ("return", ".1f", "return_at_default", "return_at_end"),
+            ("kill rate", ".3f", "kill_rate_at_default", "kill_rate_at_end"),
+        ):
+            early = [f[at_default] for f in per_seed.values()]
+            late = [f[at_end] for f in per_seed.values()]
+            diff = d["return" if measure == "return" else "kill_rate"]
+            low, high = diff["ci95_paired"]
+            rows.append(
+                f"| `{condition}` | {measure} | {sum(early) / len(early):{spec}} | {sum(late) / len(late):{spec}} | "
+                + ", ".join(f"{b - a:+{spec}}" for a, b in zip(early, late, strict=True))
+                + f" | {diff['mean_difference']:+{spec}} ({low:+{spec}} .. {high:+{spec}}) | "
+                f"{diff['signed_rank_p_worse']:.3g} |"
+            )
+    return rows
+
+
+def test_the_drift_table_is_its_result_file() -> None:
+    """The 5x-budget run read against itself, and the target's verdict, as benchmarks.md quotes them."""
+    result = json.loads(DRIFT.read_text())
+    doc = DOC.read_text()
+    missing = [row for row in drift_rows(result) if row not in doc]
+    assert not missing, "docs/benchmarks.md differs from learning-drift.json; rows expected:\n" + "\n".join(missing)
+    target = result["targets"]["e_no_drift"]
+    verdict = {True: "met", False: "not met"}[target["met"]]
+    assert f"**The target `e_no_drift` is {verdict}" in doc
+    for condition, c in target["conditions"].items():
+        assert f"`{condition}` {'met' if c['met'] else 'not met'}" in doc, condition

@@ -32,7 +32,25 @@ def machine() -> dict[str, Any]:
         "cpu_simd": cpu_simd(),
         "python": platform.python_version(),
         "platform": platform.platform(),
+        "packages": package_versions(),
     }
+
+
+RESULT_PACKAGES = ("torch", "ray", "numpy", "numba", "vizdoom", "gymnasium")
+"""The installed packages whose versions can change a run's numbers (kernels, sampling, the game)."""
+
+
+def package_versions() -> dict[str, str | None]:
+    """Installed versions of `RESULT_PACKAGES` (None: not installed)."""
+    from importlib import metadata
+
+    versions: dict[str, str | None] = {}
+    for name in RESULT_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
 
 
 SIMD_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
