@@ -159,3 +159,15 @@ def test_the_drift_table_is_its_result_file() -> None:
     assert f"**The target `e_no_drift` is {verdict}" in doc
     for condition, c in target["conditions"].items():
         assert f"`{condition}` {'met' if c['met'] else 'not met'}" in doc, condition
+
+
+def test_where_two_machines_part_is_the_result_files() -> None:
+    """The same code and seed on two machines: the first episode (1-based) where `direct` seed 100's runs differ."""
+    fresh = json.loads((REPO / "docs" / "benchmarks" / "learning-fresh.json").read_text())["runs"]["direct"]["100"]
+    long = json.loads(DRIFT.read_text())["runs"]["direct"]["100"]
+    a = list(zip(fresh["env_steps"], fresh["return"], fresh["kill"], strict=True))
+    b = list(zip(long["env_steps"], long["return"], long["kill"], strict=True))
+    first = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y) + 1
+    assert fresh["env_steps"][first - 2] < 20_480  # inside the default budget, where both runs are the same run
+    for doc in (REPO / "README.md", REPO / "docs" / "architecture.md"):
+        assert f"`learning-drift.json` at episode {first})" in " ".join(doc.read_text().split()), doc
