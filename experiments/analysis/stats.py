@@ -345,6 +345,17 @@ BOOTSTRAP_SEED = 0
 """Fixed, so that a report is the same every time it is made."""
 
 
+def mean_t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float] | None:
+    """Student's t interval of the mean of `values` (per-seed paired differences); None under 2 values."""
+    from scipy import stats
+
+    if len(values) < 2:
+        return None
+    mean = float(np.mean(values))
+    half = float(stats.t.ppf(0.5 + level / 2, len(values) - 1)) * float(np.std(values, ddof=1)) / math.sqrt(len(values))
+    return mean - half, mean + half
+
+
 def bootstrap_mean_ci(
     values: Sequence[float], level: float = 0.95, draws: int = BOOTSTRAP_DRAWS
 ) -> tuple[float, float]:

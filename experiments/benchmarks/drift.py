@@ -14,8 +14,6 @@ signed-rank p that the long run ends worse.
 
 from __future__ import annotations
 
-import math
-import statistics
 from collections.abc import Sequence
 from typing import Any
 
@@ -55,15 +53,11 @@ def _run_finals(episodes: Sequence[tuple], default_env_steps: int, window: int) 
 
 def _difference(diffs: list[float]) -> dict[str, Any]:
     """Mean of the per-seed differences, its 95% paired t interval and the exact signed-rank p of "worse"."""
-    from scipy import stats
-
-    from spikeloop.experiments.analysis.stats import signed_rank_test
+    from spikeloop.experiments.analysis.stats import mean_t_interval, signed_rank_test
 
     mean = _mean(diffs) if diffs else None
-    interval = None
-    if len(diffs) >= 2:
-        half = float(stats.t.ppf(0.975, len(diffs) - 1)) * statistics.stdev(diffs) / math.sqrt(len(diffs))
-        interval = [mean - half, mean + half]  # type: ignore[operator]
+    bounds = mean_t_interval(diffs)
+    interval = list(bounds) if bounds else None
     worse_p = signed_rank_test(diffs, "less").p if diffs else None
     return {"mean_difference": mean, "ci95_paired": interval, "signed_rank_p_worse": worse_p}
 

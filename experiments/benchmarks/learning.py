@@ -420,10 +420,9 @@ def feedback_effects(summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
     and its two-sided p, the exact Wilcoxon signed-rank p on the paired differences (one- and two-sided; ties and zero differences counted exactly), and
     Cliff's delta.
     """
-    from scipy import stats
 
     from spikeloop.experiments.analysis import compare
-    from spikeloop.experiments.analysis.stats import signed_rank_test
+    from spikeloop.experiments.analysis.stats import mean_t_interval, signed_rank_test
 
     out: dict[str, Any] = {}
     for a, b in FEEDBACK_COMPARISONS:
@@ -437,10 +436,7 @@ def feedback_effects(summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
             ra = [v for v in va.values() if v is not None]
             rb = [v for v in vb.values() if v is not None]
             mean = _mean(diffs)
-            low = high = None
-            if len(diffs) >= 2:
-                half = float(stats.t.ppf(0.975, len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs)))
-                low, high = mean - half, mean + half  # type: ignore[operator]
+            low, high = mean_t_interval(diffs) or (None, None)
             wilcoxon = {"greater": None, "two-sided": None}
             if diffs and any(diffs):  # exact with ties and zero differences, as compare's Mann-Whitney
                 for alternative in wilcoxon:
