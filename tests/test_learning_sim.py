@@ -1,13 +1,14 @@
-"""The closed loop learns through the simulated culture: the README's quickstart, run as a user runs it.
+"""The closed loop learns through the simulated culture: the README's quickstart, run as a user runs it, for longer.
 
 `spikeloop train experiments/quickstart.yaml` as a subprocess (a private local Ray, a real env runner playing
 VizDoom, the simulated culture as its own device program, as fast as possible, the default learner), with only
-its output directory moved. The perfect channel's test (tests/test_learning.py) shows the learner learns; this one
-shows the culture path does: encoder -> stimulation -> simulated spikes -> decoder. The run is repeatable
-(unpaced simulated runs repeat bit for bit, README "Repeatable runs"), so the figures below are this seed's, not a
-lucky draw: measured 2026-11-26 (this test, 330 s beside a benchmark), first 100 episodes kill rate 0.73 and return
--508.0, last 100 0.93 and -459.9 (624 episodes; the README's figures; the curve stays near chance until about 17,000
-env steps, then rises). Another machine may round differently and play other games, hence the margins.
+its output directory moved and its budget doubled. The perfect channel's test (tests/test_learning.py) shows the
+learner learns; this one shows the culture path does: encoder -> stimulation -> simulated spikes -> decoder.
+A run repeats bit for bit on one machine, not across machines (README "Repeatable runs"), and this seed's rise
+starts late: at the quickstart's 20,000 env steps it had risen on one machine (2026-11-26: last 100 episodes
+kill rate 0.93, return -459.9) and not on another (2026-11-27: 0.67, -523.1), so a test at that budget passes or
+fails by machine. At 40,000 on the second machine: first 100 episodes kill rate 0.64 and return -526.7, last 100
+0.97 and -467.1 (1,200 episodes), hence the budget and the margins.
 """
 
 from __future__ import annotations
@@ -24,14 +25,25 @@ WINDOW = 100
 CHANCE_KILL_RATE_AT_MOST = 0.8
 TRAINED_KILL_RATE_AT_LEAST = 0.85
 RETURN_GAIN_AT_LEAST = 30.0
-"""Last 100 episodes' mean return over the first 100's, at least (measured: 48.1)."""
+"""Last 100 episodes' mean return over the first 100's, at least (measured: 59.6 at 40,000 env steps)."""
+ENV_STEPS = 40_000
+"""Twice the quickstart's budget: this seed had risen by 20,000 env steps on one machine, by 30,000 on the other."""
 
 
 @pytest.mark.slow
-@pytest.mark.long  # about 5 minutes on 2 cores: the long tier (`python -m pytest -m long`), not the default suite
+@pytest.mark.timeout(2700)
+@pytest.mark.long  # about 10 minutes on 2 cores: the long tier (`python -m pytest -m long`), not the default suite
 def test_the_quickstart_learns_basic_through_the_simulated_culture(tmp_path: Path) -> None:
     proc = run_spikeloop(
-        ["train", "experiments/quickstart.yaml", "--set", f"output.root_dir={tmp_path / 'runs'}"], timeout=1500
+        [
+            "train",
+            "experiments/quickstart.yaml",
+            "--set",
+            f"stop.env_steps={ENV_STEPS}",
+            "--set",
+            f"output.root_dir={tmp_path / 'runs'}",
+        ],
+        timeout=2400,
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     files = list((tmp_path / "runs").glob("quickstart-*/*/episodes.jsonl"))
