@@ -132,13 +132,10 @@ def drift_rows(result: dict) -> list[str]:
     rows = []
     for condition, d in result["drift"].items():
         per_seed = d["per_seed"]
-        for measure, spec, at_default, at_end in (
-            ("return", ".1f", "return_at_default", "return_at_end"),
-            ("kill rate", ".3f", "kill_rate_at_default", "kill_rate_at_end"),
-        ):
-            early = [f[at_default] for f in per_seed.values()]
-            late = [f[at_end] for f in per_seed.values()]
-            diff = d["return" if measure == "return" else "kill_rate"]
+        for measure, key, spec in (("return", "return", ".1f"), ("kill rate", "kill_rate", ".3f")):
+            early = [f[f"{key}_at_default"] for f in per_seed.values()]
+            late = [f[f"{key}_at_end"] for f in per_seed.values()]
+            diff = d[key]
             low, high = diff["ci95_paired"]
             rows.append(
                 f"| `{condition}` | {measure} | {sum(early) / len(early):{spec}} | {sum(late) / len(late):{spec}} | "

@@ -14,8 +14,12 @@ signed-rank p that the long run ends worse.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import statistics
+from collections.abc import Callable, Sequence
 from typing import Any
+
+Final = Callable[[Sequence[tuple]], float]
+"""A run's final figure from its episodes (the benchmark's last-window mean of return or kill)."""
 
 DRIFT_CONDITIONS = ("direct", "transparent", "sim")
 """The conditions the target reads."""
@@ -29,25 +33,20 @@ def default_budget_cut(env_steps: Sequence[float], default_env_steps: int) -> fl
     return min(after) if after else None
 
 
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values)
-
-
-def _run_finals(episodes: Sequence[tuple], default_env_steps: int, window: int) -> dict[str, Any] | None:
-    """One run's (return, kill rate) over the last `window` episodes at the default budget and at the end."""
+def _run_finals(
+    episodes: Sequence[tuple], default_env_steps: int, final_return: Final, final_kill_rate: Final
+) -> dict[str, Any] | None:
+    """One run's final return and kill rate at the default budget and at the end (None: it never got there)."""
     cut = default_budget_cut([e[0] for e in episodes], default_env_steps)
     if cut is None:
-        return None  # the run never reached the default budget
-    early = [e for e in episodes if e[0] <= cut][-window:]
-    late = list(episodes[-window:])
-    if not early or not late:
         return None
+    early = [e for e in episodes if e[0] <= cut]
     return {
         "cut_env_steps": cut,
-        "return_at_default": _mean([e[1] for e in early]),
-        "return_at_end": _mean([e[1] for e in late]),
-        "kill_rate_at_default": _mean([float(bool(e[2])) for e in early]),
-        "kill_rate_at_end": _mean([float(bool(e[2])) for e in late]),
+        "return_at_default": final_return(early),
+        "return_at_end": final_return(episodes),
+        "kill_rate_at_default": final_kill_rate(early),
+        "kill_rate_at_end": final_kill_rate(episodes),
     }
 
 
@@ -55,26 +54,32 @@ def _difference(diffs: list[float]) -> dict[str, Any]:
     """Mean of the per-seed differences, its 95% paired t interval and the exact signed-rank p of "worse"."""
     from spikeloop.experiments.analysis.stats import mean_t_interval, signed_rank_test
 
-    mean = _mean(diffs) if diffs else None
     bounds = mean_t_interval(diffs)
-    interval = list(bounds) if bounds else None
-    worse_p = signed_rank_test(diffs, "less").p if diffs else None
-    return {"mean_difference": mean, "ci95_paired": interval, "signed_rank_p_worse": worse_p}
+    return {
+        "mean_difference": statistics.fmean(diffs) if diffs else None,
+        "ci95_paired": list(bounds) if bounds else None,
+        "signed_rank_p_worse": signed_rank_test(diffs, "less").p if diffs else None,
+    }
 
 
-def read(runs: dict[str, dict[str, list[tuple]]], default_env_steps: int, window: int) -> dict[str, Any]:
-    """Per condition and seed: finals at the default budget and at the end, and their differences."""
+def read(
+    runs: dict[str, dict[str, list[tuple]]], default_env_steps: int, final_return: Final, final_kill_rate: Final
+) -> dict[str, Any]:
+    """Per condition and seed: finals at the default budget and at the end, and their differences.
+
+    `final_return` and `final_kill_rate` are the benchmark's own finals of a list of episodes (its last window).
+    """
     out: dict[str, Any] = {}
     for condition, by_seed in runs.items():
-        per_seed = {seed: _run_finals(eps, default_env_steps, window) for seed, eps in by_seed.items()}
-        done = {seed: f for seed, f in per_seed.items() if f is not None}
-        returns = [f["return_at_end"] - f["return_at_default"] for f in done.values()]
-        kills = [f["kill_rate_at_end"] - f["kill_rate_at_default"] for f in done.values()]
+        per_seed = {
+            seed: _run_finals(eps, default_env_steps, final_return, final_kill_rate) for seed, eps in by_seed.items()
+        }
+        done = [f for f in per_seed.values() if f is not None]
         out[condition] = {
             "per_seed": per_seed,
             "seeds": len(done),
-            "return": _difference(returns),
-            "kill_rate": _difference(kills),
+            "return": _difference([f["return_at_end"] - f["return_at_default"] for f in done]),
+            "kill_rate": _difference([f["kill_rate_at_end"] - f["kill_rate_at_default"] for f in done]),
         }
     return out
 

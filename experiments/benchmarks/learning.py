@@ -389,7 +389,7 @@ def summarize(
         if scenario == SCENARIO:
             targets = _targets(summary, min_seeds)
             if budget is not None and budget > DEFAULT_ENV_STEPS:  # a longer run: does it end worse than it was?
-                longer["drift"] = drift.read(runs, DEFAULT_ENV_STEPS, WINDOW)
+                longer["drift"] = drift.read(runs, DEFAULT_ENV_STEPS, _final_return, _final_kill_rate)
                 targets["e_no_drift"] = drift.target(longer["drift"], budget, DEFAULT_ENV_STEPS, min_seeds)
                 notes.append(
                     f"a {budget:,}-step run: targets a-c are read at its end; `drift` compares each run's final at "
@@ -417,10 +417,9 @@ def feedback_effects(summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
     Per pair: the per-seed differences (seeds both ran), their mean with a 95% t interval, the exact one-sided
     Mann-Whitney p that a scores higher than b (unpaired, the test the positive control must pass at alpha 0.01)
-    and its two-sided p, the exact Wilcoxon signed-rank p on the paired differences (one- and two-sided; ties and zero differences counted exactly), and
-    Cliff's delta.
+    and its two-sided p, the exact Wilcoxon signed-rank p on the paired differences (one- and two-sided; ties and
+    zero differences counted exactly), and Cliff's delta.
     """
-
     from spikeloop.experiments.analysis import compare
     from spikeloop.experiments.analysis.stats import mean_t_interval, signed_rank_test
 
