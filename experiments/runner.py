@@ -575,7 +575,7 @@ def _check_cluster_fit(experiment: Experiment) -> None:
 
 
 @contextlib.contextmanager
-def _sigterm_as_ctrl_c():
+def sigterm_as_ctrl_c():
     """A SIGTERM (a scheduler's stop, `kill`) ends the run as Ctrl-C does: Tune saves its state, the run resumes.
 
     Without it Ray's own handler ends the driver at once, with no word of how to continue.
@@ -670,7 +670,7 @@ def run(
             ),
         )
     try:
-        with _sigterm_as_ctrl_c():
+        with sigterm_as_ctrl_c():
             results = tuner.fit()
     except BaseException:
         _tell_hardware(experiment, "error: the run was interrupted", [])

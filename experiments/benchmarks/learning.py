@@ -15,7 +15,8 @@ and, on request (`--conditions`), not by default:
                  spikeloop's default (`stim_mode: burst`, a burst lasting one tick)
 
 Runs are interleaved (for each seed, every condition), so that drift in machine
-load hits every condition alike. The result file is rewritten after every
+load hits every condition alike; `--jobs N` trains N of them at once, each in a
+process of its own (`parallel`). The result file is rewritten after every
 finished run, and `--resume` skips the runs it already holds.
 
 Per condition the summary gives the final return and kill rate (last 100
@@ -52,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from spikeloop.experiments.analysis.sweep import FINAL_EPISODES
-from spikeloop.experiments.benchmarks import curriculum, drift
+from spikeloop.experiments.benchmarks import curriculum, drift, parallel
 from spikeloop.experiments.benchmarks.conditions import (  # noqa: F401  (re-exported: the benchmark's conditions)
     ALL_CONDITIONS,
     BASE_EXPERIMENT,
@@ -1006,6 +1007,14 @@ def main(
         "into separate files), as if resumed from it (repeatable)",
     )
     parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="runs at once, each in a process and Ray session of its own (default 1); the same episodes as one "
+        "at a time, in less wall time: 2 on a 2-core machine (docs/benchmarks.md, learning)",
+    )
+    parser.add_argument(
         "--culture",
         action="append",
         default=[],
@@ -1020,6 +1029,8 @@ def main(
         parser.error(str(exc))
     if args.seeds < 1:
         parser.error(f"--seeds must be >= 1 (got {args.seeds})")
+    if args.jobs < 1:
+        parser.error(f"--jobs must be >= 1 (got {args.jobs})")
     if args.first_seed < 0:
         parser.error(f"--first-seed must be >= 0 (got {args.first_seed})")
     if args.env_steps < MIN_ENV_STEPS:
@@ -1088,20 +1099,33 @@ def main(
     todo = [(c, int(seed)) for seed in wanted for c in conditions if seed not in runs.get(c, {})]
     result: dict[str, Any] | None = None
     t0 = time.monotonic()
-    if todo:
+
+    def run_done(condition: str, seed: int, episodes: list[Episode], facts: dict[str, Any]) -> None:
+        nonlocal result
+        runs.setdefault(condition, {})[str(seed)] = episodes
+        run_facts.setdefault(condition, {})[str(seed)] = facts
+        result = build_result(settings, runs, run_facts, wall_before + time.monotonic() - t0)
+        result |= provenance(name, argv) | from_sources
+        _write_atomic(args.output, result)
+
+    if len(todo) > 1 and args.jobs > 1:
+        spec = {"budget": args.env_steps, "scenario": args.scenario, "culture": culture, "env": env}
+        try:
+            parallel.run_side_by_side(
+                todo, args.jobs, lambda c, s: spec | {"condition": c, "seed": s}, run_done, label=name
+            )
+        except parallel.RunFailed as exc:
+            raise RuntimeError(f"{exc}; the finished runs are in {args.output}: add --resume to go on") from None
+    elif todo:
         import ray
 
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
         try:
-            for n, (condition, seed) in enumerate(todo, 1):
-                print(f"[learning] run {n}/{len(todo)}: {condition} seed {seed}", file=sys.stderr, flush=True)
-                episodes, facts = train_run(condition, seed, args.env_steps, args.scenario, culture, env)
-                runs.setdefault(condition, {})[str(seed)] = episodes
-                run_facts.setdefault(condition, {})[str(seed)] = facts
-                result = build_result(settings, runs, run_facts, wall_before + time.monotonic() - t0)
-                result |= provenance(name, argv) | from_sources
-                _write_atomic(args.output, result)
+            for n, (condition, run_seed) in enumerate(todo, 1):
+                print(f"[{name}] run {n}/{len(todo)}: {condition} seed {run_seed}", file=sys.stderr, flush=True)
+                trained = train_run(condition, run_seed, args.env_steps, args.scenario, culture, env)
+                run_done(condition, run_seed, *trained)
         finally:
             ray.shutdown()
     if result is None:  # every run was there already

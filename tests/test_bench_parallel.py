@@ -1,0 +1,65 @@
+"""`spikeloop bench learning --jobs 2`: runs side by side give the episodes that runs one after the other give.
+
+Through the front door: the benchmark as a subprocess, each run a child process with its own Ray session,
+VizDoom and a simulated culture; the shortest budget the benchmark takes (1,000 env steps).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spikeloop.experiments.benchmarks import parallel
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def _bench(tmp_path: Path, name: str, *extra: str) -> dict:
+    out = tmp_path / f"{name}.json"
+    env = os.environ | {"RAY_USAGE_STATS_ENABLED": "0"}
+    command = [sys.executable, "-m", "spikeloop.experiments.cli", "bench", "learning", "--env-steps", "1000"]
+    done = subprocess.run(
+        [*command, "--seeds", "1", "--output", str(out), *extra], env=env, capture_output=True, text=True, timeout=800
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
+def test_runs_side_by_side_give_the_episodes_of_runs_one_after_the_other(tmp_path):
+    alone = _bench(tmp_path, "alone", "--conditions", "direct", "sim")
+    side = _bench(tmp_path, "side", "--conditions", "direct", "sim", "--jobs", "2")
+    for condition in ("direct", "sim"):
+        a, s = alone["runs"][condition]["100"], side["runs"][condition]["100"]
+        assert len(a["return"]) >= 10, f"{condition}: too few episodes to compare ({len(a['return'])})"
+        for key in ("env_steps", "return", "kill"):
+            assert s[key] == a[key], f"{condition}: {key} differs side by side"
+    assert "--jobs 2" in side["command"]
+
+
+def test_a_failing_run_stops_new_ones_and_names_itself(tmp_path):
+    done: list = []
+    spec = {"budget": 1000, "scenario": "basic", "culture": {}, "env": None}
+    with pytest.raises(parallel.RunFailed) as failure:
+        parallel.run_side_by_side(
+            [("no_such_condition", 1), ("no_such_condition", 2), ("direct", 3)],
+            2,
+            lambda c, s: spec | {"condition": c, "seed": s},
+            lambda *run: done.append(run),
+        )
+    message = str(failure.value)
+    assert "no_such_condition seed 1" in message and "no_such_condition seed 2" in message
+    assert "1 not started" in message
+    assert done == []
+
+
+def test_jobs_must_be_positive(capsys):
+    from spikeloop.experiments.benchmarks import learning
+
+    with pytest.raises(SystemExit):
+        learning.main(["--jobs", "0"])
+    assert "--jobs must be >= 1 (got 0)" in capsys.readouterr().err
