@@ -21,6 +21,7 @@ RESULTS = {
     "learning-defend_the_center.json": True,
     "learning-defend_the_center-100k.json": True,
     "learning-drift.json": True,
+    "learning-jobs2.json": True,
     "ablation.json": False,
 }
 """Result file -> whether its table has the 90% mark column."""
@@ -184,3 +185,47 @@ def test_the_drift_check_run_is_the_long_runs_start() -> None:
     }
     flat = " ".join(DOC.read_text().split())
     assert f"wrote the same {len(short['return']):,} episodes as the first {cut:,} env steps of the long run" in flat
+
+
+def test_runs_side_by_side_are_the_long_runs_start() -> None:
+    """`--jobs 2` on this machine: each direct/transparent/sim run is its seed's 100,000-step run up to 20,480 steps."""
+    side = json.loads((REPO / "docs" / "benchmarks" / "learning-jobs2.json").read_text())
+    long = json.loads(DRIFT.read_text())["runs"]
+    assert "--jobs 2" in side["command"]
+    compared = 0
+    for condition in ("direct", "transparent", "sim"):
+        for seed, run in side["runs"][condition].items():
+            prefix = sum(steps <= max(run["env_steps"]) for steps in long[condition][seed]["env_steps"])
+            for key in ("env_steps", "return", "kill"):
+                assert long[condition][seed][key][:prefix] == run[key], (condition, seed, key)
+            compared += 1
+    runs_s = sum(run["wall_s"] for by_seed in side["runs"].values() for run in by_seed.values())
+    flat = " ".join(DOC.read_text().split())
+    assert f"({compared} of {compared} runs; doc test)" in flat
+    assert f"Its `wall_s` ({side['wall_s']:,.0f} s," in flat
+    assert f"its runs' own wall times ({runs_s:,.0f} s)" in flat
+    solve = side["targets"]["a_direct_transparent_solve"]["conditions"]["transparent"]["per_seed"]
+    met = sum(seed["met"] for seed in solve.values())
+    assert f"is met in {met} of {len(solve)} seeds" in flat
+    speed = side["targets"]["b_transparent_speed"]
+    assert f"{speed['transparent_median_steps']:,.0f} env steps against `direct`'s" in flat
+    assert f"{speed['direct_median_steps']:,.0f} ({speed['ratio']:.2f}x; target" in flat
+
+
+def test_one_at_a_time_the_runs_are_the_same_and_the_times_are_the_files() -> None:
+    """Seed 100's five runs one at a time are the side-by-side runs, episode for episode; the times quoted are theirs."""
+    alone = json.loads((REPO / "docs" / "benchmarks" / "learning-jobs1-seed100.json").read_text())
+    side = json.loads((REPO / "docs" / "benchmarks" / "learning-jobs2.json").read_text())
+    assert "--jobs" not in alone["command"]
+    for condition, by_seed in alone["runs"].items():
+        for key in ("env_steps", "return", "kill"):
+            assert by_seed["100"][key] == side["runs"][condition]["100"][key], (condition, key)
+    alone_s = [by_seed["100"]["wall_s"] for by_seed in alone["runs"].values()]
+    side_s = [side["runs"][condition]["100"]["wall_s"] for condition in alone["runs"]]
+    flat = " ".join(DOC.read_text().split())
+    assert f"took {alone['wall_s']:.0f} s, its runs {min(alone_s):.0f} s (`direct`) to {max(alone_s):.0f} s," in flat
+    assert f"against {min(side_s):.0f} to {max(side_s):.0f} s each side by side ({sum(side_s):.0f} s in all)" in flat
+    seeds = side["settings"]["seeds"]
+    ratio = seeds * alone["wall_s"] / side["wall_s"]
+    assert f"{seeds} x {alone['wall_s']:.0f} s = {seeds * alone['wall_s'] / 60:.0f} minutes" in flat
+    assert f"against {side['wall_s'] / 60:.0f} side by side: {ratio:.2f}x" in flat

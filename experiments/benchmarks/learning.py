@@ -983,7 +983,7 @@ def main(
         "--env-steps",
         type=int,
         default=DEFAULT_ENV_STEPS,
-        help=f"env-step budget per run (default {DEFAULT_ENV_STEPS}: about 40 minutes for 5 seeds on 2 cores)",
+        help=f"env-step budget per run (default {DEFAULT_ENV_STEPS}: 5 seeds of the 5 conditions take about 40 minutes on 2 cores, 34 with --jobs 2)",
     )
     parser.add_argument(
         "--output",
@@ -1012,7 +1012,8 @@ def main(
         default=1,
         metavar="N",
         help="runs at once, each in a process and Ray session of its own (default 1); the same episodes as one "
-        "at a time, in less wall time: 2 on a 2-core machine (docs/benchmarks.md, learning)",
+        "at a time. One run keeps most of 2 cores busy: there --jobs 2 saves about a seventh (docs/benchmarks.md, "
+        "\"Runs side by side\"); give it about half the cores of a larger machine",
     )
     parser.add_argument(
         "--culture",

@@ -2,8 +2,9 @@
 
 A run's episodes depend only on its condition, seed and settings, not on what else the machine
 is doing (unpaced simulated devices; `tests/test_bench_parallel.py` checks it through the CLI).
-So runs side by side give what runs one after the other give, in less wall time: one run keeps
-about one and a half of a machine's cores busy (the env runner, its device, the learner in turn).
+So runs side by side give what runs one after the other give, in less wall time where cores are
+left: one run keeps most of 2 cores busy (its env runner, device and learner overlap), so on 2
+cores two at a time save about a seventh (docs/benchmarks.md, "Runs side by side").
 
 Each child is this module run as a program on a spec file (one run: condition, seed, budget,
 scenario, culture knobs, curriculum env). It starts its own local Ray session, trains the run
