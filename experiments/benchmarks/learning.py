@@ -1013,7 +1013,7 @@ def main(
         metavar="N",
         help="runs at once, each in a process and Ray session of its own (default 1); the same episodes as one "
         "at a time. One run keeps most of 2 cores busy: there --jobs 2 saves about a seventh (docs/benchmarks.md, "
-        "\"Runs side by side\"); give it about half the cores of a larger machine",
+        '"Runs side by side"); give it about half the cores of a larger machine',
     )
     parser.add_argument(
         "--culture",
