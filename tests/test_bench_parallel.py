@@ -63,3 +63,33 @@ def test_jobs_must_be_positive(capsys):
     with pytest.raises(SystemExit):
         learning.main(["--jobs", "0"])
     assert "--jobs must be >= 1 (got 0)" in capsys.readouterr().err
+
+
+def test_ctrl_c_stops_the_runs_side_by_side_and_leaves_no_process(tmp_path):
+    """SIGINT to the benchmark (as a scheduler or `kill -INT` sends it) stops both children; exit 130, none left."""
+    import re
+    import signal
+    import time
+
+    env = os.environ | {"RAY_USAGE_STATS_ENABLED": "0"}
+    log = tmp_path / "bench.log"
+    command = [sys.executable, "-m", "spikeloop.experiments.cli", "bench", "learning", "--env-steps", "100000"]
+    command += ["--seeds", "1", "--conditions", "direct", "sim", "--jobs", "2", "--output", str(tmp_path / "r.json")]
+    with log.open("w") as sink:
+        bench = subprocess.Popen(command, env=env, stderr=sink, stdout=sink)
+        try:
+            deadline = time.monotonic() + 300
+            training = ("direct seed 100:", "sim seed 100:")  # progress lines: both children are training
+            while not all(line in log.read_text() for line in training) and time.monotonic() < deadline:
+                time.sleep(1)
+            children = [int(pid) for pid in re.findall(r"\(process (\d+)\)", log.read_text())]
+            assert len(children) == 2, log.read_text()[-3000:]
+            bench.send_signal(signal.SIGINT)
+            assert bench.wait(timeout=120) == 130, log.read_text()[-3000:]
+        finally:
+            bench.kill()
+    for pid in children:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert "interrupted" in log.read_text()
+    assert not (tmp_path / "r.json").exists()  # no run finished: nothing partial written
