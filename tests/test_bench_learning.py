@@ -545,3 +545,11 @@ def test_benchmark_seeds_are_held_apart_from_the_tuning_seeds(tmp_path, capsys):
     with pytest.raises(SystemExit):
         bl.main(["--first-seed", "-1"])
     assert "--first-seed must be >= 0" in capsys.readouterr().err
+
+
+def test_progress_shows_the_curriculum_level_being_played():
+    import time
+
+    curriculum_line = bl._progress("direct", 100, [(512.0, -600.0, True, 0), (1024.0, -400.0, False, 2)], 1024, 0.0)
+    assert "return(last 2)   -500.0, kill rate 0.50, level 3," in curriculum_line
+    assert "level" not in bl._progress("direct", 100, [(512.0, -600.0, True)], 512, time.monotonic())

@@ -132,9 +132,11 @@ def _progress(condition: str, seed: int, episodes: list[Episode], steps: int, t0
     tail = episodes[-WINDOW:]
     mean = sum(e[1] for e in tail) / len(tail) if tail else math.nan
     kills = sum(e[2] for e in tail) / len(tail) if tail else math.nan
+    # A curriculum's episodes carry their level (0-based): show the one being played, since returns change with it.
+    level = f", level {tail[-1][3] + 1}" if tail and len(tail[-1]) > 3 else ""
     return (
         f"[learning] {condition:>11} seed {seed}: {steps:>7} env steps, {len(episodes):>5} episodes, "
-        f"return(last {len(tail)}) {mean:8.1f}, kill rate {kills:.2f}, {time.monotonic() - t0:6.0f} s"
+        f"return(last {len(tail)}) {mean:8.1f}, kill rate {kills:.2f}{level}, {time.monotonic() - t0:6.0f} s"
     )
 
 
