@@ -1111,26 +1111,35 @@ def main(
         result |= provenance(name, argv) | from_sources
         _write_atomic(args.output, result)
 
-    if len(todo) > 1 and args.jobs > 1:
-        spec = {"budget": args.env_steps, "scenario": args.scenario, "culture": culture, "env": env}
-        try:
+    try:
+        if len(todo) > 1 and args.jobs > 1:
+            spec = {"budget": args.env_steps, "scenario": args.scenario, "culture": culture, "env": env}
             parallel.run_side_by_side(
                 todo, args.jobs, lambda c, s: spec | {"condition": c, "seed": s}, run_done, label=name
             )
-        except parallel.RunFailed as exc:
-            raise RuntimeError(f"{exc}; the finished runs are in {args.output}: add --resume to go on") from None
-    elif todo:
-        import ray
+        elif todo:
+            import ray
 
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-        try:
-            for n, (condition, run_seed) in enumerate(todo, 1):
-                print(f"[{name}] run {n}/{len(todo)}: {condition} seed {run_seed}", file=sys.stderr, flush=True)
-                trained = train_run(condition, run_seed, args.env_steps, args.scenario, culture, env)
-                run_done(condition, run_seed, *trained)
-        finally:
-            ray.shutdown()
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+            try:
+                for n, (condition, run_seed) in enumerate(todo, 1):
+                    print(f"[{name}] run {n}/{len(todo)}: {condition} seed {run_seed}", file=sys.stderr, flush=True)
+                    trained = train_run(condition, run_seed, args.env_steps, args.scenario, culture, env)
+                    run_done(condition, run_seed, *trained)
+            finally:
+                ray.shutdown()
+    except (KeyboardInterrupt, parallel.RunFailed) as stop:
+        kept = sum(len(by_seed) for by_seed in runs.values()) if args.output.is_file() else 0
+        where = (
+            f"{kept} finished run(s) are in {args.output}: the same command with --resume goes on"
+            if kept
+            else "no run had finished, nothing was written"
+        )
+        if isinstance(stop, parallel.RunFailed):
+            raise RuntimeError(f"{stop}; {where}") from None
+        print(f"[{name}] stopped; {where}", file=sys.stderr, flush=True)
+        raise
     if result is None:  # every run was there already
         result = build_result(settings, runs, run_facts, wall_before) | provenance(name, argv) | from_sources
         _write_atomic(args.output, result)

@@ -125,13 +125,17 @@ def _child(spec_path: Path) -> int:
 
     spec = json.loads(spec_path.read_text())
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        episodes, facts = train_run(
-            spec["condition"], spec["seed"], spec["budget"], spec["scenario"], spec["culture"], spec["env"]
-        )
-    finally:
-        ray.shutdown()
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+        try:
+            episodes, facts = train_run(
+                spec["condition"], spec["seed"], spec["budget"], spec["scenario"], spec["culture"], spec["env"]
+            )
+        finally:
+            ray.shutdown()
+    except KeyboardInterrupt:  # the parent stopped it: one line, not a traceback from inside Ray
+        print(f"[bench] {spec['condition']} seed {spec['seed']}: stopped, not kept", file=sys.stderr, flush=True)
+        return 130
     out = _result_path(spec_path)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps({"episodes": episodes, "facts": facts}))
