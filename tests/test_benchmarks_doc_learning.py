@@ -229,3 +229,35 @@ def test_one_at_a_time_the_runs_are_the_same_and_the_times_are_the_files() -> No
     ratio = seeds * alone["wall_s"] / side["wall_s"]
     assert f"{seeds} x {alone['wall_s']:.0f} s = {seeds * alone['wall_s'] / 60:.0f} minutes" in flat
     assert f"against {side['wall_s'] / 60:.0f} side by side: {ratio:.2f}x" in flat
+
+
+def corridor_pilot_rows(result: dict) -> list[str]:
+    """Per condition (one seed): level reached, mean return of the first and last 100 episodes, the best mean of
+    the curriculum's window (20 episodes) and where, and the last 100 episodes' kill rate."""
+    window = (result["settings"].get("curriculum_env") or {}).get("curriculum", {}).get("window_episodes", 20)
+    rows = []
+    for condition, by_seed in result["runs"].items():
+        for run in by_seed.values():
+            ret, steps = run["return"], run["env_steps"]
+            means = [sum(ret[i - window + 1 : i + 1]) / window for i in range(window - 1, len(ret))]
+            best = max(means)
+            at = steps[window - 1 + means.index(best)]
+            level = f" {max(run['level']) + 1} |" if "level" in run else ""
+            rows.append(
+                f"| `{condition}` |{level} {len(ret)} | {sum(ret[:100]) / 100:.1f} | "
+                f"{sum(ret[-100:]) / 100:.1f} | {best:.1f} ({at:,.0f}) | {sum(run['kill'][-100:]) / 100:.2f} |"
+            )
+    return rows
+
+
+def test_the_corridor_pilot_table_is_its_result_file() -> None:
+    result = json.loads((REPO / "docs" / "benchmarks" / "learning-curriculum-deadly_corridor-pilot.json").read_text())
+    doc = DOC.read_text()
+    missing = [row for row in corridor_pilot_rows(result) if row not in doc]
+    assert not missing, "docs/benchmarks.md differs from the corridor pilot; rows expected:\n" + "\n".join(missing)
+    assert result["settings"]["curriculum_env"]["curriculum"]["threshold"] == -300.0
+    assert "threshold of -300" in " ".join(doc.split())
+    level5 = json.loads((REPO / "docs" / "benchmarks" / "learning-deadly_corridor_5-pilot.json").read_text())
+    assert level5["settings"]["scenario"] == "deadly_corridor_5"
+    missing = [row for row in corridor_pilot_rows(level5) if row not in doc]
+    assert not missing, "docs/benchmarks.md differs from the level-5 pilot; rows expected:\n" + "\n".join(missing)
