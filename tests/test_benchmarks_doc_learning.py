@@ -257,6 +257,8 @@ def test_the_corridor_pilot_table_is_its_result_file() -> None:
     assert not missing, "docs/benchmarks.md differs from the corridor pilot; rows expected:\n" + "\n".join(missing)
     assert result["settings"]["curriculum_env"]["curriculum"]["threshold"] == -300.0
     assert "threshold of -300" in " ".join(doc.split())
+    direct_best = corridor_pilot_rows(result)[0].split(" | ")[5].split(" (")[0]
+    assert f"its best mean over 20 episodes was {direct_best};" in " ".join((REPO / "README.md").read_text().split())
     level5 = json.loads((REPO / "docs" / "benchmarks" / "learning-deadly_corridor_5-pilot.json").read_text())
     assert level5["settings"]["scenario"] == "deadly_corridor_5"
     missing = [row for row in corridor_pilot_rows(level5) if row not in doc]
