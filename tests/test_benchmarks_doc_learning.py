@@ -263,3 +263,54 @@ def test_the_corridor_pilot_table_is_its_result_file() -> None:
     assert level5["settings"]["scenario"] == "deadly_corridor_5"
     missing = [row for row in corridor_pilot_rows(level5) if row not in doc]
     assert not missing, "docs/benchmarks.md differs from the level-5 pilot; rows expected:\n" + "\n".join(missing)
+
+
+def corridor_level_rows(result: dict) -> list[str]:
+    """Per condition (one seed): level reached, env steps to the last level, episodes and final return there."""
+    rows = []
+    for condition, c in result["curriculum"]["conditions"].items():
+        for seed, level in c["level_reached"].items():
+            steps, final = c["env_steps_to_last_level"][seed], c["final_return_at_last_level"][seed]
+            rows.append(
+                f"| `{condition}` | {level} | {'-' if steps is None else f'{steps:,}'} | "
+                f"{c['episodes_at_last_level'][seed]} | {'-' if final is None else f'{final:.1f}'} |"
+            )
+    return rows
+
+
+def test_the_corridor_pilot_at_minus_480_is_its_result_file() -> None:
+    """The second pilot's table, its threshold, and that each run is the first pilot's run until it moves on."""
+    second = json.loads(
+        (REPO / "docs" / "benchmarks" / "learning-curriculum-deadly_corridor-pilot-480.json").read_text()
+    )
+    first = json.loads((REPO / "docs" / "benchmarks" / "learning-curriculum-deadly_corridor-pilot.json").read_text())
+    assert second["settings"]["curriculum_env"]["curriculum"]["threshold"] == -480.0
+    doc = DOC.read_text()
+    missing = [row for row in corridor_level_rows(second) if row not in doc]
+    assert not missing, "docs/benchmarks.md differs from the -480 pilot; rows expected:\n" + "\n".join(missing)
+    for condition, by_seed in second["runs"].items():
+        run, before = by_seed["100"], first["runs"][condition]["100"]
+        on_level_1 = next((i for i, level in enumerate(run["level"]) if level > 0), len(run["level"]))
+        assert on_level_1 > 100, condition
+        for key in ("env_steps", "return", "kill"):
+            assert run[key][:on_level_1] == before[key][:on_level_1], (condition, key)
+    shipped = (REPO / "experiments" / "deadly_corridor.yaml").read_text()
+    assert "threshold: -480.0" in shipped
+
+
+def test_the_second_pilots_level_times_are_its_file() -> None:
+    second = json.loads(
+        (REPO / "docs" / "benchmarks" / "learning-curriculum-deadly_corridor-pilot-480.json").read_text()
+    )
+    spans = {}
+    for condition, by_seed in second["runs"].items():
+        run = by_seed["100"]
+        starts = {}
+        for steps, level in zip(run["env_steps"], run["level"], strict=True):
+            starts.setdefault(level, steps)
+        if 4 in starts:
+            spans[condition] = starts[4] - starts[1]
+    flat = " ".join(DOC.read_text().split())
+    assert f"levels 2-4 in {spans['transparent']:,} env steps (`transparent`" in flat
+    assert f"to {spans['direct']:,} (`direct`)" in flat
+    assert f"{second['wall_s'] / 60:.1f} minutes;" in flat
