@@ -550,6 +550,8 @@ def test_benchmark_seeds_are_held_apart_from_the_tuning_seeds(tmp_path, capsys):
 def test_progress_shows_the_curriculum_level_being_played():
     import time
 
-    curriculum_line = bl._progress("direct", 100, [(512.0, -600.0, True, 0), (1024.0, -400.0, False, 2)], 1024, 0.0)
+    from spikeloop.experiments.benchmarks.one_run import _progress
+
+    curriculum_line = _progress("direct", 100, [(512.0, -600.0, True, 0), (1024.0, -400.0, False, 2)], 1024, 0.0)
     assert "return(last 2)   -500.0, kill rate 0.50, level 3," in curriculum_line
-    assert "level" not in bl._progress("direct", 100, [(512.0, -600.0, True)], 512, time.monotonic())
+    assert "level" not in _progress("direct", 100, [(512.0, -600.0, True)], 512, time.monotonic())

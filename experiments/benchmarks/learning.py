@@ -52,7 +52,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from spikeloop.experiments.analysis.sweep import FINAL_EPISODES
 from spikeloop.experiments.benchmarks import curriculum, drift, parallel
 from spikeloop.experiments.benchmarks.conditions import (  # noqa: F401  (re-exported: the benchmark's conditions)
     ALL_CONDITIONS,
@@ -69,12 +68,11 @@ from spikeloop.experiments.benchmarks.conditions import (  # noqa: F401  (re-exp
     control_culture,
     experiment_dict,
 )
-from spikeloop.experiments.benchmarks.curriculum import FLOOR, stage_index
+from spikeloop.experiments.benchmarks.curriculum import FLOOR
+from spikeloop.experiments.benchmarks.one_run import WINDOW, Episode, train_run
 from spikeloop.experiments.benchmarks.record import provenance, write_result
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/learning.json")
-WINDOW = FINAL_EPISODES
-"""Episodes in the rolling and final windows (the sweep analysis' final window)."""
 ALPHA = 0.01
 """Significance level of the tests against `zero`."""
 TARGET_KILL_RATE = 0.95
@@ -103,13 +101,11 @@ FEEDBACK_COMPARISONS: tuple[tuple[str, str], ...] = (
 on the positive control's culture the plastic path (weights free against frozen) and the pulses alone."""
 
 
-Episode = tuple[float, float, bool] | tuple[float, float, bool, int]
-"""(env steps at the end of the episode's iteration, return, killed anything[, curriculum level, 0-based])."""
 Runs = dict[str, dict[str, list[Episode]]]
 """condition -> seed (str) -> episodes in order."""
 
 
-# --- the experiments -------------------------------------------------------------
+# --- statistics (pure: no Ray) ---------------------------------------------------
 
 
 def _rolling(values: Sequence[float], window: int = WINDOW) -> tuple[list[float], int]:
@@ -126,66 +122,6 @@ def _rolling(values: Sequence[float], window: int = WINDOW) -> tuple[list[float]
         if i >= w - 1:
             out.append(total / w)
     return out, w
-
-
-def _progress(condition: str, seed: int, episodes: list[Episode], steps: int, t0: float) -> str:
-    tail = episodes[-WINDOW:]
-    mean = sum(e[1] for e in tail) / len(tail) if tail else math.nan
-    kills = sum(e[2] for e in tail) / len(tail) if tail else math.nan
-    # A curriculum's episodes carry their level (0-based): show the one being played, since returns change with it.
-    level = f", level {tail[-1][3] + 1}" if tail and len(tail[-1]) > 3 else ""
-    return (
-        f"[learning] {condition:>11} seed {seed}: {steps:>7} env steps, {len(episodes):>5} episodes, "
-        f"return(last {len(tail)}) {mean:8.1f}, kill rate {kills:.2f}{level}, {time.monotonic() - t0:6.0f} s"
-    )
-
-
-def train_run(
-    condition: str,
-    seed: int,
-    budget: int,
-    scenario: str,
-    culture: dict[str, Any] | None = None,
-    env: dict[str, Any] | None = None,
-) -> tuple[list[Episode], dict[str, Any]]:
-    """Train one condition and seed until `budget` env steps (`culture`: knobs for its sim device; `env`: an env
-    section with a curriculum, whose first level is `scenario`); its episodes and run facts."""
-    from spikeloop.experiments.runner import _pull_episode_records
-    from spikeloop.experiments.schema import experiment_from_dict
-    from spikeloop.models.closed_loop.ppo import finish
-
-    base = BASE_EXPERIMENT | ({"sim_device": {"culture": culture}} if culture else {}) | ({"env": env} if env else {})
-    stages = (env or {}).get("curriculum", {}).get("scenarios")
-    experiment = experiment_from_dict(
-        experiment_dict(condition, seed, scenario, base), source=f"bench learning {condition}"
-    )
-    t0 = time.monotonic()
-    algo = experiment.algorithm_config().build_algo()
-    episodes: list[Episode] = []
-    steps = iterations = 0
-    try:
-        while steps < budget:
-            result = algo.train()
-            iterations += 1
-            steps = int(
-                result.get("num_env_steps_sampled_lifetime")
-                or result.get("env_runners", {}).get("num_env_steps_sampled_lifetime", 0)
-            )
-            for record in _pull_episode_records(algo):
-                episode = (float(steps), float(record["episode_reward"]), int(record.get("kill_count", 0)) > 0)
-                if stages:
-                    episode += (stage_index(record.get("scenario"), stages),)
-                episodes.append(episode)
-            print(_progress(condition, seed, episodes, steps, t0), file=sys.stderr, flush=True)
-    finally:
-        try:
-            finish(algo, reason="benchmark")
-        finally:
-            algo.stop()
-    return episodes, {"iterations": iterations, "env_steps_total": steps, "wall_s": round(time.monotonic() - t0, 1)}
-
-
-# --- statistics (pure: no Ray) ---------------------------------------------------
 
 
 def _finite(x: float | None) -> float | None:

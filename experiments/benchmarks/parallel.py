@@ -121,7 +121,7 @@ def _child(spec_path: Path) -> int:
     """Train the one run a spec file names and write its episodes and facts beside it."""
     import ray
 
-    from spikeloop.experiments.benchmarks.learning import train_run
+    from spikeloop.experiments.benchmarks.one_run import train_run
 
     spec = json.loads(spec_path.read_text())
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
