@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 
 def init_ray(resources: dict[str, float] | None = None) -> None:
@@ -23,3 +25,17 @@ def init_ray(resources: dict[str, float] | None = None) -> None:
         ray.init(address=os.environ["RAY_ADDRESS"])
     else:
         ray.init(address="local", include_dashboard=False, resources=resources or None)
+
+
+@contextlib.contextmanager
+def private_ray(resources: dict[str, float] | None = None) -> Iterator[None]:
+    """A benchmark's own local Ray for the block, whatever RAY_ADDRESS says: 2 logical CPUs, no dashboard, the
+    workers' logs kept out of the benchmark's output (`resources`: custom resources the node advertises)."""
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, resources=resources or None)
+    try:
+        yield
+    finally:
+        ray.shutdown()

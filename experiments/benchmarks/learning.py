@@ -71,6 +71,7 @@ from spikeloop.experiments.benchmarks.conditions import (  # noqa: F401  (re-exp
 from spikeloop.experiments.benchmarks.curriculum import FLOOR
 from spikeloop.experiments.benchmarks.one_run import WINDOW, Episode, train_run
 from spikeloop.experiments.benchmarks.record import provenance, write_result
+from spikeloop.experiments.ray_session import private_ray
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/learning.json")
 ALPHA = 0.01
@@ -1054,17 +1055,11 @@ def main(
                 todo, args.jobs, lambda c, s: spec | {"condition": c, "seed": s}, run_done, label=name
             )
         elif todo:
-            import ray
-
-            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-            try:
+            with private_ray():
                 for n, (condition, run_seed) in enumerate(todo, 1):
                     print(f"[{name}] run {n}/{len(todo)}: {condition} seed {run_seed}", file=sys.stderr, flush=True)
                     trained = train_run(condition, run_seed, args.env_steps, args.scenario, culture, env)
                     run_done(condition, run_seed, *trained)
-            finally:
-                ray.shutdown()
     except (KeyboardInterrupt, parallel.RunFailed) as stop:
         kept = sum(len(by_seed) for by_seed in runs.values()) if args.output.is_file() else 0
         where = (

@@ -40,6 +40,7 @@ from typing import Any
 
 from spikeloop.bridge.wire.ports import free_port
 from spikeloop.experiments.benchmarks.record import provenance, write_result
+from spikeloop.experiments.ray_session import private_ray
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/loop.json")
 DEVICES = ("sim", "tick10")
@@ -161,11 +162,7 @@ def paced_figures(measured: dict[str, Any], limit: float, prefix: str = "") -> d
 
 def run(paced_steps: int, unpaced_steps: int, scenario: str, repeats: int = 3) -> dict[str, Any]:
     """Measure both conditions and return the results."""
-    import ray
-
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
+    with private_ray():
         print(f"paced: {repeats} x {paced_steps} steps against 50 + 50 ms windows in real time...", file=sys.stderr)
         paced = _sample_rate(_experiment(True, scenario), paced_steps, warmup_steps=20, repeats=repeats)
         print(f"unpaced: {unpaced_steps} steps with zero windows...", file=sys.stderr)
@@ -186,8 +183,6 @@ def run(paced_steps: int, unpaced_steps: int, scenario: str, repeats: int = 3) -
             unpaced_steps,
             warmup_steps=200,
         )
-    finally:
-        ray.shutdown()
     return paced_figures(paced, limit=1.0 / (0.050 + 0.050), prefix="paced_") | {
         "unpaced_steps_per_s": unpaced["steps_per_s"],
         "unpaced_ms_per_step": 1000.0 / unpaced["steps_per_s"],
@@ -256,8 +251,6 @@ def run_tick10(steps: int, scenario: str, repeats: int = 3) -> dict[str, Any]:
     """The paced loop against a 10 Hz tick-quantised device program with its own clock; returns its figures."""
     import tempfile
 
-    import ray
-
     from spikeloop.bridge.device.program import tick_loop_limit_steps_per_s
     from spikeloop.experiments.schema import experiment_from_dict
 
@@ -278,21 +271,12 @@ def run_tick10(steps: int, scenario: str, repeats: int = 3) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         proc = _start_tick_device(ports, Path(tmp) / "device.log")
         try:
-            ray.init(
-                address="local",
-                num_cpus=2,
-                include_dashboard=False,
-                log_to_driver=False,
-                resources=experiment.culture_settings().node_resources(),
-            )
-            try:
+            with private_ray(resources=experiment.culture_settings().node_resources()):
                 print(
                     f"tick10: {repeats} x {steps} steps against a 10 Hz tick-quantised device (own clock)...",
                     file=sys.stderr,
                 )
                 measured = _sample_rate(experiment, steps, warmup_steps=20, repeats=repeats)
-            finally:
-                ray.shutdown()
             proc.wait(timeout=30)  # the benchmark's training_complete ends the device program
         finally:
             if proc.poll() is None:

@@ -119,20 +119,15 @@ def run_side_by_side(
 
 def _child(spec_path: Path) -> int:
     """Train the one run a spec file names and write its episodes and facts beside it."""
-    import ray
-
     from spikeloop.experiments.benchmarks.one_run import train_run
+    from spikeloop.experiments.ray_session import private_ray
 
     spec = json.loads(spec_path.read_text())
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-        try:
+        with private_ray():
             episodes, facts = train_run(
                 spec["condition"], spec["seed"], spec["budget"], spec["scenario"], spec["culture"], spec["env"]
             )
-        finally:
-            ray.shutdown()
     except KeyboardInterrupt:  # the parent stopped it: one line, not a traceback from inside Ray
         print(f"[bench] {spec['condition']} seed {spec['seed']}: stopped, not kept", file=sys.stderr, flush=True)
         return 130
