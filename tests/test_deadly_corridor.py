@@ -24,6 +24,11 @@ def test_each_stage_is_vizdooms_map_at_its_skill(skill: int) -> None:
         assert env.game.get_doom_skill() == skill
         assert env.game.get_episode_timeout() == 1500  # the reference's stages, not vizdoom's 2100
         env.reset(seed=0)
+        # The README's "6 monsters": two each of zombieman, shotgun guy and chaingunner at every skill,
+        # all of them names the enemy features track.
+        monsters = [o.name for o in env.game.get_state().objects if o.name not in ("DoomPlayer", "GreenArmor")]
+        assert sorted(monsters) == sorted(["Zombieman", "ShotgunGuy", "ChaingunGuy"] * 2)
+        assert set(monsters) <= set(scenario.enemy_names or ())
         _, _, terminated, truncated, info = env.step(0)
         assert info["scenario"] == f"deadly_corridor_{skill}"
     finally:
