@@ -552,6 +552,9 @@ def test_progress_shows_the_curriculum_level_being_played():
 
     from spikeloop.experiments.benchmarks.one_run import _progress
 
-    curriculum_line = _progress("direct", 100, [(512.0, -600.0, True, 0), (1024.0, -400.0, False, 2)], 1024, 0.0)
+    curriculum_line = _progress(
+        "direct", 100, [(512.0, -600.0, True, 0), (1024.0, -400.0, False, 2)], 1024, 0.0, "feedback"
+    )
+    assert curriculum_line.startswith("[feedback]      direct seed 100:")  # the bench that runs it, not always learning
     assert "return(last 2)   -500.0, kill rate 0.50, level 3," in curriculum_line
-    assert "level" not in _progress("direct", 100, [(512.0, -600.0, True)], 512, time.monotonic())
+    assert "level" not in _progress("direct", 100, [(512.0, -600.0, True)], 512, time.monotonic(), "learning")

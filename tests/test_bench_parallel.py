@@ -27,7 +27,7 @@ def _bench(tmp_path: Path, name: str, *extra: str) -> dict:
         [*command, "--seeds", "1", "--output", str(out), *extra], env=env, capture_output=True, text=True, timeout=800
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(out.read_text())
+    return json.loads(out.read_text()) | {"stderr": done.stderr}
 
 
 def test_runs_side_by_side_give_the_episodes_of_runs_one_after_the_other(tmp_path):
@@ -39,11 +39,12 @@ def test_runs_side_by_side_give_the_episodes_of_runs_one_after_the_other(tmp_pat
         for key in ("env_steps", "return", "kill"):
             assert s[key] == a[key], f"{condition}: {key} differs side by side"
     assert "--jobs 2" in side["command"]
+    assert "[learning]      direct seed 100:" in side["stderr"]  # each child's progress lines name the bench
 
 
 def test_a_failing_run_stops_new_ones_and_names_itself(tmp_path):
     done: list = []
-    spec = {"budget": 1000, "scenario": "basic", "culture": {}, "env": None}
+    spec = {"budget": 1000, "scenario": "basic", "culture": {}, "env": None, "bench": "learning"}
     with pytest.raises(parallel.RunFailed) as failure:
         parallel.run_side_by_side(
             [("no_such_condition", 1), ("no_such_condition", 2), ("direct", 3)],

@@ -1050,7 +1050,7 @@ def main(
 
     try:
         if len(todo) > 1 and args.jobs > 1:
-            spec = {"budget": args.env_steps, "scenario": args.scenario, "culture": culture, "env": env}
+            spec = {"budget": args.env_steps, "scenario": args.scenario, "culture": culture, "env": env, "bench": name}
             parallel.run_side_by_side(
                 todo, args.jobs, lambda c, s: spec | {"condition": c, "seed": s}, run_done, label=name
             )
@@ -1058,7 +1058,7 @@ def main(
             with private_ray():
                 for n, (condition, run_seed) in enumerate(todo, 1):
                     print(f"[{name}] run {n}/{len(todo)}: {condition} seed {run_seed}", file=sys.stderr, flush=True)
-                    trained = train_run(condition, run_seed, args.env_steps, args.scenario, culture, env)
+                    trained = train_run(condition, run_seed, args.env_steps, args.scenario, culture, env, name)
                     run_done(condition, run_seed, *trained)
     except (KeyboardInterrupt, parallel.RunFailed) as stop:
         kept = sum(len(by_seed) for by_seed in runs.values()) if args.output.is_file() else 0

@@ -22,14 +22,14 @@ Episode = tuple[float, float, bool] | tuple[float, float, bool, int]
 """(env steps at the end of the episode's iteration, return, killed anything[, curriculum level, 0-based])."""
 
 
-def _progress(condition: str, seed: int, episodes: list[Episode], steps: int, t0: float) -> str:
+def _progress(condition: str, seed: int, episodes: list[Episode], steps: int, t0: float, bench: str) -> str:
     tail = episodes[-WINDOW:]
     mean = sum(e[1] for e in tail) / len(tail) if tail else math.nan
     kills = sum(e[2] for e in tail) / len(tail) if tail else math.nan
     # A curriculum's episodes carry their level (0-based): show the one being played, since returns change with it.
     level = f", level {tail[-1][3] + 1}" if tail and len(tail[-1]) > 3 else ""
     return (
-        f"[learning] {condition:>11} seed {seed}: {steps:>7} env steps, {len(episodes):>5} episodes, "
+        f"[{bench}] {condition:>11} seed {seed}: {steps:>7} env steps, {len(episodes):>5} episodes, "
         f"return(last {len(tail)}) {mean:8.1f}, kill rate {kills:.2f}{level}, {time.monotonic() - t0:6.0f} s"
     )
 
@@ -41,9 +41,11 @@ def train_run(
     scenario: str,
     culture: dict[str, Any] | None = None,
     env: dict[str, Any] | None = None,
+    bench: str = "learning",
 ) -> tuple[list[Episode], dict[str, Any]]:
     """Train one condition and seed until `budget` env steps (`culture`: knobs for its sim device; `env`: an env
-    section with a curriculum, whose first level is `scenario`); its episodes and run facts."""
+    section with a curriculum, whose first level is `scenario`; `bench`: the name its progress lines carry); its
+    episodes and run facts."""
     from spikeloop.experiments.runner import _pull_episode_records
     from spikeloop.experiments.schema import experiment_from_dict
     from spikeloop.models.closed_loop.ppo import finish
@@ -70,7 +72,7 @@ def train_run(
                 if stages:
                     episode += (stage_index(record.get("scenario"), stages),)
                 episodes.append(episode)
-            print(_progress(condition, seed, episodes, steps, t0), file=sys.stderr, flush=True)
+            print(_progress(condition, seed, episodes, steps, t0, bench), file=sys.stderr, flush=True)
     finally:
         try:
             finish(algo, reason="benchmark")

@@ -126,7 +126,13 @@ def _child(spec_path: Path) -> int:
     try:
         with private_ray():
             episodes, facts = train_run(
-                spec["condition"], spec["seed"], spec["budget"], spec["scenario"], spec["culture"], spec["env"]
+                spec["condition"],
+                spec["seed"],
+                spec["budget"],
+                spec["scenario"],
+                spec["culture"],
+                spec["env"],
+                spec["bench"],
             )
     except KeyboardInterrupt:  # the parent stopped it: one line, not a traceback from inside Ray
         print(f"[bench] {spec['condition']} seed {spec['seed']}: stopped, not kept", file=sys.stderr, flush=True)
