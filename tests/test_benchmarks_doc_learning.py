@@ -9,6 +9,7 @@ re-run JSON without its doc fails here.
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -265,14 +266,15 @@ def test_the_corridor_pilot_table_is_its_result_file() -> None:
     assert not missing, "docs/benchmarks.md differs from the level-5 pilot; rows expected:\n" + "\n".join(missing)
 
 
-def corridor_level_rows(result: dict) -> list[str]:
-    """Per condition (one seed): level reached, env steps to the last level, episodes and final return there."""
+def corridor_level_rows(result: dict, seed_column: bool = False) -> list[str]:
+    """Per condition and seed: level reached, env steps to the last level, episodes and final return there."""
     rows = []
     for condition, c in result["curriculum"]["conditions"].items():
         for seed, level in c["level_reached"].items():
             steps, final = c["env_steps_to_last_level"][seed], c["final_return_at_last_level"][seed]
             rows.append(
-                f"| `{condition}` | {level} | {'-' if steps is None else f'{steps:,}'} | "
+                f"| `{condition}` |{f' {seed} |' if seed_column else ''} {level} | "
+                f"{'-' if steps is None else f'{steps:,}'} | "
                 f"{c['episodes_at_last_level'][seed]} | {'-' if final is None else f'{final:.1f}'} |"
             )
     return rows
@@ -314,3 +316,80 @@ def test_the_second_pilots_level_times_are_its_file() -> None:
     assert f"levels 2-4 in {spans['transparent']:,} env steps (`transparent`" in flat
     assert f"to {spans['direct']:,} (`direct`)" in flat
     assert f"{second['wall_s'] / 60:.1f} minutes;" in flat
+
+
+def corridor_summary_rows(result: dict) -> list[str]:
+    """Per condition: seeds at the last level, the mean final return there, and each against `random` (levels
+    reached, and the return there), p and Cliff's delta."""
+    curriculum = result["curriculum"]
+    rows = []
+    for condition, c in curriculum["conditions"].items():
+        finals = [f for f in c["final_return_at_last_level"].values() if f is not None]
+        mean = f"{statistics.fmean(finals):.1f}" if finals else "-"
+        versus = curriculum["vs_random"].get(condition)
+        if versus is None:
+            tests = " | |"
+        else:
+            cells = [
+                "-" if versus[key]["p"] is None else f"{versus[key]['p']:.4f} ({versus[key]['cliffs_delta']:+.2f})"
+                for key in ("level_reached", "final_return_at_last_level")
+            ]
+            tests = f" {cells[0]} | {cells[1]} |"
+        rows.append(f"| `{condition}` | {c['reached_last_level']}/{len(c['level_reached'])} | {mean} |{tests}")
+    return rows
+
+
+def best_level_1_mean(run: dict, window: int = 20) -> tuple[float, int]:
+    """A curriculum run's best mean return over `window` consecutive level-1 episodes, and the env steps there."""
+    on_level_1 = [
+        (r, s) for r, s, level in zip(run["return"], run["env_steps"], run["level"], strict=True) if level == 0
+    ]
+    means = [
+        (statistics.fmean(r for r, _ in on_level_1[i - window + 1 : i + 1]), on_level_1[i][1])
+        for i in range(window - 1, len(on_level_1))
+    ]
+    return max(means, key=lambda mean_at: mean_at[0])
+
+
+def test_the_corridor_measurement_is_its_result_file() -> None:
+    """The five fresh seeds' tables, the settings fixed before the run, the reading's figures, the verdict."""
+    result = json.loads((REPO / "docs" / "benchmarks" / "learning-curriculum-deadly_corridor.json").read_text())
+    settings = result["settings"]
+    assert (settings["first_seed"], settings["seeds"], settings["env_steps_per_run"]) == (101, 5, 100_000)
+    assert settings["conditions"] == ["direct", "transparent", "sim", "random"]
+    assert settings["curriculum_env"]["curriculum"]["threshold"] == -480.0
+    assert result["command"] == (
+        "spikeloop bench learning --curriculum experiments/deadly_corridor.yaml --conditions direct transparent "
+        "sim random --seeds 5 --first-seed 101 --env-steps 100000 --jobs 2"
+    )
+    doc = DOC.read_text()
+    rows = corridor_level_rows(result, seed_column=True) + corridor_summary_rows(result)
+    missing = [row for row in rows if row not in doc]
+    assert not missing, "docs/benchmarks.md differs from the corridor measurement; rows expected:\n" + "\n".join(
+        missing
+    )
+    flat = " ".join(doc.split())
+    target = result["targets"]["curriculum_transparent"]
+    assert f"**The target `curriculum_transparent` is {'met' if target['met'] else 'not met'}." in flat
+    assert f"{result['git']['commit'][:7]}, `--jobs 2`, {result['wall_s'] / 60:.1f} minutes on 2 cores" in flat
+    runs, levels = result["runs"], result["curriculum"]["conditions"]
+    t101, t105, s101 = (
+        best_level_1_mean(runs[c][s]) for c, s in (("transparent", "101"), ("transparent", "105"), ("sim", "101"))
+    )
+    assert f"at {t101[0]:.1f} ({t101[1]:,} env steps) and {t105[0]:.1f} ({t105[1]:,})" in flat
+    assert f"its first episodes ({s101[0]:.1f}, at {s101[1]:,} env steps)" in flat
+    random_best = [best_level_1_mean(run)[0] for run in runs["random"].values()]
+    assert f"`random`'s best was {min(random_best):.1f} to {max(random_best):.1f}" in flat
+    medians = {
+        c: statistics.median(s for s in levels[c]["env_steps_to_last_level"].values() if s is not None)
+        for c in ("transparent", "direct")
+    }
+    assert f"(median {medians['transparent']:,.0f} against {medians['direct']:,.0f} env steps)" in flat
+    assert f"`sim` seed 104 played {levels['sim']['episodes_at_last_level']['104']} there" in flat
+    reached = {c: levels[c]["reached_last_level"] for c in levels}
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert (
+        f"stage 5 was reached in {reached['direct']} of 5 seeds by `direct`, {reached['sim']} by `sim`, "
+        f"{reached['transparent']} by `transparent` and {reached['random']} by `random`; `transparent` against "
+        f"`random` on the stage reached gives p = {target['p']:.4f}"
+    ) in readme
