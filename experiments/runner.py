@@ -41,6 +41,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import yaml
@@ -574,6 +575,17 @@ def _check_cluster_fit(experiment: Experiment) -> None:
         raise DoesNotFit(problem)
 
 
+def _as_ctrl_c(signum: int, frame: FrameType | None) -> None:
+    """Run whatever handles Ctrl-C now (Tune's handler during a fit, else Python's KeyboardInterrupt)."""
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+    else:
+        # SIGINT ignored: a program started in the background by a script (`nohup spikeloop ... &`) inherits that,
+        # and a SIGINT sent to itself would be lost with it. A SIGTERM is still a request to stop.
+        raise KeyboardInterrupt
+
+
 @contextlib.contextmanager
 def sigterm_as_ctrl_c():
     """A SIGTERM (a scheduler's stop, `kill`) ends the run as Ctrl-C does: Tune saves its state, the run resumes.
@@ -583,7 +595,7 @@ def sigterm_as_ctrl_c():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+    previous = signal.signal(signal.SIGTERM, _as_ctrl_c)
     try:
         yield
     finally:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from spikeloop.experiments.benchmarks import parallel
+from tests.support.spikeloop_cli import spikeloop_with_sigint
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -66,18 +67,24 @@ def test_jobs_must_be_positive(capsys):
     assert "--jobs must be >= 1 (got 0)" in capsys.readouterr().err
 
 
-def test_ctrl_c_stops_the_runs_side_by_side_and_leaves_no_process(tmp_path):
-    """SIGINT to the benchmark (as a scheduler or `kill -INT` sends it) stops both children; exit 130, none left."""
+@pytest.mark.parametrize(
+    ("stop", "sigint"),
+    [("SIGINT", "default"), ("SIGTERM", "ignored")],
+    ids=["ctrl-c", "sigterm-from-a-background-start"],
+)
+def test_a_stop_signal_ends_the_runs_side_by_side_and_leaves_no_process(tmp_path, stop, sigint):
+    """SIGINT (Ctrl-C, `kill -INT`) or a scheduler's SIGTERM to the benchmark stops both children, each closing its
+    run; exit 130, none left. SIGTERM works also where the benchmark was started with SIGINT ignored."""
     import re
     import signal
     import time
 
     env = os.environ | {"RAY_USAGE_STATS_ENABLED": "0"}
     log = tmp_path / "bench.log"
-    command = [sys.executable, "-m", "spikeloop.experiments.cli", "bench", "learning", "--env-steps", "100000"]
-    command += ["--seeds", "1", "--conditions", "direct", "sim", "--jobs", "2", "--output", str(tmp_path / "r.json")]
+    args = ["bench", "learning", "--env-steps", "100000", "--seeds", "1", "--conditions", "direct", "sim"]
+    args += ["--jobs", "2", "--output", str(tmp_path / "r.json")]
     with log.open("w") as sink:
-        bench = subprocess.Popen(command, env=env, stderr=sink, stdout=sink)
+        bench = subprocess.Popen(spikeloop_with_sigint(sigint, args), env=env, stderr=sink, stdout=sink)
         try:
             deadline = time.monotonic() + 300
             training = ("direct seed 100:", "sim seed 100:")  # progress lines: both children are training
@@ -85,8 +92,15 @@ def test_ctrl_c_stops_the_runs_side_by_side_and_leaves_no_process(tmp_path):
                 time.sleep(1)
             children = [int(pid) for pid in re.findall(r"\(process (\d+)\)", log.read_text())]
             assert len(children) == 2, log.read_text()[-3000:]
-            bench.send_signal(signal.SIGINT)
-            assert bench.wait(timeout=120) == 130, log.read_text()[-3000:]
+            bench.send_signal(getattr(signal, stop))
+            try:
+                code = bench.wait(timeout=parallel.STOP_GRACE_S + 60)
+            except subprocess.TimeoutExpired:
+                pytest.fail(
+                    f"the benchmark still ran {parallel.STOP_GRACE_S + 60:.0f} s after {stop}:\n"
+                    + log.read_text()[-3000:]
+                )
+            assert code == 130, log.read_text()[-3000:]
         finally:
             bench.kill()
     for pid in children:
@@ -94,5 +108,6 @@ def test_ctrl_c_stops_the_runs_side_by_side_and_leaves_no_process(tmp_path):
             os.kill(pid, 0)
     said = log.read_text()
     assert "no run had finished, nothing was written" in said and "interrupted" in said
+    # Each child closed its run (its Ray session too) rather than being killed at the end of the grace period.
     assert said.count("stopped, not kept") == 2 and "Traceback" not in said, said[-3000:]
     assert not (tmp_path / "r.json").exists()

@@ -161,21 +161,22 @@ def test_train_the_direct_control_needs_no_culture(tmp_path: Path) -> None:
     assert {"episode/return_mean", "decoder/ratio_mean", "value/target_std"} <= tags, sorted(tags)
 
 
-def _stopped_after_the_first_iteration(root: Path, sig: int) -> tuple[list[str], Path, str]:
+def _stopped_after_the_first_iteration(root: Path, sig: int, sigint: str = "default") -> tuple[list[str], Path, str]:
     """`spikeloop train` on the quickstart, sent `sig` after its first iteration: exit 130, how to continue, unfinished.
+
+    `sigint`: how SIGINT stands when the command starts (`spikeloop_with_sigint`).
 
     Returns the command's arguments, the run directory and everything the command printed.
     """
     import subprocess
-    import sys
     import time
 
-    from tests.support.spikeloop_cli import REPO, cli_env
+    from tests.support.spikeloop_cli import REPO, cli_env, spikeloop_with_sigint
 
     args = ["train", "experiments/quickstart.yaml", *TWO_SMALL_ITERATIONS, "--set", "stop.iterations=4"]
     args += ["--set", f"output.root_dir={root}"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "spikeloop.experiments.cli", *args],
+        spikeloop_with_sigint(sigint, args),
         cwd=REPO,
         env=cli_env(),
         stdout=subprocess.PIPE,
@@ -205,10 +206,13 @@ def _stopped_after_the_first_iteration(root: Path, sig: int) -> tuple[list[str],
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_sigterm_stops_the_run_as_ctrl_c_does(tmp_path: Path) -> None:
-    """A scheduler's SIGTERM: the run's state saved, the resume command printed, not Ray's signal dump."""
+    """A scheduler's SIGTERM: the run's state saved, the resume command printed, not Ray's signal dump.
+
+    Started as a script starts a job in the background (SIGINT ignored), where a stop must still come from SIGTERM.
+    """
     import signal
 
-    _, _, text = _stopped_after_the_first_iteration(tmp_path / "runs", signal.SIGTERM)
+    _, _, text = _stopped_after_the_first_iteration(tmp_path / "runs", signal.SIGTERM, sigint="ignored")
     assert "SIGTERM received" not in text, text[-3000:]
 
 

@@ -123,6 +123,9 @@ def _child(spec_path: Path) -> int:
     from spikeloop.experiments.ray_session import private_ray
 
     spec = json.loads(spec_path.read_text())
+    # The parent stops a child with SIGINT. A benchmark started in the background by a script inherits SIGINT
+    # ignored, and so would its children, which the parent could then only kill: Ray left to itself, no line said.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with private_ray():
             episodes, facts = train_run(

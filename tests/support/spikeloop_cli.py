@@ -30,6 +30,20 @@ def cli_env() -> dict[str, str]:
     return env
 
 
+def spikeloop_with_sigint(disposition: str, args: list[str]) -> list[str]:
+    """The command line for `spikeloop ARGS...` started with SIGINT as a shell leaves it: "default" (a job at the
+    terminal) or "ignored" (started in the background by a script, `nohup spikeloop ... &`, which a child inherits).
+
+    A test that signals the process says which, so it does not depend on how its own runner was started.
+    """
+    handler = {"default": "SIG_DFL", "ignored": "SIG_IGN"}[disposition]
+    launch = (
+        f"import os, signal, sys; signal.signal(signal.SIGINT, signal.{handler}); "
+        "os.execv(sys.executable, [sys.executable, '-m', 'spikeloop.experiments.cli', *sys.argv[1:]])"
+    )
+    return [sys.executable, "-c", launch, *args]
+
+
 def run_spikeloop(args: list[str], timeout: float) -> subprocess.CompletedProcess:
     """`spikeloop ARGS...` with output captured; never attaches to a cluster named in RAY_ADDRESS."""
     return subprocess.run(
