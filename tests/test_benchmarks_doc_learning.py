@@ -232,6 +232,14 @@ def test_one_at_a_time_the_runs_are_the_same_and_the_times_are_the_files() -> No
     assert f"against {side['wall_s'] / 60:.0f} side by side: {ratio:.2f}x" in flat
 
 
+def best_window_mean(returns: list[float], env_steps: list[int], window: int) -> tuple[float, int]:
+    """The best mean return over `window` consecutive episodes (the curriculum's figure), and the env steps at its
+    last episode (the first such window where several tie)."""
+    means = [sum(returns[i - window + 1 : i + 1]) / window for i in range(window - 1, len(returns))]
+    best = max(means)
+    return best, env_steps[window - 1 + means.index(best)]
+
+
 def corridor_pilot_rows(result: dict) -> list[str]:
     """Per condition (one seed): level reached, mean return of the first and last 100 episodes, the best mean of
     the curriculum's window (20 episodes) and where, and the last 100 episodes' kill rate."""
@@ -239,10 +247,8 @@ def corridor_pilot_rows(result: dict) -> list[str]:
     rows = []
     for condition, by_seed in result["runs"].items():
         for run in by_seed.values():
-            ret, steps = run["return"], run["env_steps"]
-            means = [sum(ret[i - window + 1 : i + 1]) / window for i in range(window - 1, len(ret))]
-            best = max(means)
-            at = steps[window - 1 + means.index(best)]
+            ret = run["return"]
+            best, at = best_window_mean(ret, run["env_steps"], window)
             level = f" {max(run['level']) + 1} |" if "level" in run else ""
             rows.append(
                 f"| `{condition}` |{level} {len(ret)} | {sum(ret[:100]) / 100:.1f} | "
@@ -341,14 +347,9 @@ def corridor_summary_rows(result: dict) -> list[str]:
 
 def best_level_1_mean(run: dict, window: int = 20) -> tuple[float, int]:
     """A curriculum run's best mean return over `window` consecutive level-1 episodes, and the env steps there."""
-    on_level_1 = [
-        (r, s) for r, s, level in zip(run["return"], run["env_steps"], run["level"], strict=True) if level == 0
-    ]
-    means = [
-        (statistics.fmean(r for r, _ in on_level_1[i - window + 1 : i + 1]), on_level_1[i][1])
-        for i in range(window - 1, len(on_level_1))
-    ]
-    return max(means, key=lambda mean_at: mean_at[0])
+    on_level_1 = [i for i, level in enumerate(run["level"]) if level == 0]
+    returns, env_steps = ([run[key][i] for i in on_level_1] for key in ("return", "env_steps"))
+    return best_window_mean(returns, env_steps, window)
 
 
 def test_the_corridor_measurement_is_its_result_file() -> None:
