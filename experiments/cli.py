@@ -12,6 +12,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from spikeloop.experiments.stop_signals import sigterm_as_ctrl_c
+
 # name -> (module, one-line help). Order is the order shown in --help.
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("spikeloop.experiments.commands.train", "train the closed loop from an experiment YAML"),
@@ -104,7 +106,10 @@ def _dispatch(table: dict[str, tuple[str, str]], name: str, argv: list[str], pro
         return 2
     module = importlib.import_module(table[name][0])
     try:
-        return int(module.main(argv) or 0)
+        # A SIGTERM stops every command as Ctrl-C does: its `finally` blocks stop the trainers and device programs
+        # it started in sessions of their own, which the default (end at once) would leave running.
+        with sigterm_as_ctrl_c():
+            return int(module.main(argv) or 0)
     except KeyboardInterrupt:
         print(f"spikeloop {name}: interrupted", file=sys.stderr)
         return 130

@@ -29,19 +29,15 @@ retry alike, so that it stays the run its seed gives.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import os
-import signal
 import socket
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import yaml
@@ -49,6 +45,7 @@ import yaml
 from spikeloop.experiments.ray_session import init_ray
 from spikeloop.experiments.run_log import DEVICE_LOST, FINISHED, NOTHING_TRAINED, SETUP_ERROR
 from spikeloop.experiments.schema import Experiment, experiment_from_dict, set_path
+from spikeloop.experiments.stop_signals import sigterm_as_ctrl_c
 from spikeloop.experiments.trial_files import PROVENANCE_FILE, REPEATS_FILE, SEED_INDEX
 from spikeloop.models import rllib_notices
 
@@ -573,33 +570,6 @@ def _check_cluster_fit(experiment: Experiment) -> None:
     problem = fit.shortfall(experiment, fit.cluster_resources(), where="the Ray cluster (all nodes together)")
     if problem:
         raise DoesNotFit(problem)
-
-
-def _as_ctrl_c(signum: int, frame: FrameType | None) -> None:
-    """Run whatever handles Ctrl-C now (Tune's handler during a fit, else Python's KeyboardInterrupt)."""
-    handler = signal.getsignal(signal.SIGINT)
-    if callable(handler):
-        handler(signal.SIGINT, frame)
-    else:
-        # SIGINT ignored: a program started in the background by a script (`nohup spikeloop ... &`) inherits that,
-        # and a SIGINT sent to itself would be lost with it. A SIGTERM is still a request to stop.
-        raise KeyboardInterrupt
-
-
-@contextlib.contextmanager
-def sigterm_as_ctrl_c():
-    """A SIGTERM (a scheduler's stop, `kill`) ends the run as Ctrl-C does: Tune saves its state, the run resumes.
-
-    Without it Ray's own handler ends the driver at once, with no word of how to continue.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _as_ctrl_c)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def run(

@@ -196,3 +196,65 @@ def test_a_short_soak_with_a_device_restart_loses_and_mixes_up_nothing(tmp_path:
             largest[s["driver"]] = max(largest.get(s["driver"], 0), s["trainer"]["processes"])
     assert set(largest) == {1, 2} and min(largest.values()) >= 3, largest
     assert summary["env_steps"] > 0 and summary["timeouts"] >= 0
+
+
+@pytest.mark.slow  # one paced `spikeloop train` with its own Ray start, stopped after its first iteration
+@pytest.mark.timeout(900)
+def test_a_soak_stopped_in_the_background_stops_its_trainer_and_device(tmp_path: Path):
+    """A SIGTERM to a soak that a script started (SIGINT ignored, as its children inherit): the trainer stops as on
+    Ctrl-C (exit 130, its state saved), the device closes, and nothing of either is left running."""
+    import os
+    import re
+    import signal
+    import time
+
+    from tests.support.process_tree import group_and_descendants, sigkill_all
+    from tests.support.spikeloop_cli import spikeloop_with_sigint
+
+    work = tmp_path / "work"
+    args = ["bench", "soak", "--duration-s", "3600", "--sample-s", "2", "--warmup-s", "0", "--train-batch", "64"]
+    args += ["--work-dir", str(work), "--output", str(tmp_path / "soak.json")]
+    soak = subprocess.Popen(
+        spikeloop_with_sigint("ignored", args),
+        cwd=REPO,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert soak.stdout is not None
+    lines: list[str] = []
+    started: dict[str, int] = {}
+    try:
+        deadline = time.monotonic() + 600
+        for line in soak.stdout:
+            lines.append(line)
+            if match := re.search(r"\] (device|trainer)_started .*\"pid\": (\d+)", line):
+                started[match[1]] = int(match[2])
+            if re.search(r"driver 1 iter [1-9]", line):  # training, past its first iteration
+                soak.send_signal(signal.SIGTERM)
+                break
+            assert time.monotonic() < deadline, "".join(lines)[-4000:]
+        rest, _ = soak.communicate(timeout=240)
+        text = "".join(lines) + rest
+        assert set(started) == {"device", "trainer"}, text[-4000:]
+        assert soak.returncode == 130 and "spikeloop soak: interrupted" in text, text[-4000:]
+        # Each stopped as asked (SIGKILL after the grace would read -9): the trainer as on Ctrl-C, the device cleanly.
+        assert '] stopped {"process": "trainer", "returncode": 130}' in text, text[-4000:]
+        assert '] stopped {"process": "device", "returncode": 0}' in text, text[-4000:]
+        trainer_log = (work / "train-1.log").read_text()
+        assert "--resume`" in trainer_log, trainer_log[-3000:]
+        # Nothing of either left behind: not the programs, not the trainer's Ray processes (their groups).
+        deadline = time.monotonic() + 60
+        while (left := group_and_descendants(started["trainer"]) | group_and_descendants(started["device"])) and (
+            time.monotonic() < deadline
+        ):
+            time.sleep(0.5)
+        assert not left, [
+            Path(f"/proc/{pid}/cmdline").read_bytes()[:200] for pid in left if os.path.exists(f"/proc/{pid}")
+        ]
+    finally:
+        if soak.poll() is None:
+            soak.kill()
+            soak.wait()
+        sigkill_all({pid for pgid in started.values() for pid in group_and_descendants(pgid)})

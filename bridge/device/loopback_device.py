@@ -30,11 +30,13 @@ import heapq
 import json
 import math
 import random
+import signal
 import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import IO, Literal
 
 from spikeloop.bridge.wire.protocol import (
@@ -355,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
         record=args.record,
         tick_s=args.tick_s,
     )
+    # A SIGTERM (what a program stopping this one sends) closes it as Ctrl-C does, its record complete.
+    signal.signal(signal.SIGTERM, _stop_as_ctrl_c)
     device.start()
     print(
         f"stim_port={device.stim_port} feedback_port={device.feedback_port} event_port={device.event_port}", flush=True
@@ -365,6 +369,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         device.stop()
     return 0
+
+
+def _stop_as_ctrl_c(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

@@ -3,14 +3,14 @@
 A run's episodes depend only on its condition, seed and settings, not on what else the machine
 is doing (unpaced simulated devices; `tests/test_bench_parallel.py` checks it through the CLI).
 So runs side by side give what runs one after the other give, in less wall time where cores are
-left: one run keeps most of 2 cores busy (its env runner, device and learner overlap), so on 2
-cores two at a time save about a seventh (docs/benchmarks.md, "Runs side by side").
+left: a run's env runner, device and learner mostly take turns, about one core's work, so on 2
+cores two at a time save about a third (docs/benchmarks.md, "Runs side by side").
 
 Each child is this module run as a program on a spec file (one run: condition, seed, budget,
 scenario, culture knobs, curriculum env). It starts its own local Ray session, trains the run
 and writes its episodes and facts beside the spec. The parent keeps `jobs` children going and
 hands each finished run to a callback, which rewrites the result file, so a stopped benchmark
-keeps every finished run for `--resume`. Children run in sessions of their own: Ctrl-C (or a
+keeps every finished run for `--resume`. Children run in process groups of their own: Ctrl-C (or a
 SIGTERM) reaches the parent only, which stops them once, and each saves nothing partial.
 """
 
@@ -44,9 +44,13 @@ def _start(spec: dict[str, Any], folder: Path) -> tuple[subprocess.Popen, Path]:
     """The child training one run, and the file it will write."""
     spec_path = folder / f"{spec['condition']}-{spec['seed']}.spec.json"
     spec_path.write_text(json.dumps(spec))
-    # A session of its own: a Ctrl-C at the terminal reaches the parent, which stops each child once.
+    # A process group of its own: a Ctrl-C at the terminal reaches the parent, which stops each child once. Not a
+    # session of its own: Linux shares the cores out between sessions first, so two children would each get one core
+    # for a learner with a torch thread per core, whose threads then wait on each other at every step (an update
+    # took 7 times as long; docs/benchmarks.md, "Runs side by side"). Fewer threads would change the learner's
+    # arithmetic, and with it every episode.
     child = subprocess.Popen(
-        [sys.executable, "-m", "spikeloop.experiments.benchmarks.parallel", str(spec_path)], start_new_session=True
+        [sys.executable, "-m", "spikeloop.experiments.benchmarks.parallel", str(spec_path)], process_group=0
     )
     return child, _result_path(spec_path)
 
@@ -76,7 +80,7 @@ def run_side_by_side(
     label: str = "learning",
 ) -> None:
     """Train every (condition, seed) of `todo`, `jobs` at a time in that order, calling `on_done` as each ends."""
-    from spikeloop.experiments.runner import sigterm_as_ctrl_c
+    from spikeloop.experiments.stop_signals import sigterm_as_ctrl_c
 
     pending = list(todo)
     running: dict[tuple[str, int], tuple[subprocess.Popen, Path]] = {}

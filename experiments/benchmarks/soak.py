@@ -21,11 +21,15 @@ episodes.jsonl has a gap or a repeat across the restart and the resume), env ste
 The result file holds the command, the machine, start and end, the samples and a summary with pass/fail
 against the targets: RSS growth under 50 MB per hour (a least-squares slope over each driver's samples after
 its warm-up), 0 misaligned, 0 lost.
+
+Stopped early (Ctrl-C, or a SIGTERM, also in a soak a script started in the background) it stops the trainer,
+which saves its state, and the device, says how each exited, and leaves every log in its work dir.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -43,10 +47,11 @@ from spikeloop.bridge.wire.ports import DevicePorts
 from spikeloop.experiments.benchmarks.record import provenance, write_result
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/soak.json")
-EXPERIMENT = Path(__file__).resolve().parent / "cl1.yaml"
+EXPERIMENT = Path(__file__).resolve().parents[1] / "cl1.yaml"  # the shipped experiments/cl1.yaml
 """The shipped hardware experiment: the soak runs what a lab runs, pointed at the loopback device."""
 DEFAULT_FAULTS = {"drop": 0.01, "late": 0.01, "very_late": 0.005, "duplicate": 0.01, "corrupt": 0.005, "foreign": 0.005}
 TICK_S = 0.1  # a CL1's 10 Hz hardware loop
+STOP_GRACE_S = 60.0  # a stopped trainer saves its state and tells the device before it exits
 MAX_RSS_GROWTH_MB_PER_H = 50.0
 MIN_FIT_SAMPLES = 3
 PROGRESS = re.compile(r"\[iter (\d+)\]")
@@ -367,7 +372,7 @@ class Soak:
         )
         self._driver_started = time.monotonic()
         self._first_iteration_at = None
-        self.note("trainer_started", driver=self._drivers, args=list(extra))
+        self.note("trainer_started", driver=self._drivers, args=list(extra), pid=self._trainer.pid)
 
     def iterations_logged(self) -> int:
         """The last training iteration the current driver reported (0 before its first)."""
@@ -469,15 +474,24 @@ class Soak:
         return f"soak: the trainer exited {when} (log {self._trainer_log}):\n{text}"
 
     def close(self) -> None:
-        """Stop whatever still runs (the device, a trainer left by an error) and close the logs."""
-        for proc in (self._trainer, self._device):
+        """Stop whatever still runs (the device, a trainer left by an error or a stop) and close the logs."""
+        for what, proc in (("trainer", self._trainer), ("device", self._device)):
             if proc is not None and proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGINT)
+                # SIGTERM, not SIGINT: both programs take it as a request to stop (the trainer saves its state and
+                # tells the device; the device closes its record), and a soak started in the background by a
+                # script passes SIGINT on ignored, so a SIGINT would only have run out the wait below. To the
+                # program alone, not its group: the trainer's Ray processes share its group, and Tune cannot save
+                # with them gone; the trainer shuts its Ray down itself.
+                proc.send_signal(signal.SIGTERM)
                 try:
-                    proc.wait(timeout=30)
+                    proc.wait(timeout=STOP_GRACE_S)
                 except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.kill()
                     proc.wait()
+                self.note("stopped", process=what, returncode=proc.returncode)
+            if proc is not None:
+                with contextlib.suppress(ProcessLookupError):  # anything of it still there (Ray's, after a kill)
+                    os.killpg(proc.pid, signal.SIGKILL)
         for handle in self._logs:
             handle.close()
 
