@@ -92,6 +92,11 @@ def test_a_stop_signal_ends_the_runs_side_by_side_and_leaves_no_process(tmp_path
                 time.sleep(1)
             children = [int(pid) for pid in re.findall(r"\(process (\d+)\)", log.read_text())]
             assert len(children) == 2, log.read_text()[-3000:]
+            for pid in children:
+                # A process group of its own (a terminal's Ctrl-C reaches the benchmark alone), in the benchmark's
+                # session: Linux shares the cores between sessions first, and runs that were sessions of their own
+                # took 1.6-1.9 times as long side by side as alone (docs/benchmarks.md, "Side by side in one session").
+                assert os.getpgid(pid) == pid and os.getsid(pid) == os.getsid(bench.pid), pid
             bench.send_signal(getattr(signal, stop))
             try:
                 code = bench.wait(timeout=parallel.STOP_GRACE_S + 60)

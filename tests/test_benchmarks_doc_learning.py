@@ -232,6 +232,39 @@ def test_one_at_a_time_the_runs_are_the_same_and_the_times_are_the_files() -> No
     assert f"against {side['wall_s'] / 60:.0f} side by side: {ratio:.2f}x" in flat
 
 
+def test_side_by_side_in_one_session_are_the_same_runs_and_the_times_are_the_files() -> None:
+    """`--jobs 2` after its children moved into the benchmark's session: every run as before, the times quoted theirs."""
+    groups = json.loads((REPO / "docs" / "benchmarks" / "learning-jobs2-groups.json").read_text())
+    sessions = json.loads((REPO / "docs" / "benchmarks" / "learning-jobs2.json").read_text())
+    alone = json.loads((REPO / "docs" / "benchmarks" / "learning-jobs1-seed100.json").read_text())
+    assert "--jobs 2" in groups["command"] and groups["settings"]["seeds"] == sessions["settings"]["seeds"]
+    compared = 0
+    for condition, by_seed in sessions["runs"].items():
+        for seed, run in by_seed.items():
+            for key in ("env_steps", "return", "kill"):
+                assert groups["runs"][condition][seed][key] == run[key], (condition, seed, key)
+            compared += 1
+    assert groups["summary"] == sessions["summary"]
+    flat = " ".join(DOC.read_text().split())
+    commit = groups["git"]["commit"][:7]
+    assert f"commit {commit}" in flat and not groups["git"]["tracked_files_changed"]
+    assert f"({compared} of {compared} runs; doc test)" in flat.split("### Side by side in one session")[1]
+    wall, before = groups["wall_s"], sessions["wall_s"]
+    assert f"**{wall / 60:.0f} minutes** (`wall_s` {wall:,.0f} s)" in flat
+    assert f"against {before / 60:.0f} minutes ({before:,.0f} s) in sessions of their own: {before / wall:.2f}x" in flat
+    seeds = groups["settings"]["seeds"]
+    one_at_a_time = seeds * alone["wall_s"]
+    assert (
+        f"{seeds} x {alone['wall_s']:.0f} s one at a time ({one_at_a_time / 60:.0f} minutes): {one_at_a_time / wall:.2f}x"
+        in flat
+    )
+    per_run = {c: sorted(r["wall_s"] for r in by_seed.values()) for c, by_seed in groups["runs"].items()}
+    for condition, times in per_run.items():
+        assert f"`{condition}` {times[0]:.0f}-{times[-1]:.0f} s" in flat, condition
+    help_text = " ".join((REPO / "experiments" / "benchmarks" / "learning.py").read_text().split())
+    assert f"{one_at_a_time / 60:.0f} minutes on 2 cores, {wall / 60:.0f} with --jobs 2" in help_text
+
+
 def best_window_mean(returns: list[float], env_steps: list[int], window: int) -> tuple[float, int]:
     """The best mean return over `window` consecutive episodes (the curriculum's figure), and the env steps at its
     last episode (the first such window where several tie)."""

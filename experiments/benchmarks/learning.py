@@ -922,7 +922,7 @@ def main(
         "--env-steps",
         type=int,
         default=DEFAULT_ENV_STEPS,
-        help=f"env-step budget per run (default {DEFAULT_ENV_STEPS}: 5 seeds of the 5 conditions take about 40 minutes on 2 cores, 34 with --jobs 2)",
+        help=f"env-step budget per run (default {DEFAULT_ENV_STEPS}: 5 seeds of the 5 conditions take about 40 minutes on 2 cores, 27 with --jobs 2)",
     )
     parser.add_argument(
         "--output",
