@@ -952,6 +952,9 @@ def set_path(tree: dict[str, Any], dotted: str, value: Any, defaults: dict[str, 
         if not isinstance(node, (dict, list)):
             raise ExperimentError(f"--set {dotted}: {'.'.join(parts[: i + 1])} is a value, not a section")
     last = parts[-1]
+    if isinstance(default, dict) and isinstance(default.get(last), bool) and isinstance(value, str):
+        # The validator would read `y`, `n`, `t`, `f` as booleans: a switch takes only what YAML reads as one.
+        raise ExperimentError(f"--set {dotted}={value}: {dotted} is a switch; give true or false")
     if isinstance(node, list):
         if not last.isdigit() or int(last) >= len(node):
             raise ExperimentError(f"--set {dotted}: {last!r} is not an index of that list")
