@@ -954,7 +954,9 @@ def set_path(tree: dict[str, Any], dotted: str, value: Any, defaults: dict[str, 
     last = parts[-1]
     if isinstance(default, dict) and isinstance(default.get(last), bool) and isinstance(value, str):
         # The validator would read `y`, `n`, `t`, `f` as booleans: a switch takes only what YAML reads as one.
-        raise ExperimentError(f"--set {dotted}={value}: {dotted} is a switch; give true or false")
+        raise ExperimentError(
+            f"--set {dotted}={value}: 1 problem(s):\n  {dotted}: a switch: give true or false (got {value!r})"
+        )
     if isinstance(node, list):
         if not last.isdigit() or int(last) >= len(node):
             raise ExperimentError(f"--set {dotted}: {last!r} is not an index of that list")

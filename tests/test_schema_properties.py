@@ -350,5 +350,5 @@ def test_a_whole_number_a_float_cannot_hold_exactly_is_refused_naming_its_key() 
 @pytest.mark.parametrize("text", ["y", "n", "T", "f"])
 def test_a_switch_refuses_a_string_the_validator_would_read_as_a_boolean(text):
     """Found by the property above: `--set checkpoint.at_end=y` was taken as true (pydantic's lax booleans)."""
-    with pytest.raises(ExperimentError, match=r"checkpoint\.at_end is a switch; give true or false"):
+    with pytest.raises(ExperimentError, match=r"checkpoint\.at_end: a switch: give true or false"):
         experiment_from_dict({}, (f"checkpoint.at_end={text}",), source="generated")
