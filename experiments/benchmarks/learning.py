@@ -952,7 +952,7 @@ def main(
         metavar="N",
         help="runs at once, each in a process and Ray session of its own (default 1); the same episodes as one "
         "at a time. One run is about one core's work: on 2 cores --jobs 2 saves about a third (docs/benchmarks.md, "
-        '"Runs side by side"); on a larger machine, not measured, start at half its cores',
+        '"Side by side in one session"); on a larger machine, not measured, start at half its cores',
     )
     parser.add_argument(
         "--culture",

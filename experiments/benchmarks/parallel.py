@@ -4,7 +4,7 @@ A run's episodes depend only on its condition, seed and settings, not on what el
 is doing (unpaced simulated devices; `tests/test_bench_parallel.py` checks it through the CLI).
 So runs side by side give what runs one after the other give, in less wall time where cores are
 left: a run's env runner, device and learner mostly take turns, about one core's work, so on 2
-cores two at a time save about a third (docs/benchmarks.md, "Runs side by side").
+cores two at a time save about a third (docs/benchmarks.md, "Side by side in one session").
 
 Each child is this module run as a program on a spec file (one run: condition, seed, budget,
 scenario, culture knobs, curriculum env). It starts its own local Ray session, trains the run
@@ -47,7 +47,7 @@ def _start(spec: dict[str, Any], folder: Path) -> tuple[subprocess.Popen, Path]:
     # A process group of its own: a Ctrl-C at the terminal reaches the parent, which stops each child once. Not a
     # session of its own: Linux shares the cores out between sessions first, so two children would each get one core
     # for a learner with a torch thread per core, whose threads then wait on each other at every step (an update
-    # took 7 times as long; docs/benchmarks.md, "Runs side by side"). Fewer threads would change the learner's
+    # took 7 times as long; docs/benchmarks.md, "Side by side in one session"). Fewer threads would change the learner's
     # arithmetic, and with it every episode.
     child = subprocess.Popen(
         [sys.executable, "-m", "spikeloop.experiments.benchmarks.parallel", str(spec_path)], process_group=0
