@@ -194,12 +194,17 @@ def test_reply_port_auto_follows_a_restarted_device_program():
         second = LoopbackDevice(
             stim_port=stim_port, spike_port=bridge.spike_port, clock=now_us, reply_from_own_socket=True
         ).start()
-        tally = run_exchanges(bridge, AUTO_REPIN_TIMEOUTS + 5, seed=2)
+        outcomes = [max(tally, key=tally.get) for tally in (run_exchanges(bridge, 1, seed=k) for k in range(2, 2 + 12))]
         stats = bridge.stats()
     finally:
         if second is not None:
             second.stop()
         bridge.close()
     assert second.reply_port != first.reply_port
-    assert tally == {"ok": 5, "misaligned": 0, "not_ok": AUTO_REPIN_TIMEOUTS}
+    # The old port's silence takes AUTO_REPIN_TIMEOUTS exchanges; a restart slowed by a loaded machine may cost one
+    # or two more (a reply that could answer an earlier stimulation is withheld). Then every exchange is answered,
+    # and none ever by another stimulation's reply.
+    silent = outcomes.index("ok") if "ok" in outcomes else len(outcomes)
+    assert outcomes == ["not_ok"] * silent + ["ok"] * (len(outcomes) - silent), outcomes
+    assert AUTO_REPIN_TIMEOUTS <= silent <= AUTO_REPIN_TIMEOUTS + 3, outcomes
     assert stats["reply_source"].startswith(f"127.0.0.1:{second.reply_port} ")
