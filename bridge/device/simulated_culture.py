@@ -32,6 +32,7 @@ process do not disturb each other.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -256,6 +257,199 @@ def _noise_threshold(probability: float) -> np.uint64:
     return np.uint64(math.ceil(probability * 9007199254740992.0))
 
 
+SMALLEST_NORMAL = 2.0**-1022
+_ONE = np.uint64(1)
+NOISE_LANES = 4
+"""The step's noise draws run as this many interleaved stretches of the one xorshift sequence (`_draw_kicks` spells
+out its four lanes)."""
+
+_WORD = (1 << 64) - 1
+
+
+def _xorshift_state_step(x: int) -> int:
+    """One xorshift64* state update (not the scrambled output), on a Python int."""
+    x ^= x >> 12
+    x ^= (x << 25) & _WORD
+    x ^= x >> 27
+    return x
+
+
+def _bit_matrix_times(columns: list[int], x: int) -> int:
+    """A 64x64 matrix over GF(2), given by its columns, times the bit vector x."""
+    out = 0
+    for bit in range(64):
+        if x >> bit & 1:
+            out ^= columns[bit]
+    return out
+
+
+@functools.cache
+def xorshift_jump_table(draws: int) -> np.ndarray:
+    """(8, 256) table: the XOR of row k at byte k of a state is the state `draws` updates later.
+
+    The state update is linear over GF(2): `draws` updates are one 64x64 bit matrix (built by squaring), and a
+    matrix times a state is the XOR of what it does to each of the state's eight bytes.
+    """
+    power = [1 << bit for bit in range(64)]  # the identity
+    square = [_xorshift_state_step(1 << bit) for bit in range(64)]
+    while draws:
+        if draws & 1:
+            power = [_bit_matrix_times(square, col) for col in power]
+        square = [_bit_matrix_times(square, col) for col in square]
+        draws >>= 1
+    table = np.zeros((8, 256), dtype=np.uint64)
+    for k in range(8):
+        for byte in range(256):
+            table[k, byte] = _bit_matrix_times(power, byte << (8 * k))
+    return table
+
+
+@numba.njit(cache=True, inline="always")
+def _jump(x, table):  # pragma: no cover - compiled
+    out = np.uint64(0)
+    for k in range(8):
+        out ^= table[k, (x >> np.uint64(8 * k)) & np.uint64(255)]
+    return out
+
+
+@numba.njit(cache=True, inline="always")
+def _next(x):  # pragma: no cover - compiled
+    x ^= x >> np.uint64(12)
+    x ^= x << np.uint64(25)
+    x ^= x >> np.uint64(27)
+    return x
+
+
+@numba.njit(cache=True, inline="always")
+def _kicked(x, threshold):  # pragma: no cover - compiled
+    # xorshift64*'s output, its top 53 bits compared as an integer: k / 2**53 < p exactly when k < ceil(p * 2**53).
+    return (x * np.uint64(2685821657736338717)) >> np.uint64(11) < threshold
+
+
+@numba.njit(cache=True)
+def _draw_kicks(x, jump, threshold, kicked):  # pragma: no cover - compiled
+    """Who gets a spontaneous kick this step: one xorshift64* draw per neuron, in index order; the state after.
+
+    Each draw needs the state the last one left, so one sequence runs at the speed of that chain. Lane l starts
+    where the sequence stands after l * chunk draws (a jump ahead), and the four lanes advance together: the same
+    numbers, drawn about twice as fast (docs/architecture.md, "One millisecond of the kernel").
+    """
+    n = kicked.shape[0]
+    chunk = n // NOISE_LANES
+    if chunk > 0:
+        x1 = _jump(x, jump)
+        x2 = _jump(x1, jump)
+        x3 = _jump(x2, jump)
+        for j in range(chunk):
+            x = _next(x)
+            x1 = _next(x1)
+            x2 = _next(x2)
+            x3 = _next(x3)
+            kicked[j] = _kicked(x, threshold)
+            kicked[chunk + j] = _kicked(x1, threshold)
+            kicked[2 * chunk + j] = _kicked(x2, threshold)
+            kicked[3 * chunk + j] = _kicked(x3, threshold)
+        x = x3
+    for i in range(NOISE_LANES * chunk, n):
+        x = _next(x)
+        kicked[i] = _kicked(x, threshold)
+    return x
+
+
+@numba.njit(cache=True)
+def _membranes(v, u, a, b, c, d, current, kicked, spiked, noise_kick):  # pragma: no cover - compiled
+    """Every neuron's membrane one step on; who spiked, and whether anyone did.
+
+    A function of its own, with the loop over the arrays' length: the compiler vectorises it so.
+    """
+    spiked_any = False
+    for i in range(v.shape[0]):
+        drive = current[i] + noise_kick if kicked[i] else current[i]
+        current[i] = 0.0
+        # Two half steps keep the quadratic term stable at 1 ms (Izhikevich 2003).
+        vi = v[i] + drive
+        ui = u[i]
+        vi += 0.5 * (0.04 * vi * vi + 5.0 * vi + 140.0 - ui)
+        vi += 0.5 * (0.04 * vi * vi + 5.0 * vi + 140.0 - ui)
+        ui += a[i] * (b[i] * vi - ui)
+        fired = vi >= 30.0
+        spiked[i] = fired
+        spiked_any |= fired
+        v[i] = c[i] if fired else vi
+        u[i] = ui + d[i] if fired else ui
+    return spiked_any
+
+
+@numba.njit(cache=True, inline="always")
+def _split(a):  # pragma: no cover - compiled
+    # Veltkamp: a = high + low with at most 26 significant bits each, so products of the halves are exact.
+    c = 134217729.0 * a
+    high = c - (c - a)
+    return high, a - high
+
+
+@numba.njit(cache=True)
+def _subnormal_product_bits(bits, factor):  # pragma: no cover - compiled
+    """The bit pattern of x * factor, for 0 <= x (given by its bits) and a product below about 2**-1022.
+
+    The processor rounds such a product to the nearest multiple of 2**-1074 (ties to even), and a number below
+    2**-1021 is stored as that multiple. Here in whole numbers and error-free float products: the processor takes
+    about a hundred times longer for a multiplication that takes or gives a subnormal number.
+    """
+    exponent = np.int64(bits >> np.uint64(52))
+    fraction = np.int64(bits & np.uint64(4503599627370495))
+    multiple = fraction if exponent == 0 else (fraction | 4503599627370496) << (exponent - 1)  # x / 2**-1074
+    m = float(multiple)  # exact: at most 53 significant bits
+    p = m * factor
+    m_high, m_low = _split(m)
+    f_high, f_low = _split(factor)
+    error = ((m_high * f_high - p) + m_high * f_low + m_low * f_high) + m_low * f_low  # m * factor = p + error
+    whole = np.int64(p)  # p >= 0: truncation is the floor
+    rest = p - float(whole)
+    if rest > 0.5 or (rest == 0.5 and (error > 0.0 or (error == 0.0 and whole & 1 == 1))):
+        whole += 1
+    return np.uint64(whole)
+
+
+@numba.njit(cache=True)
+def _decay(
+    spike_trace, trace_bits, trace_decay, small, small_bits, small_list, small_saved
+):  # pragma: no cover - compiled
+    """spike_trace *= trace_decay, bit for bit, without subnormal arithmetic.
+
+    A neuron silent for about 14 s has a trace in the subnormal range for about 700 steps, and the processor takes
+    about a hundred times longer for a multiplication that takes or gives a subnormal number: with about 15 such
+    neurons in a spontaneous culture, that was a fifth of the kernel's time. The traces below `small_bits` (whose
+    product would be subnormal) are listed in `small_list` (its last entry: how many); each step they are set
+    aside, the array is multiplied in one vectorised pass, and they are multiplied exactly in whole numbers.
+    """
+    last = small_list.shape[0] - 1
+    listed = 0
+    for j in range(small_list[last]):  # set aside the listed traces still small (a spike since lifted some)
+        t = small_list[j]
+        b = trace_bits[t]
+        if b - _ONE < small_bits - _ONE:  # 0 < trace < small
+            small_list[listed] = t
+            small_saved[listed] = b
+            trace_bits[t] = 0
+            listed += 1
+    crossed = 0
+    for t in range(spike_trace.shape[0]):
+        y = spike_trace[t] * trace_decay
+        spike_trace[t] = y
+        crossed += (y > 0.0) & (y < small)
+    for j in range(listed):
+        trace_bits[small_list[j]] = _subnormal_product_bits(small_saved[j], trace_decay)
+    small_list[last] = listed
+    if crossed:  # a trace fell below: list them all again
+        listed = 0
+        for t in range(spike_trace.shape[0]):
+            if trace_bits[t] - _ONE < small_bits - _ONE:
+                small_list[listed] = t
+                listed += 1
+        small_list[last] = listed
+
+
 @numba.njit(cache=True, inline="always")
 def _consolidate(s, weight, trace, total, w_max):  # pragma: no cover - compiled
     # Dopamine-STDP, lazily: bring one synapse's weight up to now (see _simulate's `da`).
@@ -299,8 +493,9 @@ def _simulate(
     in_synapse,
     synapse_source,
     input_ring,
-    pre_trace,
-    post_trace,
+    spike_trace,
+    trace_before,
+    small_list,
     pulse_next_step,
     pulse_interval_steps,
     pulse_remaining,
@@ -327,11 +522,10 @@ def _simulate(
     trace,
     da,
     rng_state,
+    noise_jump,
     electrode_counts,
     kicked,
     spiked,
-    pre_before,
-    post_before,
 ):  # pragma: no cover - compiled
     # rule: 0 fixed weights, 1 STDP (weights change at once), 2 dopamine-modulated STDP.
     # Rule 2 keeps, per synapse, its eligibility c on a moving scale: c(k) = trace[s, 0] * scale(k), with
@@ -342,6 +536,10 @@ def _simulate(
     n = v.shape[0]
     mask = input_ring.shape[0] - 1  # rows: a power of two, so the ring wraps with a mask, not a division
     x = rng_state[0]  # the noise generator's state, kept in a register for the step's draws
+    trace_bits = spike_trace.view(np.uint64)
+    small = SMALLEST_NORMAL / trace_decay * (1.0 + 2.0**-40)  # a trace below this has a subnormal product
+    small_bits = np.array([small]).view(np.uint64)[0]  # positive numbers order as their bit patterns do
+    small_saved = np.empty(small_list.shape[0], dtype=np.uint64)
     for k in range(n_steps):
         step = step0 + k
         current = input_ring[step & mask]
@@ -365,37 +563,16 @@ def _simulate(
             da[1] += da[2] * (dopamine_tonic + da[0])
             inv_scale = 1.0 / da[2]
         total = da[1]
-        # Spontaneous kicks: one xorshift64* draw per neuron and step (fast, and the state is this culture's), its
-        # top 53 bits compared as an integer: k / 2**53 < p exactly when k < ceil(p * 2**53) = noise_threshold.
-        for i in range(n):
-            x ^= x >> np.uint64(12)
-            x ^= x << np.uint64(25)
-            x ^= x >> np.uint64(27)
-            kicked[i] = (x * np.uint64(2685821657736338717)) >> np.uint64(11) < noise_threshold
-        # Every neuron's membrane, in a loop of its own (numba does not vectorise it: docs/benchmarks.md, "device"). The
-        # traces keep their values from before this step's decay (`*_before`): a spike handled below must see
-        # the neurons after it in index order as they were, as when one loop did both.
-        spiked_any = False
-        for i in range(n):
-            drive = current[i] + noise_kick if kicked[i] else current[i]
-            current[i] = 0.0
-            # Two half steps keep the quadratic term stable at 1 ms (Izhikevich 2003).
-            vi = v[i] + drive
-            ui = u[i]
-            vi += 0.5 * (0.04 * vi * vi + 5.0 * vi + 140.0 - ui)
-            vi += 0.5 * (0.04 * vi * vi + 5.0 * vi + 140.0 - ui)
-            ui += a[i] * (b[i] * vi - ui)
-            fired = vi >= 30.0
-            spiked[i] = fired
-            spiked_any |= fired
-            v[i] = c[i] if fired else vi
-            u[i] = ui + d[i] if fired else ui
-            pre_before[i] = pre_trace[i]
-            post_before[i] = post_trace[i]
-            pre_trace[i] *= trace_decay
-            post_trace[i] *= trace_decay
+        x = _draw_kicks(x, noise_jump, noise_threshold, kicked)
+        spiked_any = _membranes(v, u, a, b, c, d, current, kicked, spiked, noise_kick)
+        if spiked_any:
+            trace_before[:] = spike_trace
+        _decay(spike_trace, trace_bits, trace_decay, small, small_bits, small_list, small_saved)
         if not spiked_any:
             continue
+        # As when one loop did the membranes, the decay and the spikes: a spike of neuron i pairs with the neurons
+        # before it (index order) as they are after this step's decay and their own spikes, with those from i on as
+        # they were before the step.
         for i in range(n):
             if not spiked[i]:
                 continue
@@ -406,11 +583,10 @@ def _simulate(
                 for s in range(out_ptr[i], out_ptr[i + 1]):
                     input_ring[(step + out_delay[s]) & mask, out_target[s]] += weight[s]
             else:
-                # STDP (rule 1) or dopamine-STDP (rule 2): deliver, then pair with both sides. A partner after i
-                # (index order) is read as before this step's decay, one before i as after it (and its own spike).
+                # STDP (rule 1) or dopamine-STDP (rule 2): deliver, then pair with both sides.
                 for s in range(out_ptr[i], out_ptr[i + 1]):
                     t = out_target[s]
-                    post_t = post_trace[t] if t < i else post_before[t]
+                    post_t = spike_trace[t] if t < i else trace_before[t]
                     if rule == 2 and plastic[s]:
                         _consolidate(s, weight, trace, total, w_max)
                     input_ring[(step + out_delay[s]) & mask, t] += weight[s]
@@ -423,15 +599,14 @@ def _simulate(
                     s = in_synapse[q]
                     if plastic[s]:
                         src = synapse_source[s]
-                        pre_src = pre_trace[src] if src < i else pre_before[src]
+                        pre_src = spike_trace[src] if src < i else trace_before[src]
                         if rule == 2:
                             _consolidate(s, weight, trace, total, w_max)
                         if rule == 1:  # post after pre: potentiate towards w_max
                             weight[s] += a_plus * pre_src * (w_max - weight[s])
                         else:
                             trace[s, 0] += c_plus * pre_src * inv_scale
-            pre_trace[i] += 1.0
-            post_trace[i] += 1.0
+            spike_trace[i] += 1.0
     rng_state[0] = x
 
 
@@ -468,13 +643,15 @@ class SimulatedCulture:
             self._dopamine_per_pulse[list(cfg.reward_electrodes)] = cfg.dopamine_per_reward_pulse
             self._dopamine_per_pulse[list(cfg.punishment_electrodes)] = cfg.dopamine_per_punishment_pulse
         self._input_ring = np.zeros((RING_ROWS, n), dtype=np.float64)
-        self._pre_trace = np.zeros(n)
-        self._post_trace = np.zeros(n)
-        # Kernel scratch, per step: who was kicked, who spiked, the traces before the step's decay.
+        # STDP's trace of each neuron's recent spikes: +1 per spike, decaying with stdp_tau_ms. One trace serves
+        # both sides of a pair (as the presynaptic and the postsynaptic trace they were always equal).
+        self._spike_trace = np.zeros(n)
+        self._trace_before = np.zeros(n)  # the trace before a step's decay, kept when someone spiked
+        self._small_traces = np.zeros(n + 1, dtype=np.int64)  # `_decay`'s list of traces near the subnormals
+        # Kernel scratch, per step: who was kicked, who spiked.
         self._kicked = np.zeros(n, dtype=np.bool_)
         self._spiked = np.zeros(n, dtype=np.bool_)
-        self._pre_before = np.zeros(n)
-        self._post_before = np.zeros(n)
+        self._noise_jump = xorshift_jump_table(n // NOISE_LANES)
         self._pulse_next_step = np.zeros(N_ELECTRODES, dtype=np.int64)
         self._pulse_interval_steps = np.ones(N_ELECTRODES, dtype=np.int64)
         self._pulse_remaining = np.zeros(N_ELECTRODES, dtype=np.int64)
@@ -667,8 +844,9 @@ class SimulatedCulture:
             self.in_synapse,
             self.synapse_source,
             self._input_ring,
-            self._pre_trace,
-            self._post_trace,
+            self._spike_trace,
+            self._trace_before,
+            self._small_traces,
             self._pulse_next_step,
             self._pulse_interval_steps,
             self._pulse_remaining,
@@ -695,11 +873,10 @@ class SimulatedCulture:
             self._trace,
             self._dopamine,
             self._rng_state,
+            self._noise_jump,
             counts,
             self._kicked,
             self._spiked,
-            self._pre_before,
-            self._post_before,
         )
         self.step += n_steps
         return counts
