@@ -427,3 +427,31 @@ def test_the_corridor_measurement_is_its_result_file() -> None:
         f"{reached['transparent']} by `transparent` and {reached['random']} by `random`; `transparent` against "
         f"`random` on the stage reached gives p = {target['p']:.4f}"
     ) in readme
+
+
+def test_after_the_kernel_change_the_runs_are_the_same_and_the_times_are_the_files() -> None:
+    """The culture kernel's speed change: all 25 runs of `--jobs 2` as before, the times quoted theirs."""
+    kernel = json.loads((REPO / "docs" / "benchmarks" / "learning-jobs2-kernel.json").read_text())
+    groups = json.loads((REPO / "docs" / "benchmarks" / "learning-jobs2-groups.json").read_text())
+    assert kernel["command"].startswith("spikeloop bench learning --seeds 5 --jobs 2 ")
+    assert not kernel["git"]["tracked_files_changed"]
+    compared = 0
+    for condition, by_seed in groups["runs"].items():
+        for seed, run in by_seed.items():
+            for key in ("env_steps", "return", "kill"):
+                assert kernel["runs"][condition][seed][key] == run[key], (condition, seed, key)
+            compared += 1
+    assert kernel["summary"] == groups["summary"]
+    section = " ".join(DOC.read_text().split()).split("### After the culture kernel's speed change")[1]
+    section = section.split("###")[0]
+    assert f"from a checkout of {kernel['git']['commit'][:7]}" in section
+    assert f"({compared} of {compared} runs; doc test)" in section
+    wall, before = kernel["wall_s"], groups["wall_s"]
+    assert (
+        f"**{wall / 60:.0f} minutes** (`wall_s` {wall:,.0f} s) against {before / 60:.0f} ({before:,.0f} s)" in section
+    )
+    assert f"{before / wall:.2f}x" in section
+    for condition in ("sim", "zero", "random"):
+        new = sum(r["wall_s"] for r in kernel["runs"][condition].values())
+        old = sum(r["wall_s"] for r in groups["runs"][condition].values())
+        assert f"`{condition}` {new:.0f}" in section and f"against {old:.0f}" in section, condition

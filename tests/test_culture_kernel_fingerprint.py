@@ -31,6 +31,20 @@ FINGERPRINTS = {
 """sha256 (first 16 hex digits) of `_fingerprint(rule)`, from the kernel before the speed work."""
 
 
+def _stimulate(culture: SimulatedCulture, rng: np.random.Generator, tick: int, encode: bool = True) -> None:
+    """One 100 ms tick's input: random bursts on about half the encoding electrodes, feedback every 7 and 11 ticks."""
+    if encode:
+        for electrode in ENCODING_ELECTRODES:
+            if rng.uniform() < 0.5:
+                culture.stimulate(
+                    electrode, float(rng.uniform(1, 3)), int(rng.integers(1, 6)), float(rng.uniform(5, 40))
+                )
+    for every, electrodes in ((7, GOOD_NEWS_ELECTRODES), (11, BAD_NEWS_ELECTRODES)):
+        if tick % every == 0:
+            for electrode in electrodes:
+                culture.stimulate(electrode, 2.0, 5, 100.0)
+
+
 def _fingerprint(rule: str) -> str:
     """Two seconds of a small, over-excited culture under random stimulation and both kinds of feedback."""
     config = SimulatedCultureConfig(
@@ -44,15 +58,7 @@ def _fingerprint(rule: str) -> str:
     rng = np.random.default_rng(0)
     digest = hashlib.sha256()
     for tick in range(20):
-        for electrode in ENCODING_ELECTRODES:
-            if rng.uniform() < 0.5:
-                culture.stimulate(
-                    electrode, float(rng.uniform(1, 3)), int(rng.integers(1, 6)), float(rng.uniform(5, 40))
-                )
-        for every, electrodes in ((7, GOOD_NEWS_ELECTRODES), (11, BAD_NEWS_ELECTRODES)):
-            if tick % every == 0:
-                for electrode in electrodes:
-                    culture.stimulate(electrode, 2.0, 5, 100.0)
+        _stimulate(culture, rng, tick)
         digest.update(culture.advance(100).tobytes())
     for state in (culture.v, culture.u, culture.synaptic_weights(), culture.eligibility(), culture._rng_state):
         digest.update(np.ascontiguousarray(state).tobytes())
@@ -90,16 +96,7 @@ def _long_fingerprint(rule: str) -> tuple[str, int]:
     digest = hashlib.sha256()
     subnormal_seen = 0
     for tick in range(200):
-        if tick % 10 == 0:
-            for electrode in ENCODING_ELECTRODES:
-                if rng.uniform() < 0.5:
-                    culture.stimulate(
-                        electrode, float(rng.uniform(1, 3)), int(rng.integers(1, 6)), float(rng.uniform(5, 40))
-                    )
-        for every, electrodes in ((7, GOOD_NEWS_ELECTRODES), (11, BAD_NEWS_ELECTRODES)):
-            if tick % every == 0:
-                for electrode in electrodes:
-                    culture.stimulate(electrode, 2.0, 5, 100.0)
+        _stimulate(culture, rng, tick, encode=tick % 10 == 0)  # sparse input: many neurons fall silent
         digest.update(culture.advance(100).tobytes())
         trace = culture._spike_trace
         subnormal_seen += int(((trace > 0) & (trace < SMALLEST_NORMAL)).sum())
