@@ -952,11 +952,6 @@ def set_path(tree: dict[str, Any], dotted: str, value: Any, defaults: dict[str, 
         if not isinstance(node, (dict, list)):
             raise ExperimentError(f"--set {dotted}: {'.'.join(parts[: i + 1])} is a value, not a section")
     last = parts[-1]
-    if isinstance(default, dict) and isinstance(default.get(last), bool) and isinstance(value, str):
-        # The validator would read `y`, `n`, `t`, `f` as booleans: a switch takes only what YAML reads as one.
-        raise ExperimentError(
-            f"--set {dotted}={value}: 1 problem(s):\n  {dotted}: a switch: give true or false (got {value!r})"
-        )
     if isinstance(node, list):
         if not last.isdigit() or int(last) >= len(node):
             raise ExperimentError(f"--set {dotted}: {last!r} is not an index of that list")
@@ -973,6 +968,30 @@ def _default_tree_json() -> str:
 def default_experiment_tree() -> dict[str, Any]:
     """Every setting at its default, as plain data (a fresh copy)."""
     return json.loads(_default_tree_json())
+
+
+def switch_problems(tree: Any, defaults: Any, path: str = "") -> list[str]:
+    """Every setting whose default is true or false but whose value is not a boolean, as `key: problem` lines.
+
+    Pydantic's lax booleans would read `y`, `n`, `t`, `f`, `on`, `1`, `0` (and more) as true or false; a switch
+    takes only what YAML reads as a boolean (true/false, yes/no, on/off), as the declared settings do. The items
+    of a list (devices) are checked against the default list's first item.
+    """
+    problems: list[str] = []
+    if isinstance(tree, dict) and isinstance(defaults, dict):
+        for key, value in tree.items():
+            if key not in defaults:
+                continue
+            where = f"{path}.{key}" if path else str(key)
+            default = defaults[key]
+            if isinstance(default, bool) and not isinstance(value, bool):
+                problems.append(f"{where}: a switch: give true or false (got {value!r})")
+            else:
+                problems += switch_problems(value, default, where)
+    elif isinstance(tree, list) and isinstance(defaults, list) and defaults:
+        for i, item in enumerate(tree):
+            problems += switch_problems(item, defaults[0], f"{path}.{i}")
+    return problems
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -1185,6 +1204,9 @@ def experiment_from_dict(data: dict[str, Any], overrides=(), source: str = "expe
     problem = tree_size_problem(data) if overrides else None
     if problem:
         raise ExperimentError(f"{source} with --set: {problem}")
+    switches = switch_problems(data, defaults if defaults is not None else default_experiment_tree())
+    if switches:
+        raise ExperimentError("\n  ".join([f"{source}: {len(switches)} problem(s):", *switches]))
     try:
         return Experiment.model_validate(data)
     except ValidationError as exc:

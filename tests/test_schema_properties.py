@@ -12,6 +12,7 @@ tests/test_broken_experiments_cli.py).
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import yaml
@@ -347,8 +348,29 @@ def test_a_whole_number_a_float_cannot_hold_exactly_is_refused_naming_its_key() 
     assert kept.plain()["feedback"]["surprise"]["frequency_gain"] == 2**53
 
 
-@pytest.mark.parametrize("text", ["y", "n", "T", "f"])
+@pytest.mark.parametrize("text", ["y", "n", "T", "f", "1", "0"])
 def test_a_switch_refuses_a_string_the_validator_would_read_as_a_boolean(text):
     """Found by the property above: `--set checkpoint.at_end=y` was taken as true (pydantic's lax booleans)."""
     with pytest.raises(ExperimentError, match=r"checkpoint\.at_end: a switch: give true or false"):
         experiment_from_dict({}, (f"checkpoint.at_end={text}",), source="generated")
+
+
+@pytest.mark.parametrize(
+    ("tree", "key"),
+    [
+        ({"checkpoint": {"at_end": "y"}}, "checkpoint.at_end"),
+        ({"model": {"decoder_bias": 1}}, "model.decoder_bias"),
+        ({"feedback": {"surprise": {"enabled": "off"}}}, "feedback.surprise.enabled"),
+        (
+            {"devices": [{"device_id": "a", "backend": "sim"}, {"device_id": "b", "backend": "sim", "realtime": "t"}]},
+            "devices.1.realtime",
+        ),
+    ],
+)
+def test_every_switch_in_a_file_refuses_what_is_not_a_boolean(tree, key):
+    """A file's switches as strictly as --set's: every setting whose default is a boolean takes only one."""
+    with pytest.raises(ExperimentError, match=rf"{re.escape(key)}: a switch: give true or false"):
+        experiment_from_dict(tree, source="generated")
+    assert experiment_from_dict(
+        yaml.safe_load("checkpoint: {at_end: no}\nview: {enabled: on}"), source="x"
+    ).view.enabled
