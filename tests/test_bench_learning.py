@@ -311,6 +311,14 @@ def test_resume_accepts_same_settings_and_refuses_others():
         bl.check_resume(result, same | {"base_experiment": {"ppo": {"lr": 1e-3}}})
     with pytest.raises(ValueError, match="not a `bench learning` result"):
         bl.check_resume({"curves": {}}, same)
+    # The learner's thread count changes every episode after the first weights: runs of two counts are not pooled;
+    # a file from before the count was recorded has none to compare.
+    threads = bl.learner_torch_threads()
+    now = same | {"learner_torch_threads": threads}
+    assert bl.check_resume(result, now) == _runs(conditions=("direct", "zero"), seeds=2)
+    counted = dict(result, settings=same | {"learner_torch_threads": threads + 1})
+    with pytest.raises(ValueError, match="learner thread count"):
+        bl.check_resume(counted, now)
 
 
 def test_experiment_dicts():

@@ -592,6 +592,11 @@ def check_resume(existing: dict[str, Any], settings: dict[str, Any]) -> Runs:
         )
         if old.get(key) != settings.get(key)
     ]
+    # Files from before the thread count was recorded hold no figure for it: nothing to compare.
+    if "learner_torch_threads" in old and old["learner_torch_threads"] != settings.get("learner_torch_threads"):
+        differences.append(
+            ("learner thread count (torch)", old["learner_torch_threads"], settings.get("learner_torch_threads"))
+        )
     # Feedback controls: what they were run with, for the conditions both hold (a tuned dopamine culture must not
     # be pooled with runs of the old one).
     for key, what in (("feedback_on", "feedback of the feedback controls"), ("feedback_settle_ms", "settle time")):
@@ -635,6 +640,17 @@ def _culture(condition: str, overrides: dict[str, Any] | None = None) -> dict[st
     return json.loads(json.dumps(used))  # tuples as lists, as read back
 
 
+def learner_torch_threads() -> int:
+    """Torch's threads in this process, where each run's learner updates: they decide how its sums round.
+
+    A run's episodes part from the first update (and the first weights) on another thread count: `spikeloop train`
+    trials get Ray's one thread unless OMP_NUM_THREADS says otherwise (README, "Repeatable runs").
+    """
+    import torch
+
+    return torch.get_num_threads()
+
+
 def _settings(
     scenario: str,
     conditions: Sequence[str],
@@ -655,6 +671,7 @@ def _settings(
             "env_steps_per_run": budget,
             "base_experiment": BASE_EXPERIMENT,
             "window_episodes": WINDOW,
+            "learner_torch_threads": learner_torch_threads(),
         }
         | (
             {
