@@ -232,19 +232,25 @@ def test_one_at_a_time_the_runs_are_the_same_and_the_times_are_the_files() -> No
     assert f"against {side['wall_s'] / 60:.0f} side by side: {ratio:.2f}x" in flat
 
 
+def _same_runs(later: dict, earlier: dict) -> int:
+    """Assert every run of `earlier` is, episode for episode, its twin in `later`; how many runs were compared."""
+    compared = 0
+    for condition, by_seed in earlier["runs"].items():
+        for seed, run in by_seed.items():
+            for key in ("env_steps", "return", "kill"):
+                assert later["runs"][condition][seed][key] == run[key], (condition, seed, key)
+            compared += 1
+    assert later["summary"] == earlier["summary"]
+    return compared
+
+
 def test_side_by_side_in_one_session_are_the_same_runs_and_the_times_are_the_files() -> None:
     """`--jobs 2` after its children moved into the benchmark's session: every run as before, the times quoted theirs."""
     groups = json.loads((REPO / "docs" / "benchmarks" / "learning-jobs2-groups.json").read_text())
     sessions = json.loads((REPO / "docs" / "benchmarks" / "learning-jobs2.json").read_text())
     alone = json.loads((REPO / "docs" / "benchmarks" / "learning-jobs1-seed100.json").read_text())
     assert "--jobs 2" in groups["command"] and groups["settings"]["seeds"] == sessions["settings"]["seeds"]
-    compared = 0
-    for condition, by_seed in sessions["runs"].items():
-        for seed, run in by_seed.items():
-            for key in ("env_steps", "return", "kill"):
-                assert groups["runs"][condition][seed][key] == run[key], (condition, seed, key)
-            compared += 1
-    assert groups["summary"] == sessions["summary"]
+    compared = _same_runs(groups, sessions)
     flat = " ".join(DOC.read_text().split())
     commit = groups["git"]["commit"][:7]
     assert f"commit {commit}" in flat and not groups["git"]["tracked_files_changed"]
@@ -435,13 +441,7 @@ def test_after_the_kernel_change_the_runs_are_the_same_and_the_times_are_the_fil
     groups = json.loads((REPO / "docs" / "benchmarks" / "learning-jobs2-groups.json").read_text())
     assert kernel["command"].startswith("spikeloop bench learning --seeds 5 --jobs 2 ")
     assert not kernel["git"]["tracked_files_changed"]
-    compared = 0
-    for condition, by_seed in groups["runs"].items():
-        for seed, run in by_seed.items():
-            for key in ("env_steps", "return", "kill"):
-                assert kernel["runs"][condition][seed][key] == run[key], (condition, seed, key)
-            compared += 1
-    assert kernel["summary"] == groups["summary"]
+    compared = _same_runs(kernel, groups)
     section = " ".join(DOC.read_text().split()).split("### After the culture kernel's speed change")[1]
     section = section.split("###")[0]
     assert f"from a checkout of {kernel['git']['commit'][:7]}" in section
