@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from spikeloop.bridge.device.simulated_culture import (
+    SMALLEST_NORMAL,
     SimulatedCulture,
     SimulatedCultureConfig,
     _subnormal_product_bits,
@@ -80,8 +81,6 @@ LONG_FINGERPRINTS = {
 }
 """sha256 (first 16 hex digits) of `_long_fingerprint(rule)`, from the kernel before its subnormal-free trace decay
 and jump-ahead noise draws (commit 881ee83)."""
-
-SMALLEST_NORMAL = 2.2250738585072014e-308
 
 
 def _long_fingerprint(rule: str) -> tuple[str, int]:
