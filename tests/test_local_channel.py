@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from spikeloop.bridge.device.loopback_device import LoopbackDevice
-from spikeloop.bridge.trainer.core import BridgeConfig, BridgeCore, SpikeReply
+from spikeloop.bridge.trainer.core import RECENT_LATENCIES, BridgeConfig, BridgeCore, SpikeReply
 from spikeloop.bridge.trainer.local_channel import (
     ChannelLost,
     LocalChannelClient,
@@ -179,6 +179,7 @@ def test_reply_spin_keeps_every_reply_correct_and_timeouts_on_time(reply_spin_ms
     core = BridgeCore(BridgeConfig(address=address, timeout_s=0.1, reply_spin_ms=reply_spin_ms))
     try:
         rng = np.random.default_rng(3)
+        answered_latencies_s = []
         for i in range(40):
             freqs = rng.uniform(4, 40, 8).astype(np.float32)
             reply = core.exchange(freqs, [1.5] * 8)
@@ -186,6 +187,7 @@ def test_reply_spin_keeps_every_reply_correct_and_timeouts_on_time(reply_spin_ms
                 assert reply.status == "timeout" and 0.1 <= reply.latency_s
             else:
                 assert reply.ok, i
+                answered_latencies_s.append(reply.latency_s)
                 np.testing.assert_array_equal(reply.counts, freqs)
                 # The device's 20 ms delay starts when it reads the stimulation, which can be before the bridge
                 # stamps its send (18.9 ms was seen under load): the bound only rules out an immediate, stale reply.
@@ -193,7 +195,10 @@ def test_reply_spin_keeps_every_reply_correct_and_timeouts_on_time(reply_spin_ms
         window = core._spin_window(0.0)
         if reply_spin_ms:
             assert window is not None and window[1] - window[0] == pytest.approx(0.004)
-            assert 0.019 - 0.002 < window[0] < 0.09  # around the expected reply, not from the send
+            # Around the expected reply (the fastest of the recent ones), not from the send; the fastest can be
+            # under 20 ms for the reason above (17.0 ms was seen in CI), so the bound is the per-reply one.
+            assert window[0] + 0.002 == pytest.approx(min(answered_latencies_s[-RECENT_LATENCIES:]))
+            assert 0.015 - 0.002 < window[0] < 0.09
         else:
             assert window is None
     finally:
