@@ -913,9 +913,12 @@ def _check_search_entry(experiment: Experiment, key: str, spec: Any) -> None:
         data["tune"]["search_space"] = {}
         set_path(data, key, value)
         try:
-            Experiment.model_validate(data)
+            _validated(data)
         except ValidationError as exc:
             problem = format_validation_error(exc, "").splitlines()[1].strip()
+            raise ValueError(f"{where}: the value {value!r} makes the experiment invalid: {problem}") from None
+        except ValueError as exc:
+            problem = str(exc).splitlines()[1].strip()
             raise ValueError(f"{where}: the value {value!r} makes the experiment invalid: {problem}") from None
 
 
@@ -992,6 +995,44 @@ def switch_problems(tree: Any, defaults: Any, path: str = "") -> list[str]:
         for i, item in enumerate(tree):
             problems += switch_problems(item, defaults[0], f"{path}.{i}")
     return problems
+
+
+def bool_as_number_problems(data: Any, validated: Any, path: str = "") -> list[str]:
+    """Every number given as true or false, as `key: problem` lines, read against what validation made of `data`.
+
+    Pydantic's lax numbers read true as 1 and false as 0 (`num_epochs: yes` trained one epoch); where a value was
+    a boolean and validation made it a number, the setting is a number and the file meant something else.
+    """
+    if isinstance(data, bool):
+        if isinstance(validated, (int, float)) and not isinstance(validated, bool):
+            return [f"{path}: a number, not a switch: give a number (got {data!r})"]
+        return []
+    problems: list[str] = []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            inner = (
+                validated.get(key, _MISSING) if isinstance(validated, dict) else getattr(validated, str(key), _MISSING)
+            )
+            if inner is not _MISSING:
+                problems += bool_as_number_problems(value, inner, f"{path}.{key}" if path else str(key))
+    elif isinstance(data, (list, tuple)) and isinstance(validated, (list, tuple)) and len(data) == len(validated):
+        for i, (value, inner) in enumerate(zip(data, validated, strict=True)):
+            problems += bool_as_number_problems(value, inner, f"{path}.{i}")
+    return problems
+
+
+_MISSING = object()
+
+
+def _validated(data: dict[str, Any]) -> Experiment:
+    """`Experiment.model_validate`, refusing a number given as true or false (in `env` too); ValueError names it."""
+    experiment = Experiment.model_validate(data)
+    problems = bool_as_number_problems(data, experiment)
+    if isinstance(data.get("env"), dict):
+        problems += bool_as_number_problems(data["env"], env_section_model().model_validate(experiment.env), "env")
+    if problems:
+        raise ValueError("\n  ".join([f"{len(problems)} problem(s):", *problems]))
+    return experiment
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -1208,6 +1249,8 @@ def experiment_from_dict(data: dict[str, Any], overrides=(), source: str = "expe
     if switches:
         raise ExperimentError("\n  ".join([f"{source}: {len(switches)} problem(s):", *switches]))
     try:
-        return Experiment.model_validate(data)
+        return _validated(data)
     except ValidationError as exc:
         raise ExperimentError(format_validation_error(exc, source)) from None
+    except ValueError as exc:
+        raise ExperimentError(f"{source}: {exc}") from None

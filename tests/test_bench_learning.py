@@ -442,6 +442,37 @@ def test_feedback_effects_paired_test_is_exact_with_zero_and_tied_differences():
     assert ret["wilcoxon_p_two_sided"] == pytest.approx(signed_rank_test([20, 19, 18, 17, 16]).p) == 2 / 32
 
 
+def test_bench_ppo_flag_is_checked_recorded_and_reaches_every_run(capsys):
+    """--ppo sets the learner of every condition: refused before a run starts if the schema refuses it, recorded in
+    the settings, and a file measured with other learner settings is not resumed or merged."""
+    from spikeloop.experiments.benchmarks.one_run import run_experiment
+
+    for bad, says in (
+        ("lr=2", "every learning rate must lie in (0, 1)"),
+        ("lr=[[5, 0.01]]", "a schedule is [[0, rate]"),
+        ("bogus=1", "ppo.bogus: unknown key"),
+        ("lr", "write KEY=VALUE with a key of the ppo section"),
+        ("env.scenario=arena", "write KEY=VALUE with a key of the ppo section"),
+        ("lr=[[0, 0.01]", "the value is not valid YAML"),
+    ):
+        with pytest.raises(SystemExit):
+            bl.main(["--ppo", bad])
+        assert says in capsys.readouterr().err, bad
+    schedule = [[0, 0.01], [20480, 0.01], [40960, 0.001]]
+    ppo = bl._learner_overrides([f"lr={schedule}", "num_epochs=2"], "basic")
+    assert ppo == {"lr": schedule, "num_epochs": 2}
+    for condition in ("direct", "transparent", "sim"):
+        config = run_experiment(condition, 100, "basic", ppo=ppo).algorithm_config()
+        assert config.lr == schedule and config.num_epochs == 2, condition
+    assert run_experiment("sim", 100, "basic").algorithm_config().lr == 0.01  # the default without --ppo
+    settings = bl._settings("basic", ["direct"], 1, 1000, ppo=ppo)
+    assert settings["ppo"] == ppo and "ppo" not in bl._settings("basic", ["direct"], 1, 1000)
+    result = _result(_runs(conditions=("direct",), seeds=1)) | {"settings": settings}
+    assert bl.check_resume(result, dict(settings))
+    with pytest.raises(ValueError, match=r"learner settings \(--ppo\)"):
+        bl.check_resume(result, bl._settings("basic", ["direct"], 1, 1000))
+
+
 def test_bench_culture_flag_is_checked(capsys):
     with pytest.raises(SystemExit):
         bl.main(["--culture", "dopamine_tau_ms=-5"])

@@ -374,3 +374,23 @@ def test_every_switch_in_a_file_refuses_what_is_not_a_boolean(tree, key):
     assert experiment_from_dict(
         yaml.safe_load("checkpoint: {at_end: no}\nview: {enabled: on}"), source="x"
     ).view.enabled
+
+
+@pytest.mark.parametrize(
+    ("tree", "key"),
+    [
+        ({"ppo": {"num_epochs": True}}, "ppo.num_epochs"),
+        ({"stop": {"env_steps": True}}, "stop.env_steps"),
+        ({"seed": False}, "seed"),
+        ({"safety": {"max_amplitude_ua": True}}, "safety.max_amplitude_ua"),
+        ({"devices": [{"device_id": "a", "backend": "sim", "seed": True}]}, "devices.0.seed"),
+        ({"tune": {"search_space": {"ppo.num_epochs": {"grid": [2, True]}}}}, "ppo.num_epochs"),
+    ],
+)
+def test_a_number_refuses_true_or_false(tree, key):
+    """Found by reading `--ppo num_epochs=yes`: pydantic's lax numbers took true as 1, so one epoch was trained."""
+    with pytest.raises(ExperimentError, match=rf"{re.escape(key)}: a number, not a switch"):
+        experiment_from_dict(tree, source="generated")
+    with pytest.raises(ExperimentError, match=r"ppo\.num_epochs: a number, not a switch"):
+        experiment_from_dict({}, ("ppo.num_epochs=yes",), source="generated")
+    assert experiment_from_dict({"ppo": {"num_epochs": 2}, "seed": 0}, source="x").ppo.num_epochs == 2

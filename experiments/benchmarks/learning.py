@@ -589,6 +589,7 @@ def check_resume(existing: dict[str, Any], settings: dict[str, Any]) -> Runs:
             ("curriculum_env", "curriculum (env section)"),
             ("env_steps_per_run", "env-step budget"),
             ("base_experiment", "base experiment (spikeloop.experiments.schema learning settings)"),
+            ("ppo", "learner settings (--ppo)"),
         )
         if old.get(key) != settings.get(key)
     ]
@@ -659,6 +660,7 @@ def _settings(
     culture: dict[str, Any] | None = None,
     first_seed: int = 0,
     env: dict[str, Any] | None = None,
+    ppo: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     recorded = [c for c in conditions if c in FEEDBACK_CONDITIONS or (culture and c in SIM_CONDITIONS)]
     return (
@@ -684,6 +686,7 @@ def _settings(
         )
         | ({"culture": {c: _culture(c, culture) for c in recorded}} if recorded else {})
         | ({"curriculum_env": env} if env else {})
+        | ({"ppo": ppo} if ppo else {})
     )
 
 
@@ -830,6 +833,24 @@ def _culture_overrides(pairs: list[str]) -> dict[str, Any]:
     import yaml
 
     return {key.strip(): yaml.safe_load(raw) for key, _, raw in (pair.partition("=") for pair in pairs)}
+
+
+def _learner_overrides(pairs: list[str], scenario: str) -> dict[str, Any]:
+    """`--ppo KEY=VALUE` pairs as a `ppo:` section, checked as every condition's experiment would check it."""
+    from spikeloop.experiments.schema import ExperimentError, experiment_from_dict, parse_override
+
+    ppo: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, _ = pair.partition("=")
+        if not sep or not key.strip() or "." in key:
+            raise ValueError(f"--ppo {pair[:80]!r}: write KEY=VALUE with a key of the ppo section, e.g. --ppo lr=0.003")
+        try:
+            _, ppo[key.strip()] = parse_override(f"ppo.{pair}")
+        except ExperimentError as exc:  # its words are --set's: say which option it was
+            raise ValueError(f"--ppo {pair[:80]!r}: {str(exc).partition(': ')[2]}") from None
+    if ppo:  # the schema's own message names a bad key or value (no run has started)
+        experiment_from_dict(experiment_dict("direct", 0, scenario, BASE_EXPERIMENT | {"ppo": ppo}), source="--ppo")
+    return json.loads(json.dumps(ppo))  # tuples as lists, as read back
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -979,9 +1000,18 @@ def main(
         help="set a knob of the simulated culture in every condition that runs one (repeatable; recorded in the "
         "result; `spikeloop device --culture-help` lists the knobs), e.g. --culture dopamine_tau_ms=300",
     )
+    parser.add_argument(
+        "--ppo",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a learner setting (the experiment's ppo section) in every condition (repeatable; recorded in the "
+        "result), e.g. --ppo 'lr=[[0, 0.01], [20480, 0.01], [40960, 0.001]]'",
+    )
     args = parser.parse_args(argv)
     try:
         culture = _culture_overrides(args.culture)
+        ppo = _learner_overrides(args.ppo, args.scenario)
     except ValueError as exc:
         parser.error(str(exc))
     if args.seeds < 1:
@@ -1012,7 +1042,7 @@ def main(
         )
     figure = args.figure or args.output.with_suffix(".png")
     wanted = [str(seed) for seed in range(args.first_seed, args.first_seed + args.seeds)]
-    settings = _settings(args.scenario, conditions, args.seeds, args.env_steps, culture, args.first_seed, env)
+    settings = _settings(args.scenario, conditions, args.seeds, args.env_steps, culture, args.first_seed, env, ppo)
 
     runs: Runs = {}
     run_facts: dict[str, dict[str, Any]] = {}
@@ -1047,7 +1077,7 @@ def main(
         held_seeds = sorted({int(s) for by_seed in runs.values() for s in by_seed} | {int(s) for s in wanted})
         held_conditions = [c for c in ALL_CONDITIONS if c in set(held)]
         settings = _settings(
-            args.scenario, held_conditions, len(held_seeds), args.env_steps, culture, min(held_seeds), env
+            args.scenario, held_conditions, len(held_seeds), args.env_steps, culture, min(held_seeds), env, ppo
         )
 
     from_sources = {"sources": earlier_provenance} if earlier_provenance else {}
@@ -1068,6 +1098,7 @@ def main(
     try:
         if len(todo) > 1 and args.jobs > 1:
             spec = {"budget": args.env_steps, "scenario": args.scenario, "culture": culture, "env": env, "bench": name}
+            spec["ppo"] = ppo
             parallel.run_side_by_side(
                 todo, args.jobs, lambda c, s: spec | {"condition": c, "seed": s}, run_done, label=name
             )
@@ -1075,7 +1106,7 @@ def main(
             with private_ray():
                 for n, (condition, run_seed) in enumerate(todo, 1):
                     print(f"[{name}] run {n}/{len(todo)}: {condition} seed {run_seed}", file=sys.stderr, flush=True)
-                    trained = train_run(condition, run_seed, args.env_steps, args.scenario, culture, env, name)
+                    trained = train_run(condition, run_seed, args.env_steps, args.scenario, culture, env, name, ppo)
                     run_done(condition, run_seed, *trained)
     except (KeyboardInterrupt, parallel.RunFailed) as stop:
         kept = sum(len(by_seed) for by_seed in runs.values()) if args.output.is_file() else 0

@@ -9,11 +9,14 @@ from __future__ import annotations
 import math
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spikeloop.experiments.analysis.sweep import FINAL_EPISODES
 from spikeloop.experiments.benchmarks.conditions import BASE_EXPERIMENT, experiment_dict
 from spikeloop.experiments.benchmarks.curriculum import stage_index
+
+if TYPE_CHECKING:
+    from spikeloop.experiments.schema import Experiment
 
 WINDOW = FINAL_EPISODES
 """Episodes in the rolling and final windows (the sweep analysis' final window)."""
@@ -34,6 +37,26 @@ def _progress(condition: str, seed: int, episodes: list[Episode], steps: int, t0
     )
 
 
+def run_experiment(
+    condition: str,
+    seed: int,
+    scenario: str,
+    culture: dict[str, Any] | None = None,
+    env: dict[str, Any] | None = None,
+    ppo: dict[str, Any] | None = None,
+) -> Experiment:
+    """The checked experiment one benchmark run trains (arguments as `train_run`'s)."""
+    from spikeloop.experiments.schema import experiment_from_dict
+
+    base = (
+        BASE_EXPERIMENT
+        | ({"sim_device": {"culture": culture}} if culture else {})
+        | ({"env": env} if env else {})
+        | ({"ppo": ppo} if ppo else {})
+    )
+    return experiment_from_dict(experiment_dict(condition, seed, scenario, base), source=f"bench learning {condition}")
+
+
 def train_run(
     condition: str,
     seed: int,
@@ -42,19 +65,16 @@ def train_run(
     culture: dict[str, Any] | None = None,
     env: dict[str, Any] | None = None,
     bench: str = "learning",
+    ppo: dict[str, Any] | None = None,
 ) -> tuple[list[Episode], dict[str, Any]]:
     """Train one condition and seed until `budget` env steps (`culture`: knobs for its sim device; `env`: an env
-    section with a curriculum, whose first level is `scenario`; `bench`: the name its progress lines carry); its
-    episodes and run facts."""
+    section with a curriculum, whose first level is `scenario`; `bench`: the name its progress lines carry; `ppo`:
+    learner settings); its episodes and run facts."""
     from spikeloop.experiments.runner import _pull_episode_records
-    from spikeloop.experiments.schema import experiment_from_dict
     from spikeloop.models.closed_loop.ppo import finish
 
-    base = BASE_EXPERIMENT | ({"sim_device": {"culture": culture}} if culture else {}) | ({"env": env} if env else {})
     stages = (env or {}).get("curriculum", {}).get("scenarios")
-    experiment = experiment_from_dict(
-        experiment_dict(condition, seed, scenario, base), source=f"bench learning {condition}"
-    )
+    experiment = run_experiment(condition, seed, scenario, culture, env, ppo)
     t0 = time.monotonic()
     algo = experiment.algorithm_config().build_algo()
     episodes: list[Episode] = []

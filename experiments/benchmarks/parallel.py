@@ -140,6 +140,7 @@ def _child(spec_path: Path) -> int:
                 spec["culture"],
                 spec["env"],
                 spec["bench"],
+                spec.get("ppo"),
             )
     except KeyboardInterrupt:  # the parent stopped it: one line, not a traceback from inside Ray
         print(f"[bench] {spec['condition']} seed {spec['seed']}: stopped, not kept", file=sys.stderr, flush=True)
