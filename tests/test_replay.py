@@ -1,7 +1,7 @@
 """`spikeloop replay` on recorded runs, as a user runs it: a sim culture run and its zero-ablation twin.
 
 One `spikeloop tune` of two trials (the simulated culture with `ablation: none` and `ablation: zero`, the same
-seed, a few hundred env steps, the session record and the step log both kept, a checkpoint at the end), then
+seed, a decoder that starts with large weights, a few hundred env steps, the session record and the step log both kept, a checkpoint at the end), then
 `spikeloop replay` of the run directory as a subprocess, which reads the session records. Under `zero` the
 decoder's input is all zeros whatever the culture did, so nothing about the action can be read from it: a
 decoder trained afresh must come out at chance, and the checkpoint's decoder, which sees the same zeros every
@@ -41,6 +41,7 @@ SWEEP_YAML = textwrap.dedent("""\
     devices:
       - {device_id: culture, backend: sim}
     env: {scenario: basic, frame_skip: 4}
+    model: {decoder_init_std: 3.0}
     ppo: {train_batch_size_per_learner: 256, minibatch_size: 128, num_epochs: 1}
     resources: {num_env_runners: 0}
     stop: {iterations: 1}
@@ -115,7 +116,9 @@ def test_the_zero_ablation_comes_out_at_chance(replayed: tuple[Path, str]) -> No
 def test_the_live_meter_finds_no_action_in_the_counts_under_the_zero_ablation(replayed: tuple[Path, str]) -> None:
     # The live information meter's TensorBoard figures of both trials. Under `zero` the decoder sees zeros, so the
     # action cannot depend on the culture's counts: its figure must be 0 within the estimator's noise. Without the
-    # ablation the decoder acts on the counts, so they carry the action (0.07 bits, noise 0.01, when written).
+    # ablation the decoder acts on the counts, so they carry the action: with the default decoder (std 0.3) that
+    # was 0.07 bits on one machine and -0.005 (noise 0.009) on another, an untrained readout too weak to show; at
+    # std 3.0 the action follows the counts by construction (0.093 bits, noise 0.009, on the second machine).
     for path in replayed[0].glob("*/experiment.yaml"):
         ablation = yaml.safe_load(path.read_text())["ablation"]
         scalars = event_scalars(path.parent)
