@@ -134,13 +134,20 @@ class ClosedLoopPPOLearner(PPOTorchLearner):
         )
         for name, params, factor in groups:
             if params:  # a frozen decoder has none
+                optimizer = torch.optim.Adam(params)
+                lr_or_schedule = _scaled_lr(config.lr, factor)
                 self.register_optimizer(
                     module_id=module_id,
                     optimizer_name=name,
-                    optimizer=torch.optim.Adam(params),
+                    optimizer=optimizer,
                     params=params,
-                    lr_or_lr_schedule=_scaled_lr(config.lr, factor),
+                    lr_or_lr_schedule=lr_or_schedule,
                 )
+                if not isinstance(lr_or_schedule, (int, float)):
+                    # RLlib starts a schedule at its first rate as a float32 tensor (0.01 -> 0.0099999998) and
+                    # sets Python floats only after the first update; the float itself keeps a schedule that
+                    # holds a rate bit-identical to that rate given as a constant.
+                    self._set_optimizer_lr(optimizer, lr=float(lr_or_schedule[0][1]))
 
     @override(PPOTorchLearner)
     def postprocess_gradients_for_module(

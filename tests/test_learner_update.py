@@ -236,6 +236,39 @@ def test_learning_rate_schedule_reaches_every_optimizer_scaled() -> None:
         assert peek(results, MID, "encoder_learning_rate") == pytest.approx(rate * multiplier), steps
 
 
+def test_a_schedule_that_holds_the_rate_updates_exactly_as_the_rate_itself() -> None:
+    """Until a schedule leaves its first rate, the weights are the constant rate's to the last bit.
+
+    RLlib hands an optimizer a schedule's first rate as a float32 tensor (0.01 becomes 0.0099999998) until its
+    first update; a run with a schedule then parted from its constant-rate twin (docs/benchmarks.md, "The rate
+    held to the default budget").
+    """
+    from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+    weights = []
+    for lr in (1e-2, [[0, 1e-2], [20480, 1e-2], [40960, 1e-3]]):
+        torch.manual_seed(11)
+        learner = build(lr=lr)
+        module: ClosedLoopRLModule = learner.module[MID].unwrapped()
+        for name in (ENCODER_OPTIMIZER, DECODER_OPTIMIZER, DEFAULT_OPTIMIZER):
+            rate = learner.get_optimizer(MID, name).param_groups[0]["lr"]
+            assert type(rate) is float, (name, type(rate))
+        for steps in (512, 1024, 20480):
+            episodes = synthetic_episodes(module, ToyClosedLoopEnv(), n_steps=64, seed=steps)
+            learner.update(
+                episodes=episodes,
+                num_epochs=2,
+                minibatch_size=32,
+                shuffle_batch_per_epoch=False,
+                timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: steps},
+            )
+        weights.append(module.get_state())
+    constant, scheduled = weights
+    assert constant.keys() == scheduled.keys()
+    for key in constant:
+        assert np.array_equal(constant[key], scheduled[key]), key
+
+
 def test_wire_timestamps_never_reach_the_learner_batch() -> None:
     """Env runners record each stimulation's uint64 wire timestamp; the learner drops it before the batch becomes
     tensors: torch on CUDA cannot index a uint64 tensor, and a GPU learner failed in its first minibatch shuffle."""
