@@ -455,3 +455,15 @@ def test_after_the_kernel_change_the_runs_are_the_same_and_the_times_are_the_fil
         new = sum(r["wall_s"] for r in kernel["runs"][condition].values())
         old = sum(r["wall_s"] for r in groups["runs"][condition].values())
         assert f"`{condition}` {new:.0f}" in section and f"against {old:.0f}" in section, condition
+
+
+def test_a_schedule_that_holds_the_rate_is_the_constant_rate_run() -> None:
+    """architecture.md: with the first rate a Python float, the held schedule wrote the constant run's episodes."""
+    constant = json.loads((REPO / "docs" / "benchmarks" / "learning-hold-check-constant.json").read_text())
+    schedule = json.loads((REPO / "docs" / "benchmarks" / "learning-hold-check-schedule.json").read_text())
+    assert "ppo" not in constant["settings"] and schedule["settings"]["ppo"]["lr"][:2] == [[0, 0.01], [20480, 0.01]]
+    assert constant["machine"]["cpu_model"] == schedule["machine"]["cpu_model"]
+    assert _same_runs(schedule, constant) == 1
+    episodes = len(constant["runs"]["direct"]["100"]["return"])
+    flat = " ".join((REPO / "docs" / "architecture.md").read_text().split())
+    assert f"the same run then wrote the constant run's {episodes:,} episodes" in flat
