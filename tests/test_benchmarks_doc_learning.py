@@ -148,18 +148,25 @@ def drift_rows(result: dict) -> list[str]:
     return rows
 
 
-def test_the_drift_table_is_its_result_file() -> None:
-    """The 5x-budget run read against itself, and the target's verdict, as benchmarks.md quotes them."""
-    result = json.loads(DRIFT.read_text())
+@pytest.mark.parametrize(
+    ("name", "verdict_words"),
+    [
+        ("learning-drift.json", "The target `e_no_drift` is"),
+        ("learning-drift-anneal.json", "With the schedule, `e_no_drift` is"),
+    ],
+)
+def test_the_drift_table_is_its_result_file(name: str, verdict_words: str) -> None:
+    """The 5x-budget runs read against themselves, and the target's verdict, as benchmarks.md quotes them."""
+    result = json.loads((REPO / "docs" / "benchmarks" / name).read_text())
     doc = DOC.read_text()
     missing = [row for row in drift_rows(result) if row not in doc]
-    assert not missing, "docs/benchmarks.md differs from learning-drift.json; rows expected:\n" + "\n".join(missing)
+    assert not missing, f"docs/benchmarks.md differs from {name}; rows expected:\n" + "\n".join(missing)
     target = result["targets"]["e_no_drift"]
     flat = " ".join(doc.split())
     verdict = {True: "met", False: "not met"}[target["met"]]
-    assert f"**The target `e_no_drift` is {verdict}" in flat
+    sentence = flat[flat.index(f"**{verdict_words} {verdict}") :].split("**", 3)[2]
     for condition, c in target["conditions"].items():
-        assert f"`{condition}` {'met' if c['met'] else 'not met'}" in flat, condition
+        assert f"`{condition}` {'met' if c['met'] else 'not met'}" in sentence, condition
 
 
 def test_where_two_machines_part_is_the_result_files() -> None:
@@ -467,3 +474,24 @@ def test_a_schedule_that_holds_the_rate_is_the_constant_rate_run() -> None:
     episodes = len(constant["runs"]["direct"]["100"]["return"])
     flat = " ".join((REPO / "docs" / "architecture.md").read_text().split())
     assert f"the same run then wrote the constant run's {episodes:,} episodes" in flat
+
+
+def _first_parting(a: dict, b: dict) -> int:
+    """The first episode (1-based) where two runs differ."""
+    pairs = zip(zip(a["env_steps"], a["return"], a["kill"]), zip(b["env_steps"], b["return"], b["kill"]))
+    return next(i for i, (x, y) in enumerate(pairs) if x != y) + 1
+
+
+def test_where_the_scheduled_runs_part_from_their_twins_is_the_result_files() -> None:
+    """The check the schedule's reading named: episode numbers quoted in benchmarks.md, from the files."""
+    bench = REPO / "docs" / "benchmarks"
+    anneal = json.loads((bench / "learning-drift-anneal.json").read_text())["runs"]["direct"]["100"]
+    intel = json.loads((bench / "learning-jobs2-kernel.json").read_text())["runs"]["direct"]["100"]
+    constant = json.loads((bench / "learning-hold-check-constant.json").read_text())["runs"]["direct"]["100"]
+    flat = " ".join(DOC.read_text().split())
+    assert f"from its twin in `learning-jobs2-kernel.json` at episode {_first_parting(anneal, intel)}." in flat
+    assert f"parted from that file at episode {_first_parting(constant, intel)}," in flat
+    assert f"yet the schedule's run parted from it at episode {_first_parting(anneal, constant)} too" in flat
+    arch = " ".join((REPO / "docs" / "architecture.md").read_text().split())
+    parting = _first_parting(anneal, constant)
+    assert f"at episode {parting} ({anneal['env_steps'][parting - 1]:,.0f} env steps)" in arch
