@@ -436,12 +436,15 @@ class Experiment(BaseModel):
     @model_validator(mode="after")
     def _cross_checks(self) -> Experiment:
         try:
-            env_section_model().model_validate(self.env)  # types and unknown keys of `env`
+            env = env_section_model().model_validate(self.env)  # types and unknown keys of `env`
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
             what = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
             raise ValueError(f"env.{where}: {what} (got {first.get('input')!r})") from None
+        numbers = bool_as_number_problems(self.env, env, "env")  # `env` stays the file's mapping: checked here
+        if numbers:
+            raise ValueError(numbers[0])
         _check_env(self.env)
         _check_sizes(self)
         self.model = dataclasses.replace(
@@ -1025,11 +1028,10 @@ _MISSING = object()
 
 
 def _validated(data: dict[str, Any]) -> Experiment:
-    """`Experiment.model_validate`, refusing a number given as true or false (in `env` too); ValueError names it."""
+    """`Experiment.model_validate`, refusing a number given as true or false; ValueError names it (`env`'s are
+    refused by the model's own checks)."""
     experiment = Experiment.model_validate(data)
     problems = bool_as_number_problems(data, experiment)
-    if isinstance(data.get("env"), dict):
-        problems += bool_as_number_problems(data["env"], env_section_model().model_validate(experiment.env), "env")
     if problems:
         raise ValueError("\n  ".join([f"{len(problems)} problem(s):", *problems]))
     return experiment

@@ -169,13 +169,17 @@ def test_the_drift_table_is_its_result_file(name: str, verdict_words: str) -> No
         assert f"`{condition}` {'met' if c['met'] else 'not met'}" in sentence, condition
 
 
+def _first_parting(a: dict, b: dict) -> int:
+    """The first episode (1-based) where two runs differ."""
+    pairs = zip(zip(a["env_steps"], a["return"], a["kill"]), zip(b["env_steps"], b["return"], b["kill"]))
+    return next(i for i, (x, y) in enumerate(pairs) if x != y) + 1
+
+
 def test_where_two_machines_part_is_the_result_files() -> None:
     """The same code and seed on two machines: the first episode (1-based) where `direct` seed 100's runs differ."""
     fresh = json.loads((REPO / "docs" / "benchmarks" / "learning-fresh.json").read_text())["runs"]["direct"]["100"]
     long = json.loads(DRIFT.read_text())["runs"]["direct"]["100"]
-    a = list(zip(fresh["env_steps"], fresh["return"], fresh["kill"], strict=True))
-    b = list(zip(long["env_steps"], long["return"], long["kill"], strict=True))
-    first = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y) + 1
+    first = _first_parting(fresh, long)
     assert fresh["env_steps"][first - 2] < 20_480  # inside the default budget, where both runs are the same run
     for doc in (REPO / "README.md", REPO / "docs" / "architecture.md"):
         assert f"`learning-drift.json` at episode {first})" in " ".join(doc.read_text().split()), doc
@@ -474,12 +478,6 @@ def test_a_schedule_that_holds_the_rate_is_the_constant_rate_run() -> None:
     episodes = len(constant["runs"]["direct"]["100"]["return"])
     flat = " ".join((REPO / "docs" / "architecture.md").read_text().split())
     assert f"the same run then wrote the constant run's {episodes:,} episodes" in flat
-
-
-def _first_parting(a: dict, b: dict) -> int:
-    """The first episode (1-based) where two runs differ."""
-    pairs = zip(zip(a["env_steps"], a["return"], a["kill"]), zip(b["env_steps"], b["return"], b["kill"]))
-    return next(i for i, (x, y) in enumerate(pairs) if x != y) + 1
 
 
 def test_where_the_scheduled_runs_part_from_their_twins_is_the_result_files() -> None:

@@ -1,10 +1,10 @@
 """`spikeloop replay` on recorded runs, as a user runs it: a sim culture run and its zero-ablation twin.
 
 One `spikeloop tune` of two trials (the simulated culture with `ablation: none` and `ablation: zero`, the same
-seed, a decoder that starts with large weights, a few hundred env steps, the session record and the step log both kept, a checkpoint at the end), then
-`spikeloop replay` of the run directory as a subprocess, which reads the session records. Under `zero` the
-decoder's input is all zeros whatever the culture did, so nothing about the action can be read from it: a
-decoder trained afresh must come out at chance, and the checkpoint's decoder, which sees the same zeros every
+seed, a decoder that starts with large weights, a few hundred env steps, the session record and the step log
+both kept, a checkpoint at the end), then `spikeloop replay` of the run directory as a subprocess, which reads
+the session records. Under `zero` the decoder's input is all zeros whatever the culture did, so nothing about
+the action can be read from it: a decoder trained afresh must come out at chance, and the checkpoint's decoder, which sees the same zeros every
 tick, always proposes one action. The record and the step log of each trial must hold the same session.
 
 Without a training run (tests/support/replay_sessions.py writes a made-up session through the real writers): a

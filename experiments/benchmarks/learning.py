@@ -837,7 +837,8 @@ def _culture_overrides(pairs: list[str]) -> dict[str, Any]:
 
 def _learner_overrides(pairs: list[str], scenario: str) -> dict[str, Any]:
     """`--ppo KEY=VALUE` pairs as a `ppo:` section, checked as every condition's experiment would check it."""
-    from spikeloop.experiments.schema import ExperimentError, experiment_from_dict, parse_override
+    from spikeloop.experiments.benchmarks.one_run import run_experiment
+    from spikeloop.experiments.schema import ExperimentError, parse_override
 
     ppo: dict[str, Any] = {}
     for pair in pairs:
@@ -849,7 +850,7 @@ def _learner_overrides(pairs: list[str], scenario: str) -> dict[str, Any]:
         except ExperimentError as exc:  # its words are --set's: say which option it was
             raise ValueError(f"--ppo {pair[:80]!r}: {str(exc).partition(': ')[2]}") from None
     if ppo:  # the schema's own message names a bad key or value (no run has started)
-        experiment_from_dict(experiment_dict("direct", 0, scenario, BASE_EXPERIMENT | {"ppo": ppo}), source="--ppo")
+        run_experiment("direct", 0, scenario, ppo=ppo, source="--ppo")
     return json.loads(json.dumps(ppo))  # tuples as lists, as read back
 
 
@@ -1097,8 +1098,8 @@ def main(
 
     try:
         if len(todo) > 1 and args.jobs > 1:
-            spec = {"budget": args.env_steps, "scenario": args.scenario, "culture": culture, "env": env, "bench": name}
-            spec["ppo"] = ppo
+            spec = {"budget": args.env_steps, "scenario": args.scenario, "culture": culture, "env": env}
+            spec |= {"bench": name, "ppo": ppo}
             parallel.run_side_by_side(
                 todo, args.jobs, lambda c, s: spec | {"condition": c, "seed": s}, run_done, label=name
             )

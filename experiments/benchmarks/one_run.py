@@ -44,8 +44,9 @@ def run_experiment(
     culture: dict[str, Any] | None = None,
     env: dict[str, Any] | None = None,
     ppo: dict[str, Any] | None = None,
+    source: str | None = None,
 ) -> Experiment:
-    """The checked experiment one benchmark run trains (arguments as `train_run`'s)."""
+    """The checked experiment one benchmark run trains (arguments as `train_run`'s; `source` names it in errors)."""
     from spikeloop.experiments.schema import experiment_from_dict
 
     base = (
@@ -54,7 +55,9 @@ def run_experiment(
         | ({"env": env} if env else {})
         | ({"ppo": ppo} if ppo else {})
     )
-    return experiment_from_dict(experiment_dict(condition, seed, scenario, base), source=f"bench learning {condition}")
+    return experiment_from_dict(
+        experiment_dict(condition, seed, scenario, base), source=source or f"bench learning {condition}"
+    )
 
 
 def train_run(
