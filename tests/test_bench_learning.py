@@ -459,7 +459,7 @@ def test_bench_ppo_flag_is_checked_recorded_and_reaches_every_run(capsys):
             bl.main(["--ppo", bad])
         assert says in capsys.readouterr().err, bad
     schedule = [[0, 0.01], [20480, 0.01], [40960, 0.001]]
-    ppo = bl._learner_overrides([f"lr={schedule}", "num_epochs=2"], "basic")
+    ppo = bl._section_overrides([f"lr={schedule}", "num_epochs=2"], "basic", "ppo")
     assert ppo == {"lr": schedule, "num_epochs": 2}
     for condition in ("direct", "transparent", "sim"):
         config = run_experiment(condition, 100, "basic", ppo=ppo).algorithm_config()
@@ -597,3 +597,32 @@ def test_progress_shows_the_curriculum_level_being_played():
     assert curriculum_line.startswith("[feedback]      direct seed 100:")  # the bench that runs it, not always learning
     assert "return(last 2)   -500.0, kill rate 0.50, level 3," in curriculum_line
     assert "level" not in _progress("direct", 100, [(512.0, -600.0, True)], 512, time.monotonic(), "learning")
+
+
+def test_bench_env_flag_is_checked_recorded_and_reaches_every_run(capsys):
+    """--env sets the env section of every condition (dotted inside reward_settings): refused before a run starts if
+    the env refuses it, recorded in the settings, and a file measured with other env settings is not resumed."""
+    from spikeloop.experiments.benchmarks.one_run import run_experiment
+
+    for bad, says in (
+        ("reward_settings.end_health_per_hp=x", "end_health_per_hp"),
+        ("reward_settings.bogus=1", "bogus"),
+        ("frame_skip=0", "frame_skip"),
+        ("frame_skip", "write KEY=VALUE with a key of the env section"),
+        ("scenario=arena", "the level is --scenario's or --curriculum's to set"),
+        ("curriculum.scenarios=[basic]", "the level is --scenario's or --curriculum's to set"),
+    ):
+        with pytest.raises(SystemExit):
+            bl.main(["--env", bad])
+        assert says in capsys.readouterr().err, bad
+    env = bl._section_overrides(["reward_settings.end_health_per_hp=0", "reward_settings.kill=50"], "basic", "env")
+    assert env == {"reward_settings": {"end_health_per_hp": 0, "kill": 50}}
+    for condition in ("direct", "transparent", "sim"):
+        env_config = run_experiment(condition, 100, "basic", env=env).algorithm_config().env_config
+        assert env_config["reward_settings"] == env["reward_settings"] and env_config["scenario"] == "basic"
+    settings = bl._settings("basic", ["direct"], 1, 1000, env_overrides=env)
+    assert settings["env"] == env and "env" not in bl._settings("basic", ["direct"], 1, 1000)
+    result = _result(_runs(conditions=("direct",), seeds=1)) | {"settings": settings}
+    assert bl.check_resume(result, dict(settings))
+    with pytest.raises(ValueError, match=r"env settings \(--env\)"):
+        bl.check_resume(result, bl._settings("basic", ["direct"], 1, 1000))

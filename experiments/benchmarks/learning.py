@@ -66,6 +66,7 @@ from spikeloop.experiments.benchmarks.conditions import (  # noqa: F401  (re-exp
     SCENARIO,
     TUNING_SEEDS,
     control_culture,
+    deep_merge,
     experiment_dict,
 )
 from spikeloop.experiments.benchmarks.curriculum import FLOOR
@@ -590,6 +591,7 @@ def check_resume(existing: dict[str, Any], settings: dict[str, Any]) -> Runs:
             ("env_steps_per_run", "env-step budget"),
             ("base_experiment", "base experiment (spikeloop.experiments.schema learning settings)"),
             ("ppo", "learner settings (--ppo)"),
+            ("env", "env settings (--env)"),
         )
         if old.get(key) != settings.get(key)
     ]
@@ -661,6 +663,7 @@ def _settings(
     first_seed: int = 0,
     env: dict[str, Any] | None = None,
     ppo: dict[str, Any] | None = None,
+    env_overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     recorded = [c for c in conditions if c in FEEDBACK_CONDITIONS or (culture and c in SIM_CONDITIONS)]
     return (
@@ -687,6 +690,7 @@ def _settings(
         | ({"culture": {c: _culture(c, culture) for c in recorded}} if recorded else {})
         | ({"curriculum_env": env} if env else {})
         | ({"ppo": ppo} if ppo else {})
+        | ({"env": env_overrides} if env_overrides else {})
     )
 
 
@@ -835,23 +839,39 @@ def _culture_overrides(pairs: list[str]) -> dict[str, Any]:
     return {key.strip(): yaml.safe_load(raw) for key, _, raw in (pair.partition("=") for pair in pairs)}
 
 
-def _learner_overrides(pairs: list[str], scenario: str) -> dict[str, Any]:
-    """`--ppo KEY=VALUE` pairs as a `ppo:` section, checked as every condition's experiment would check it."""
+def _section_overrides(pairs: list[str], scenario: str, section: str) -> dict[str, Any]:
+    """`--ppo`/`--env KEY=VALUE` pairs as that section of every condition's experiment, checked as it would be."""
     from spikeloop.experiments.benchmarks.one_run import run_experiment
     from spikeloop.experiments.schema import ExperimentError, parse_override
 
-    ppo: dict[str, Any] = {}
+    option, example = f"--{section}", {"ppo": "lr=0.003", "env": "reward_settings.end_health_per_hp=0"}[section]
+    overrides: dict[str, Any] = {}
     for pair in pairs:
         key, sep, _ = pair.partition("=")
-        if not sep or not key.strip() or "." in key:
-            raise ValueError(f"--ppo {pair[:80]!r}: write KEY=VALUE with a key of the ppo section, e.g. --ppo lr=0.003")
+        key = key.strip()
+        # The ppo section is flat; env's reward_settings and feature_settings are dicts of their own.
+        if not sep or not key or (section == "ppo" and "." in key):
+            raise ValueError(
+                f"{option} {pair[:80]!r}: write KEY=VALUE with a key of the {section} section, e.g. {option} {example}"
+            )
+        if section == "env" and key.split(".")[0] in ("scenario", "curriculum"):
+            raise ValueError(
+                f"{option} {pair[:80]!r}: the level is --scenario's or --curriculum's to set, not {option}'s"
+            )
         try:
-            _, ppo[key.strip()] = parse_override(f"ppo.{pair}")
+            _, value = parse_override(f"{section}.{pair}")
         except ExperimentError as exc:  # its words are --set's: say which option it was
-            raise ValueError(f"--ppo {pair[:80]!r}: {str(exc).partition(': ')[2]}") from None
-    if ppo:  # the schema's own message names a bad key or value (no run has started)
-        run_experiment("direct", 0, scenario, ppo=ppo, source="--ppo")
-    return json.loads(json.dumps(ppo))  # tuples as lists, as read back
+            raise ValueError(f"{option} {pair[:80]!r}: {str(exc).partition(': ')[2]}") from None
+        *parents, leaf = key.split(".")
+        node = overrides
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"{option} {pair[:80]!r}: {part} was given a whole value by an earlier {option}")
+        node[leaf] = value
+    if overrides:  # the schema's own message names a bad key or value (no run has started)
+        run_experiment("direct", 0, scenario, source=option, **{section: overrides})  # type: ignore[arg-type]
+    return json.loads(json.dumps(overrides))  # tuples as lists, as read back
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -1009,10 +1029,19 @@ def main(
         help="set a learner setting (the experiment's ppo section) in every condition (repeatable; recorded in the "
         "result), e.g. --ppo 'lr=[[0, 0.01], [20480, 0.01], [40960, 0.001]]'",
     )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set an env setting (the experiment's env section; dotted inside reward_settings and feature_settings) "
+        "in every condition (repeatable; recorded in the result), e.g. --env reward_settings.end_health_per_hp=0",
+    )
     args = parser.parse_args(argv)
     try:
         culture = _culture_overrides(args.culture)
-        ppo = _learner_overrides(args.ppo, args.scenario)
+        ppo = _section_overrides(args.ppo, args.scenario, "ppo")
+        env_overrides = _section_overrides(args.env, args.scenario, "env")
     except ValueError as exc:
         parser.error(str(exc))
     if args.seeds < 1:
@@ -1043,7 +1072,11 @@ def main(
         )
     figure = args.figure or args.output.with_suffix(".png")
     wanted = [str(seed) for seed in range(args.first_seed, args.first_seed + args.seeds)]
-    settings = _settings(args.scenario, conditions, args.seeds, args.env_steps, culture, args.first_seed, env, ppo)
+    settings = _settings(
+        args.scenario, conditions, args.seeds, args.env_steps, culture, args.first_seed, env, ppo, env_overrides
+    )
+    # What each run plays: the curriculum's env section (if any) with --env's settings over it.
+    run_env = deep_merge(env or {}, env_overrides) if env_overrides else env
 
     runs: Runs = {}
     run_facts: dict[str, dict[str, Any]] = {}
@@ -1078,7 +1111,15 @@ def main(
         held_seeds = sorted({int(s) for by_seed in runs.values() for s in by_seed} | {int(s) for s in wanted})
         held_conditions = [c for c in ALL_CONDITIONS if c in set(held)]
         settings = _settings(
-            args.scenario, held_conditions, len(held_seeds), args.env_steps, culture, min(held_seeds), env, ppo
+            args.scenario,
+            held_conditions,
+            len(held_seeds),
+            args.env_steps,
+            culture,
+            min(held_seeds),
+            env,
+            ppo,
+            env_overrides,
         )
 
     from_sources = {"sources": earlier_provenance} if earlier_provenance else {}
@@ -1098,7 +1139,7 @@ def main(
 
     try:
         if len(todo) > 1 and args.jobs > 1:
-            spec = {"budget": args.env_steps, "scenario": args.scenario, "culture": culture, "env": env}
+            spec = {"budget": args.env_steps, "scenario": args.scenario, "culture": culture, "env": run_env}
             spec |= {"bench": name, "ppo": ppo}
             parallel.run_side_by_side(
                 todo, args.jobs, lambda c, s: spec | {"condition": c, "seed": s}, run_done, label=name
@@ -1107,7 +1148,7 @@ def main(
             with private_ray():
                 for n, (condition, run_seed) in enumerate(todo, 1):
                     print(f"[{name}] run {n}/{len(todo)}: {condition} seed {run_seed}", file=sys.stderr, flush=True)
-                    trained = train_run(condition, run_seed, args.env_steps, args.scenario, culture, env, name, ppo)
+                    trained = train_run(condition, run_seed, args.env_steps, args.scenario, culture, run_env, name, ppo)
                     run_done(condition, run_seed, *trained)
     except (KeyboardInterrupt, parallel.RunFailed) as stop:
         kept = sum(len(by_seed) for by_seed in runs.values()) if args.output.is_file() else 0
