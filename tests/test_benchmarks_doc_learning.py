@@ -493,3 +493,63 @@ def test_where_the_scheduled_runs_part_from_their_twins_is_the_result_files() ->
     arch = " ".join((REPO / "docs" / "architecture.md").read_text().split())
     parting = _first_parting(anneal, constant)
     assert f"at episode {parting} ({anneal['env_steps'][parting - 1]:,.0f} env steps)" in arch
+
+
+def steps_per_episode(run: dict, low: int, high: int) -> float:
+    """Env steps per episode over the iterations that end in (low, high]: their env steps over their episodes."""
+    episodes = sum(low < at <= high for at in run["env_steps"])
+    return (high - low) / episodes
+
+
+def episode_lengths(result: dict, condition: str) -> tuple[float, float]:
+    """Mean over seeds of env steps per episode between 10,240 and 20,480 env steps, and in the last 10,240."""
+    runs = result["runs"][condition].values()
+    early = [steps_per_episode(run, 10240, 20480) for run in runs]
+    late = [steps_per_episode(run, run["env_steps_total"] - 10240, run["env_steps_total"]) for run in runs]
+    return statistics.mean(early), statistics.mean(late)
+
+
+def test_the_episode_lengths_the_health_term_reading_quotes_are_the_drift_files() -> None:
+    """The reading fixed before the runs with the end-of-episode health term off starts from these figures."""
+    bench = REPO / "docs" / "benchmarks"
+    constant, anneal = (json.loads((bench / f"learning-{n}.json").read_text()) for n in ("drift", "drift-anneal"))
+    flat = " ".join(DOC.read_text().split())
+    direct = [f"{v:.1f}" for result in (constant, anneal) for v in episode_lengths(result, "direct")]
+    assert (
+        f"{direct[0]} against {direct[1]} at the constant rate, {direct[2]} against {direct[3]} with the rate held"
+        in flat
+    )
+    for condition in ("transparent", "sim"):
+        (a, b), (c, d) = (episode_lengths(result, condition) for result in (constant, anneal))
+        assert f"`{condition}` {a:.1f} against {b:.1f} and {c:.1f} against {d:.1f}" in flat, condition
+
+
+def test_the_health_term_readings_discounted_values_are_the_learners_and_the_games() -> None:
+    """The reading's arithmetic from the learner's gamma, the reward's defaults and `basic` as VizDoom plays it."""
+    from spikeloop.envs.doom_env import DoomEnv
+    from spikeloop.envs.rewards import RewardSettings
+    from spikeloop.models.ppo_config import ClosedLoopPPOConfig
+
+    gamma, reward = ClosedLoopPPOConfig().gamma, RewardSettings()
+    env = DoomEnv(scenario="basic")
+    try:  # a timeout with no round spent: move without shooting until the game ends the episode
+        env.reset(seed=0)
+        rewards, truncated = [], False
+        while not truncated:
+            _, step_reward, terminated, truncated, info = env.step(1)
+            assert not terminated and not info["events"]["ammo_waste"]
+            rewards.append(step_reward)
+    finally:
+        env.close()
+    timeout_step, end = len(rewards), reward.end_health_per_hp * 100
+    assert rewards == [0.0] * (timeout_step - 1) + [end]  # basic never takes health: the term is -500 at the end
+
+    def kill(step: int, term: float = end) -> float:
+        return (reward.kill + reward.ammo_spent_per_round + term) * gamma ** (step - 1)
+
+    flat = " ".join(DOC.read_text().split())
+    assert f"worth {kill(1):.0f} x {gamma}^(t-1): {kill(1):.0f} at step 1, {kill(12):.0f} at step 12" in flat
+    assert f"{kill(timeout_step - 1):.0f} at step {timeout_step - 1}, the last before `basic`'s timeout at step" in flat
+    assert f"timeout at step {timeout_step} (300 tics, 4 per step)" in flat
+    assert f"a timeout with no round spent is worth {end * gamma ** (timeout_step - 1):.0f}, more than a kill" in flat
+    assert f"a kill at step t is worth +{kill(1, 0.0):.0f} x {gamma}^(t-1)" in flat
