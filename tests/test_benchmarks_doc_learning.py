@@ -22,6 +22,8 @@ RESULTS = {
     "learning-defend_the_center.json": True,
     "learning-defend_the_center-100k.json": True,
     "learning-drift.json": True,
+    "learning-drift-anneal.json": True,
+    "learning-drift-no-end-health.json": True,
     "learning-jobs2.json": True,
     "ablation.json": False,
 }
@@ -153,6 +155,7 @@ def drift_rows(result: dict) -> list[str]:
     [
         ("learning-drift.json", "The target `e_no_drift` is"),
         ("learning-drift-anneal.json", "With the schedule, `e_no_drift` is"),
+        ("learning-drift-no-end-health.json", "With the term off, `e_no_drift` is"),
     ],
 )
 def test_the_drift_table_is_its_result_file(name: str, verdict_words: str) -> None:
@@ -553,3 +556,46 @@ def test_the_health_term_readings_discounted_values_are_the_learners_and_the_gam
     assert f"timeout at step {timeout_step} (300 tics, 4 per step)" in flat
     assert f"a timeout with no round spent is worth {end * gamma ** (timeout_step - 1):.0f}, more than a kill" in flat
     assert f"a kill at step t is worth +{kill(1, 0.0):.0f} x {gamma}^(t-1)" in flat
+
+
+def kill_share(run: dict, low: int, high: int) -> float:
+    """The share of episodes killed among those the iterations ending in (low, high] recorded."""
+    kills = [kill for at, kill in zip(run["env_steps"], run["kill"], strict=True) if low < at <= high]
+    return sum(kills) / len(kills)
+
+
+def test_the_health_term_result_quotes_its_file_and_the_constant_rate_drift_file() -> None:
+    """The reading of the runs with the term off: episode lengths, late kill rates and early kill shares."""
+    bench = REPO / "docs" / "benchmarks"
+    on, off = (json.loads((bench / f"learning-{n}.json").read_text()) for n in ("drift", "drift-no-end-health"))
+    assert off["settings"]["env"] == {"reward_settings": {"end_health_per_hp": 0}} and "env" not in on["settings"]
+    flat = " ".join(DOC.read_text().split())
+    for condition in ("direct", "transparent"):
+        early, late = episode_lengths(off, condition)
+        assert f"{early:.1f}" in flat and f"{late:.1f}" in flat, condition
+    early, late = episode_lengths(off, "direct")
+    assert f"(env steps per episode {early:.1f} between 10,240 and 20,480 env steps, {late:.1f} in the last" in flat
+    assert early >= late  # the prediction the reading calls met
+
+    def late_kills(result: dict, condition: str) -> list[float]:
+        return [
+            kill_share(r, r["env_steps_total"] - 10240, r["env_steps_total"])
+            for r in result["runs"][condition].values()
+        ]
+
+    off_direct, on_direct = late_kills(off, "direct"), late_kills(on, "direct")
+    arch = " ".join((REPO / "docs" / "architecture.md").read_text().split())
+    on_early, on_late = episode_lengths(on, "direct")
+    assert f"its episodes grew from {on_early:.1f} to {on_late:.1f} env steps" in arch
+    assert f"and it ran out of time in about {round(100 * (1 - statistics.mean(on_direct)))}% of them" in arch
+    assert f"was {min(off_direct):.3f}-{max(off_direct):.3f} in every seed ({min(on_direct):.3f}-" in arch
+    assert f"was {min(off_direct):.3f}-{max(off_direct):.3f} in every seed, against {min(on_direct):.3f}-" in flat
+    assert f"{max(on_direct):.3f} with the term on" in flat
+    assert f"its last 10,240 env steps {late_kills(off, 'transparent')[3]:.3f})" in flat  # seed 103
+
+    def first_kills(result: dict, condition: str) -> float:
+        return statistics.mean(kill_share(r, 0, 10240) for r in result["runs"][condition].values())
+
+    shares = [f"{first_kills(r, c):.3f}" for c in ("direct", "transparent", "sim") for r in (off, on)]
+    assert f"`direct` {shares[0]} against {shares[1]} with the term on" in flat
+    assert f"`transparent` {shares[2]} against {shares[3]}, `sim` {shares[4]} against {shares[5]}." in flat
