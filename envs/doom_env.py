@@ -83,9 +83,12 @@ def _whole(value: Any, name: str, low: int, high: int | None = None) -> None:
 
 
 def _finite_fields(settings: Any, name: str) -> None:
+    # Every field is a number: a dataclass checks no types, and a string would fail only mid-episode.
     for field in dataclasses.fields(settings):
         value = getattr(settings, field.name)
-        if isinstance(value, float) and not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise ValueError(f"{name}.{field.name}: must be a number, got {value!r}")
+        if not math.isfinite(value):
             raise ValueError(f"{name}.{field.name}: must be a finite number, got {value!r}")
 
 

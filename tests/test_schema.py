@@ -190,6 +190,10 @@ def test_broken_files_cover_every_kind_of_mistake():
         ("resources.num_env_runners=1000000000", "resources.num_env_runners"),
         ("env.reward_settings=" + "[" * 5000 + "]" * 5000, "env.reward_settings"),  # nesting
         ("devices.0.seed=" + "[" * 50 + "]" * 50, "devices.0.seed"),
+        # A dataclass checks no types: these were taken, and a string failed only inside the first episode.
+        ("env.reward_settings.end_health_per_hp=x", "env.reward_settings.end_health_per_hp: must be a number"),
+        ("env.reward_settings.kill=true", "env.reward_settings.kill: must be a number"),
+        ("env.feature_settings.kills_scale=[1]", "env.feature_settings.kills_scale: must be a number"),
     ],
 )
 def test_bad_override_names_its_key(override, key):
