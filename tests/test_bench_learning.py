@@ -442,22 +442,39 @@ def test_feedback_effects_paired_test_is_exact_with_zero_and_tied_differences():
     assert ret["wilcoxon_p_two_sided"] == pytest.approx(signed_rank_test([20, 19, 18, 17, 16]).p) == 2 / 32
 
 
+def _refused_before_any_run(capsys, option: str, *cases: tuple[str, str]) -> None:
+    """Each `option VALUE` stops the benchmark at its argument check with an error that says `says`."""
+    for bad, says in cases:
+        with pytest.raises(SystemExit):
+            bl.main([option, bad])
+        assert says in capsys.readouterr().err, bad
+
+
+def _recorded_and_resumed_only_alike(key: str, section: dict, refusal: str, **given) -> None:
+    """The section is in the settings under `key` (absent without it); a file with it resumes only with it."""
+    settings = bl._settings("basic", ["direct"], 1, 1000, **given)
+    assert settings[key] == section and key not in bl._settings("basic", ["direct"], 1, 1000)
+    result = _result(_runs(conditions=("direct",), seeds=1)) | {"settings": settings}
+    assert bl.check_resume(result, dict(settings))
+    with pytest.raises(ValueError, match=refusal):
+        bl.check_resume(result, bl._settings("basic", ["direct"], 1, 1000))
+
+
 def test_bench_ppo_flag_is_checked_recorded_and_reaches_every_run(capsys):
     """--ppo sets the learner of every condition: refused before a run starts if the schema refuses it, recorded in
     the settings, and a file measured with other learner settings is not resumed or merged."""
     from spikeloop.experiments.benchmarks.one_run import run_experiment
 
-    for bad, says in (
+    _refused_before_any_run(
+        capsys,
+        "--ppo",
         ("lr=2", "every learning rate must lie in (0, 1)"),
         ("lr=[[5, 0.01]]", "a schedule is [[0, rate]"),
         ("bogus=1", "ppo.bogus: unknown key"),
         ("lr", "write KEY=VALUE with a key of the ppo section"),
         ("env.scenario=arena", "write KEY=VALUE with a key of the ppo section"),
         ("lr=[[0, 0.01]", "the value is not valid YAML"),
-    ):
-        with pytest.raises(SystemExit):
-            bl.main(["--ppo", bad])
-        assert says in capsys.readouterr().err, bad
+    )
     schedule = [[0, 0.01], [20480, 0.01], [40960, 0.001]]
     ppo = bl._section_overrides([f"lr={schedule}", "num_epochs=2"], "basic", "ppo")
     assert ppo == {"lr": schedule, "num_epochs": 2}
@@ -465,12 +482,7 @@ def test_bench_ppo_flag_is_checked_recorded_and_reaches_every_run(capsys):
         config = run_experiment(condition, 100, "basic", ppo=ppo).algorithm_config()
         assert config.lr == schedule and config.num_epochs == 2, condition
     assert run_experiment("sim", 100, "basic").algorithm_config().lr == 0.01  # the default without --ppo
-    settings = bl._settings("basic", ["direct"], 1, 1000, ppo=ppo)
-    assert settings["ppo"] == ppo and "ppo" not in bl._settings("basic", ["direct"], 1, 1000)
-    result = _result(_runs(conditions=("direct",), seeds=1)) | {"settings": settings}
-    assert bl.check_resume(result, dict(settings))
-    with pytest.raises(ValueError, match=r"learner settings \(--ppo\)"):
-        bl.check_resume(result, bl._settings("basic", ["direct"], 1, 1000))
+    _recorded_and_resumed_only_alike("ppo", ppo, r"learner settings \(--ppo\)", ppo=ppo)
 
 
 def test_bench_culture_flag_is_checked(capsys):
@@ -604,25 +616,19 @@ def test_bench_env_flag_is_checked_recorded_and_reaches_every_run(capsys):
     the env refuses it, recorded in the settings, and a file measured with other env settings is not resumed."""
     from spikeloop.experiments.benchmarks.one_run import run_experiment
 
-    for bad, says in (
+    _refused_before_any_run(
+        capsys,
+        "--env",
         ("reward_settings.end_health_per_hp=x", "end_health_per_hp"),
         ("reward_settings.bogus=1", "bogus"),
         ("frame_skip=0", "frame_skip"),
         ("frame_skip", "write KEY=VALUE with a key of the env section"),
         ("scenario=arena", "the level is --scenario's or --curriculum's to set"),
         ("curriculum.scenarios=[basic]", "the level is --scenario's or --curriculum's to set"),
-    ):
-        with pytest.raises(SystemExit):
-            bl.main(["--env", bad])
-        assert says in capsys.readouterr().err, bad
+    )
     env = bl._section_overrides(["reward_settings.end_health_per_hp=0", "reward_settings.kill=50"], "basic", "env")
     assert env == {"reward_settings": {"end_health_per_hp": 0, "kill": 50}}
     for condition in ("direct", "transparent", "sim"):
         env_config = run_experiment(condition, 100, "basic", env=env).algorithm_config().env_config
         assert env_config["reward_settings"] == env["reward_settings"] and env_config["scenario"] == "basic"
-    settings = bl._settings("basic", ["direct"], 1, 1000, env_overrides=env)
-    assert settings["env"] == env and "env" not in bl._settings("basic", ["direct"], 1, 1000)
-    result = _result(_runs(conditions=("direct",), seeds=1)) | {"settings": settings}
-    assert bl.check_resume(result, dict(settings))
-    with pytest.raises(ValueError, match=r"env settings \(--env\)"):
-        bl.check_resume(result, bl._settings("basic", ["direct"], 1, 1000))
+    _recorded_and_resumed_only_alike("env", env, r"env settings \(--env\)", env_overrides=env)

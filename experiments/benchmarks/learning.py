@@ -842,7 +842,7 @@ def _culture_overrides(pairs: list[str]) -> dict[str, Any]:
 def _section_overrides(pairs: list[str], scenario: str, section: str) -> dict[str, Any]:
     """`--ppo`/`--env KEY=VALUE` pairs as that section of every condition's experiment, checked as it would be."""
     from spikeloop.experiments.benchmarks.one_run import run_experiment
-    from spikeloop.experiments.schema import ExperimentError, parse_override
+    from spikeloop.experiments.schema import ExperimentError, parse_override, set_path
 
     option, example = f"--{section}", {"ppo": "lr=0.003", "env": "reward_settings.end_health_per_hp=0"}[section]
     overrides: dict[str, Any] = {}
@@ -860,15 +860,9 @@ def _section_overrides(pairs: list[str], scenario: str, section: str) -> dict[st
             )
         try:
             _, value = parse_override(f"{section}.{pair}")
+            set_path(overrides, key, value)
         except ExperimentError as exc:  # its words are --set's: say which option it was
             raise ValueError(f"{option} {pair[:80]!r}: {str(exc).partition(': ')[2]}") from None
-        *parents, leaf = key.split(".")
-        node = overrides
-        for part in parents:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ValueError(f"{option} {pair[:80]!r}: {part} was given a whole value by an earlier {option}")
-        node[leaf] = value
     if overrides:  # the schema's own message names a bad key or value (no run has started)
         run_experiment("direct", 0, scenario, source=option, **{section: overrides})  # type: ignore[arg-type]
     return json.loads(json.dumps(overrides))  # tuples as lists, as read back
