@@ -115,6 +115,31 @@ def test_targets_that_fail():
     assert c["met"] is False and c["p_value"] == pytest.approx(1 / 70) and "fewer than 5" in c["reason"]
 
 
+def test_with_another_reward_only_the_kill_rate_of_target_a_is_read():
+    """-425 is in the default reward's units: runs with the end-of-episode term off return 500 more on basic."""
+    changed = bl.reward_changes({"reward_settings": {"end_health_per_hp": 0, "kill": 100.0}})
+    assert changed == ["reward_settings.end_health_per_hp=0"]  # a setting at its default changes nothing
+    assert bl.reward_changes({"reward_mode": "both"}) == ["reward_mode=both"]
+    assert bl.reward_changes({"reward_mode": "shaped", "feature_settings": {"kills_scale": 20.0}}) == []
+    assert bl.reward_changes(None) == []
+    # transparent seed 2 returns -430: below -425 in the default reward, not readable in another.
+    runs = _runs(high={("transparent", 2): -430.0})
+    a = bl.summarize(runs, reward_changed=changed)["targets"]["a_direct_transparent_solve"]
+    assert a["met"] is None and "reward_settings.end_health_per_hp=0" in a["reason"]
+    seed2 = a["conditions"]["transparent"]["per_seed"]["2"]
+    assert seed2["final_return"] == pytest.approx(-430.0, abs=0.05) and seed2["kill_rate"] == 1.0
+    assert seed2["met"] is None
+    assert bl.summarize(runs)["targets"]["a_direct_transparent_solve"]["met"] is False
+    # A kill rate below 0.95 fails the target in any reward: transparent seed 1 kills in 1 episode of 4.
+    runs["transparent"]["1"] = _chance(1)
+    a = bl.summarize(runs, reward_changed=changed)["targets"]["a_direct_transparent_solve"]
+    assert a["met"] is False and a["conditions"]["transparent"]["per_seed"]["1"]["met"] is False
+    assert a["conditions"]["direct"]["met"] is None
+    # The other targets are relative (to direct, to zero) and read as usual.
+    t = bl.summarize(_runs(), reward_changed=changed)["targets"]
+    assert t["b_transparent_speed"]["met"] is True and t["c_sim_beats_zero"]["met"] is True
+
+
 def test_off_basic_the_target_is_beating_random_within_the_budget():
     out = bl.summarize(_runs(), scenario="defend_the_center", budget=100_000)
     assert list(out["targets"]) == ["d_beat_random"]  # basic's targets are not read here

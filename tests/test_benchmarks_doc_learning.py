@@ -9,6 +9,7 @@ re-run JSON without its doc fails here.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -599,3 +600,60 @@ def test_the_health_term_result_quotes_its_file_and_the_constant_rate_drift_file
     shares = [f"{first_kills(r, c):.3f}" for c in ("direct", "transparent", "sim") for r in (off, on)]
     assert f"`direct` {shares[0]} against {shares[1]} with the term on" in flat
     assert f"`transparent` {shares[2]} against {shares[3]}, `sim` {shares[4]} against {shares[5]}." in flat
+
+
+def _same_numbers(measured, rebuilt, path: str = "") -> list[str]:
+    """Where two JSON values differ, floats compared to 1e-9 (another machine sums in another order)."""
+    if isinstance(measured, dict) and isinstance(rebuilt, dict):
+        return [
+            d
+            for key in sorted(set(measured) | set(rebuilt), key=str)
+            for d in _same_numbers(measured.get(key), rebuilt.get(key), f"{path}/{key}")
+        ]
+    if isinstance(measured, list) and isinstance(rebuilt, list) and len(measured) == len(rebuilt):
+        return [d for i, (m, r) in enumerate(zip(measured, rebuilt)) for d in _same_numbers(m, r, f"{path}/{i}")]
+    if isinstance(measured, float) and isinstance(rebuilt, float):
+        return (
+            [] if math.isclose(measured, rebuilt, rel_tol=1e-9, abs_tol=1e-12) else [f"{path}: {measured} != {rebuilt}"]
+        )
+    return [] if measured == rebuilt else [f"{path}: {measured!r} != {rebuilt!r}"]
+
+
+LEARNING_FILES = sorted(
+    path.name
+    for path in (REPO / "docs" / "benchmarks").glob("*.json")
+    if {"settings", "runs", "summary"} <= set(json.loads(path.read_text()))
+)
+
+
+@pytest.mark.parametrize("name", LEARNING_FILES)
+def test_every_committed_statistic_is_what_its_runs_give_today(name: str) -> None:
+    """Summary, tests, targets and verdicts rebuilt from the file's own episodes by today's code are the file's.
+
+    A committed figure the code would no longer compute (a target read in the wrong units, a test since made
+    exact) fails here until the file is restated from its unchanged runs (its `restated` says when and why).
+    """
+    from spikeloop.experiments.benchmarks import learning as bl
+
+    result = json.loads((REPO / "docs" / "benchmarks" / name).read_text())
+    curve_keys = {"env_steps", "return", "kill", "level"}
+    facts = {
+        condition: {seed: {k: v for k, v in curves.items() if k not in curve_keys} for seed, curves in by_seed.items()}
+        for condition, by_seed in result["runs"].items()
+    }
+    rebuilt = json.loads(
+        json.dumps(bl._json_safe(bl.build_result(result["settings"], bl.runs_from_result(result), facts, 0.0)))
+    )
+    differences = [d for key in rebuilt if key != "wall_s" for d in _same_numbers(result.get(key), rebuilt[key], key)]
+    assert not differences, f"{name} is not what its runs give today:\n" + "\n".join(differences[:20])
+
+
+def test_the_term_off_reading_translates_transparent_from_its_file() -> None:
+    """The default-reward finals the reading gives for transparent at 20,000 env steps: the drift table's, - 500."""
+    result = json.loads((REPO / "docs" / "benchmarks" / "learning-drift-no-end-health.json").read_text())
+    assert result["targets"]["a_direct_transparent_solve"]["met"] is None  # read on kill rates only
+    finals = [seed["return_at_default"] - 500 for seed in result["drift"]["transparent"]["per_seed"].values()]
+    flat = " ".join(DOC.read_text().split())
+    assert f"would be {', '.join(f'{v:.1f}' for v in finals)} in the default reward" in flat
+    below = [seed for seed, v in zip(result["drift"]["transparent"]["per_seed"], finals) if v < -425]
+    assert f"reward: seed {', '.join(below)} below -425" in flat

@@ -25,9 +25,11 @@ chance to `direct`'s final return, and one-sided exact Mann-Whitney tests
 against `zero` (decides at alpha 0.01) and, where it ran, against `random`
 (`vs_random`: the floor on a map where an action preference alone pays).
 `targets` reads the issue's targets from the data, each with `met` true, false
-or null (not run): on `basic` three (a, b, c), on another scenario one
-(`d_beat_random`: transparent and sim each beat random at p < 0.01, within
-100,000 env steps).
+or null (not run, or not readable): on `basic` three (a, b, c), on another
+scenario one (`d_beat_random`: transparent and sim each beat random at
+p < 0.01, within 100,000 env steps). Target a's return threshold is in the
+default reward's units: where `--env` changes the reward, only its kill rate
+is read.
 
 The feedback controls (`FEEDBACK_CONDITIONS`, run by `spikeloop bench feedback`)
 are further conditions of the same benchmark: the simulated culture with one
@@ -186,14 +188,20 @@ def chance(runs: Runs) -> tuple[float | None, str]:
 
 
 def summarize(
-    runs: Runs, scenario: str = SCENARIO, budget: int | None = None, is_curriculum: bool = False
+    runs: Runs,
+    scenario: str = SCENARIO,
+    budget: int | None = None,
+    is_curriculum: bool = False,
+    reward_changed: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Per-condition statistics, chance, the 90% mark, the tests against zero and random, verdicts and targets.
 
     `runs` maps condition -> seed (str) -> [(env steps, return, killed)] in episode order. `basic` has its
     targets (`_targets`); another scenario has one, `_harder_target` (the channel and the culture beat `random`
     within `HARDER_MAX_ENV_STEPS`; `budget` is the runs' env-step budget). A curriculum run (`is_curriculum`) has
-    its own target, read per level by `build_result`.
+    its own target, read per level by `build_result`. `reward_changed` lists the env settings that make the
+    reward other than the default (`reward_changes`): a return threshold stated in the default's units is then
+    not read.
     """
     from spikeloop.experiments.analysis import compare, min_seeds_per_group, verdict
 
@@ -328,7 +336,7 @@ def summarize(
     if set(summary) & set(CONDITIONS) and not is_curriculum:
         min_seeds = min_seeds_per_group(ALPHA, "greater")
         if scenario == SCENARIO:
-            targets = _targets(summary, min_seeds)
+            targets = _targets(summary, min_seeds, reward_changed)
             if budget is not None and budget > DEFAULT_ENV_STEPS:  # a longer run: does it end worse than it was?
                 longer["drift"] = drift.read(runs, DEFAULT_ENV_STEPS, _final_return, _final_kill_rate)
                 targets["e_no_drift"] = drift.target(longer["drift"], budget, DEFAULT_ENV_STEPS, min_seeds)
@@ -442,8 +450,32 @@ def _harder_target(summary: dict[str, dict[str, Any]], min_seeds: int, budget: i
     return target
 
 
-def _targets(summary: dict[str, dict[str, Any]], min_seeds: int) -> dict[str, Any]:
-    """The issue's targets, read from the summary: measured values and `met` (None: cannot be read)."""
+def reward_changes(env_overrides: dict[str, Any] | None) -> list[str]:
+    """The env settings (`--env`) that make the reward other than the default, as `key=value`; none: the default."""
+    import inspect
+
+    from spikeloop.envs.doom_env import DoomEnv
+    from spikeloop.envs.rewards import RewardSettings
+
+    env = env_overrides or {}
+    defaults = dataclasses.asdict(RewardSettings())
+    changed = [
+        f"reward_settings.{key}={value:g}"
+        for key, value in sorted((env.get("reward_settings") or {}).items())
+        if value != defaults.get(key)
+    ]
+    mode = env.get("reward_mode")
+    if mode is not None and mode != inspect.signature(DoomEnv).parameters["reward_mode"].default:
+        changed.append(f"reward_mode={mode}")
+    return changed
+
+
+def _targets(summary: dict[str, dict[str, Any]], min_seeds: int, reward_changed: Sequence[str] = ()) -> dict[str, Any]:
+    """The issue's targets, read from the summary: measured values and `met` (None: cannot be read).
+
+    Target a's return threshold is in the default reward's units: with `reward_changed`, only its kill rate is
+    read (a seed below it fails the target; otherwise `met` is None).
+    """
     targets: dict[str, Any] = {}
 
     # (a) direct and transparent solve the scenario in every seed.
@@ -464,18 +496,20 @@ def _targets(summary: dict[str, dict[str, Any]], min_seeds: int) -> dict[str, An
             seed: {
                 "final_return": returns[seed],
                 "kill_rate": kills[seed],
-                "met": returns[seed] is not None
-                and kills[seed] is not None
-                and returns[seed] >= TARGET_RETURN
-                and kills[seed] >= TARGET_KILL_RATE,
+                "met": _solved(returns[seed], kills[seed], return_readable=not reward_changed),
             }
             for seed in returns
         }
-        a["conditions"][condition] = {"per_seed": per_seed, "met": all(v["met"] for v in per_seed.values())}
+        a["conditions"][condition] = {"per_seed": per_seed, "met": _all_met(v["met"] for v in per_seed.values())}
     if missing:
         a["reason"] = f"{' and '.join(missing)} not run"
     else:
-        a["met"] = all(v["met"] for v in a["conditions"].values())
+        a["met"] = _all_met(v["met"] for v in a["conditions"].values())
+        if reward_changed:
+            a["reason"] = (
+                f"the reward is not the default ({', '.join(reward_changed)}): the return threshold "
+                f"{TARGET_RETURN:g} is in the default reward's units, so only the kill rate is read"
+            )
     targets["a_direct_transparent_solve"] = a
 
     # (b) transparent reaches the 90% mark within 1.5x direct's env steps (medians over seeds).
@@ -528,6 +562,21 @@ def _targets(summary: dict[str, dict[str, Any]], min_seeds: int) -> dict[str, An
             c["reason"] = f"fewer than {min_seeds} seeds per condition: no outcome could be significant"
     targets["c_sim_beats_zero"] = c
     return targets
+
+
+def _solved(final_return: float | None, kill_rate: float | None, return_readable: bool) -> bool | None:
+    """One seed against target a: False on a kill rate below it, None where the return cannot be read."""
+    if kill_rate is None or kill_rate < TARGET_KILL_RATE:
+        return False
+    if not return_readable:
+        return None
+    return final_return is not None and final_return >= TARGET_RETURN
+
+
+def _all_met(verdicts: Any) -> bool | None:
+    """True when every verdict is True, False when any is False, None otherwise (some not read)."""
+    verdicts = list(verdicts)
+    return False if False in verdicts else None if None in verdicts else True
 
 
 # --- curves as JSON ----------------------------------------------------------------
@@ -703,6 +752,7 @@ def build_result(
         settings["scenario"],
         settings.get("env_steps_per_run"),
         is_curriculum=bool(settings.get("curriculum_env")),
+        reward_changed=reward_changes(settings.get("env")),
     )
     if settings.get("curriculum_env"):  # returns of different levels do not compare: read per level
         levels = curriculum.summarize(runs, settings["curriculum_env"]["curriculum"]["scenarios"], ALPHA)
