@@ -19,3 +19,15 @@ def get_path(tree: Any, dotted: str) -> Any:
         else:
             raise KeyError(dotted)
     return node
+
+
+def flatten(node: dict[str, Any], separator: str = ".", prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as one level of joined keys (`{"a": {"b": 1}}` -> `{"a.b": 1}`); lists stay values."""
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out |= flatten(value, separator, path + separator)
+        else:
+            out[path] = value
+    return out

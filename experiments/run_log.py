@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from spikeloop.experiments.dotted import flatten
 from spikeloop.experiments.trial_files import (  # noqa: F401  (re-exported: the names the writer and its readers share)
     CURVE_FILE,
     DEVICE_LOST,
@@ -179,21 +180,10 @@ def scalars(result: dict[str, Any]) -> dict[str, float]:
         if key.startswith(SPIKE_MEAN_PREFIX) and _is_number(value):
             out[f"spikes/mean_{key[len(SPIKE_MEAN_PREFIX) :]}"] = float(value)
     # Per feedback name (reward_positive, each event, episode_negative, step, episode): count and mean scales.
-    for path, value in _flatten(result.get("env_runners") or {}).items():
+    # RLlib keeps some metric keys flat, some nested: one level of '/'-joined paths.
+    for path, value in flatten(result.get("env_runners") or {}, "/").items():
         if path.startswith(FEEDBACK_BY_NAME) and _is_number(value) and math.isfinite(float(value)):
             out["feedback/" + path[len(FEEDBACK_BY_NAME) :]] = float(value)
-    return out
-
-
-def _flatten(node: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dicts as one level of '/'-joined paths (RLlib keeps some metric keys flat, some nested)."""
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out |= _flatten(value, path + "/")
-        else:
-            out[path] = value
     return out
 
 

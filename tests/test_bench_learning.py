@@ -313,6 +313,20 @@ def test_draw_figure_from_the_json_alone(tmp_path):
     assert not list(path.parent.glob("*.tmp*"))
 
 
+def test_the_figure_names_settings_changed_from_the_defaults():
+    """A reader of the figure alone must see that its returns are another reward's, or its learner another's."""
+    settings = _result(_runs())["settings"]
+    assert "\n" not in bl.figure_title(settings)
+    changed = settings | {"env": {"reward_settings": {"end_health_per_hp": 0}}, "ppo": {"lr": [[0, 0.01], [10, 0.001]]}}
+    second = bl.figure_title(changed).split("\n")[1]
+    assert second == (
+        "--env reward_settings.end_health_per_hp=0 --ppo lr=[[0, 0.01], [10, 0.001]] "
+        "(returns in another reward than the default)"
+    )
+    features = settings | {"env": {"feature_settings": {"kills_scale": 20.0}}}
+    assert bl.figure_title(features).split("\n")[1] == "--env feature_settings.kills_scale=20.0"
+
+
 def test_grid_curve_is_nan_before_its_first_point():
     import numpy as np
 

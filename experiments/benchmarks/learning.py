@@ -74,6 +74,7 @@ from spikeloop.experiments.benchmarks.conditions import (  # noqa: F401  (re-exp
 from spikeloop.experiments.benchmarks.curriculum import FLOOR
 from spikeloop.experiments.benchmarks.one_run import WINDOW, Episode, train_run
 from spikeloop.experiments.benchmarks.record import provenance, write_result
+from spikeloop.experiments.dotted import flatten
 from spikeloop.experiments.ray_session import private_ray
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/learning.json")
@@ -808,6 +809,22 @@ def _grid_curve(steps: Sequence[float], values: Sequence[float], grid) -> Any:
     return out
 
 
+def figure_title(settings: dict[str, Any]) -> str:
+    """The figure's title: the map and budget, and on a second line the settings changed from the defaults."""
+    budget = int(settings.get("env_steps_per_run") or 1)
+    title = (
+        f"{settings.get('scenario', '?')}: learning curves, {budget} env steps per run (mean over seeds, band min..max)"
+    )
+    changed = [
+        f"--{section} {key}={value}"
+        for section in ("env", "ppo")
+        for key, value in flatten(settings.get(section) or {}).items()
+    ]
+    if reward_changes(settings.get("env")):
+        changed.append("(returns in another reward than the default)")
+    return title + ("\n" + " ".join(changed) if changed else "")
+
+
 def draw_figure(result: dict[str, Any], path: Path) -> None:
     """Rolling-100 return and kill rate against env steps, mean over seeds and min..max band; from the JSON alone."""
     import matplotlib
@@ -863,10 +880,7 @@ def draw_figure(result: dict[str, Any], path: Path) -> None:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="best", fontsize=8)
-    fig.suptitle(
-        f"{settings.get('scenario', '?')}: learning curves, {int(budget)} env steps per run "
-        "(mean over seeds, band min..max)"
-    )
+    fig.suptitle(figure_title(settings))
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
