@@ -25,6 +25,7 @@ RESULTS = {
     "learning-drift.json": True,
     "learning-drift-anneal.json": True,
     "learning-drift-no-end-health.json": True,
+    "learning-drift-no-end-health-anneal.json": True,
     "learning-jobs2.json": True,
     "ablation.json": False,
 }
@@ -157,6 +158,7 @@ def drift_rows(result: dict) -> list[str]:
         ("learning-drift.json", "The target `e_no_drift` is"),
         ("learning-drift-anneal.json", "With the schedule, `e_no_drift` is"),
         ("learning-drift-no-end-health.json", "With the term off, `e_no_drift` is"),
+        ("learning-drift-no-end-health-anneal.json", "With the term off and the rate lowered, `e_no_drift` is"),
     ],
 )
 def test_the_drift_table_is_its_result_file(name: str, verdict_words: str) -> None:
@@ -657,3 +659,64 @@ def test_the_term_off_reading_translates_transparent_from_its_file() -> None:
     assert f"would be {', '.join(f'{v:.1f}' for v in finals)} in the default reward" in flat
     below = [seed for seed, v in zip(result["drift"]["transparent"]["per_seed"], finals) if v < -425]
     assert f"reward: seed {', '.join(below)} below -425" in flat
+
+
+def test_the_term_off_and_schedule_runs_are_the_term_off_runs_until_the_schedule_starts() -> None:
+    """The reading's check, its late kill shares, episode lengths and translated finals, from the two files."""
+    bench = REPO / "docs" / "benchmarks"
+    off, both = (
+        json.loads((bench / f"learning-{n}.json").read_text())
+        for n in ("drift-no-end-health", "drift-no-end-health-anneal")
+    )
+    assert (
+        both["settings"]["env"] == off["settings"]["env"] and "ppo" in both["settings"] and "ppo" not in off["settings"]
+    )
+    twins = 0
+    for condition, by_seed in both["runs"].items():
+        for seed, run in by_seed.items():
+            twin = off["runs"][condition][seed]
+            cut = [i for i, at in enumerate(run["env_steps"]) if at <= 20480]
+            assert cut and all(twin[k][i] == run[k][i] for k in ("env_steps", "return", "kill") for i in cut), (
+                condition,
+                seed,
+            )
+            assert twin["env_steps"][len(cut)] > 20480  # the twin's episodes up to the cut are these, and no more
+            twins += 1
+    flat = " ".join(DOC.read_text().split())
+    assert f"episode for episode ({twins} of {twins} runs; doc test)" in flat
+
+    def late(result: dict, condition: str) -> str:
+        shares = [
+            kill_share(r, r["env_steps_total"] - 10240, r["env_steps_total"])
+            for r in result["runs"][condition].values()
+        ]
+        return f"{min(shares):.3f}-{max(shares):.3f}"
+
+    assert (
+        f"`transparent` in {late(both, 'transparent')} of them ({late(off, 'direct')} and {late(off, 'transparent')}"
+        in flat
+    )
+    assert late(both, "direct") == "1.000-1.000"  # "killed in every episode of every seed"
+    lengths = [f"{v:.1f}" for c in ("direct", "transparent") for v in episode_lengths(both, c)]
+    assert f"`direct` {lengths[0]} env steps per episode between 10,240 and 20,480, {lengths[1]} in the last" in flat
+    assert f"`transparent` {lengths[2]} and {lengths[3]}." in flat
+    finals = [v - 500 for v in both["summary"]["transparent"]["final_return_mean"]["per_seed"].values()]
+    assert f"are {', '.join(f'{v:.1f}' for v in finals)}, every seed above -425" in flat and min(finals) >= -425
+
+
+def test_the_readme_recipe_for_long_basic_runs_is_the_measured_settings() -> None:
+    """The flags the README gives for `basic` runs beyond the default budget are the met drift run's, as parsed."""
+    import re
+    import shlex
+
+    from spikeloop.experiments.benchmarks import learning as bl
+
+    result = json.loads((REPO / "docs" / "benchmarks" / "learning-drift-no-end-health-anneal.json").read_text())
+    assert result["targets"]["e_no_drift"]["met"] is True
+    readme = " ".join((REPO / "README.md").read_text().split())
+    recipe = re.search(r"that is the recipe: `(--env [^`]+)`", readme)
+    assert recipe, "the README's recipe sentence is gone"
+    words = shlex.split(recipe.group(1))
+    flags = {"env": words[1::2][words[0::2].index("--env")], "ppo": words[1::2][words[0::2].index("--ppo")]}
+    for section, pair in flags.items():
+        assert bl._section_overrides([pair], "basic", section) == result["settings"][section], section
