@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -665,6 +666,17 @@ def test_bench_env_flag_is_checked_recorded_and_reaches_every_run(capsys):
         ("scenario=arena", "the level is --scenario's or --curriculum's to set"),
         ("curriculum.scenarios=[basic]", "the level is --scenario's or --curriculum's to set"),
     )
+    # With a curriculum, whose threshold is a return in its file's reward, a reward change is refused.
+    corridor = str(Path(__file__).resolve().parents[1] / "experiments" / "deadly_corridor.yaml")
+    for given in (["--env", "reward_settings.end_health_per_hp=0"], ["--env", "reward_mode=both"]):
+        with pytest.raises(SystemExit):
+            bl.main(["--curriculum", corridor, *given])
+        assert "changes the reward, and the curriculum's threshold is a return" in capsys.readouterr().err, given
+    from spikeloop.experiments.benchmarks import curriculum
+
+    file_env = curriculum.load_curriculum_env(Path(corridor))  # settings that leave the reward alone are taken
+    for kept in ({"feature_settings": {"kills_scale": 20.0}}, {"reward_mode": "shaped"}, {"frame_skip": 2}):
+        assert bl.reward_changes(bl.deep_merge(file_env, kept)) == bl.reward_changes(file_env), kept
     env = bl._section_overrides(["reward_settings.end_health_per_hp=0", "reward_settings.kill=50"], "basic", "env")
     assert env == {"reward_settings": {"end_health_per_hp": 0, "kill": 50}}
     for condition in ("direct", "transparent", "sim"):

@@ -1120,6 +1120,13 @@ def main(
         except ValueError as exc:
             parser.error(str(exc))
         args.scenario = env["scenario"]
+        if env_overrides and reward_changes(deep_merge(env, env_overrides)) != reward_changes(env):
+            # The threshold that moves a run to the next level is a return in the file's reward.
+            parser.error(
+                f"--env {' '.join(args.env)} changes the reward, and the curriculum's threshold is a return in the "
+                f"reward of {args.curriculum}: write the reward into a copy of that file and set the threshold in its "
+                "units (the copy is what --curriculum takes)"
+            )
         if args.output is None:
             args.output = default_output.with_name(f"{default_output.stem}-curriculum-{args.curriculum.stem}.json")
     if args.output is None:
