@@ -196,7 +196,8 @@ def train_trial(tune_config: dict[str, Any]) -> None:
     from spikeloop.models.closed_loop.link import DeviceLost
 
     start = tune.get_checkpoint()
-    progress: dict[str, Any] = {"iterations": 0, "device_lost": False}
+    # iterations: reported to Tune; trained: returned from algo.train() (a stop can come between the two).
+    progress: dict[str, Any] = {"iterations": 0, "trained": 0, "device_lost": False}
     score, _, worst = score_of(tune_config)
     ended = _trial_dir() / ENDED_FILE
     if ended.exists():  # `--resume` restarts finished trials too (a device loss finishes one): this one is done
@@ -210,7 +211,7 @@ def train_trial(tune_config: dict[str, Any]) -> None:
         tune.report({DEVICE_LOST: str(exc), score: worst, FINISHED: True})
         return
     except Exception as exc:
-        if start is not None or progress["iterations"]:
+        if start is not None or progress["trained"]:  # it trained: not a setup error; Tune's to retry
             raise
         traceback.print_exc()  # the trial's log keeps the whole story
         tune.report({SETUP_ERROR: f"{type(exc).__name__}: {exc}", score: worst, FINISHED: True})
@@ -331,11 +332,13 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
         protocol = ProtocolSession(experiment, trial_dir)
     # This driver's iterations only: what reached the learner, and where the env runners' steps went.
     trained = {LEARNER_ENV_STEPS: 0, EMPTY_ITERATIONS: 0, "env_steps_taken": 0, "unfinished_episode_steps": 0}
+    leaving: BaseException | None = None  # the exception the trial is leaving with, if any
     try:
         if protocol is not None and not finished:
             protocol.before_play(algo, resumed=start is not None)
         while not finished:
             result = _train_iteration(algo)
+            progress["trained"] += 1
             values = log.log_iteration(result, _pull_episode_records(algo, trained))
             empty = empty_iteration_cause(result, config.sample_timeout_s)
             trained[LEARNER_ENV_STEPS] += int(values.get("ppo/env_steps_received", 0))
@@ -391,6 +394,7 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
         _report_device_loss(algo, exc, lost | {EPISODE_STEPS_LOGGED: log.steps_logged})
     except BaseException as exc:
         reason = f"error: {type(exc).__name__}"
+        leaving = exc
         raise
     finally:
         log.close()
@@ -403,6 +407,12 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
                 total_episodes=log.episodes_logged,
                 hardware=False,
             )
+        except Exception as finish_exc:
+            # A stopped trial (Tune's SystemExit in tune.report, after the driver's Ctrl-C) may find its env runners
+            # already gone; that must not replace why the trial is leaving (it once made a stop a setup error).
+            if leaving is None:
+                raise
+            print(f"could not finish the env runners while leaving ({finish_exc!r})", file=sys.stderr, flush=True)
         finally:
             algo.stop()
             ray.kill(counter)
