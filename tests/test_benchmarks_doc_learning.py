@@ -567,6 +567,13 @@ def kill_share(run: dict, low: int, high: int) -> float:
     return sum(kills) / len(kills)
 
 
+def late_kill_shares(result: dict, condition: str) -> list[float]:
+    """Per seed, the share of episodes killed in the run's last 10,240 env steps."""
+    return [
+        kill_share(r, r["env_steps_total"] - 10240, r["env_steps_total"]) for r in result["runs"][condition].values()
+    ]
+
+
 def test_the_health_term_result_quotes_its_file_and_the_constant_rate_drift_file() -> None:
     """The reading of the runs with the term off: episode lengths, late kill rates and early kill shares."""
     bench = REPO / "docs" / "benchmarks"
@@ -580,13 +587,7 @@ def test_the_health_term_result_quotes_its_file_and_the_constant_rate_drift_file
     assert f"(env steps per episode {early:.1f} between 10,240 and 20,480 env steps, {late:.1f} in the last" in flat
     assert early >= late  # the prediction the reading calls met
 
-    def late_kills(result: dict, condition: str) -> list[float]:
-        return [
-            kill_share(r, r["env_steps_total"] - 10240, r["env_steps_total"])
-            for r in result["runs"][condition].values()
-        ]
-
-    off_direct, on_direct = late_kills(off, "direct"), late_kills(on, "direct")
+    off_direct, on_direct = late_kill_shares(off, "direct"), late_kill_shares(on, "direct")
     arch = " ".join((REPO / "docs" / "architecture.md").read_text().split())
     on_early, on_late = episode_lengths(on, "direct")
     assert f"its episodes grew from {on_early:.1f} to {on_late:.1f} env steps" in arch
@@ -594,7 +595,7 @@ def test_the_health_term_result_quotes_its_file_and_the_constant_rate_drift_file
     assert f"was {min(off_direct):.3f}-{max(off_direct):.3f} in every seed ({min(on_direct):.3f}-" in arch
     assert f"was {min(off_direct):.3f}-{max(off_direct):.3f} in every seed, against {min(on_direct):.3f}-" in flat
     assert f"{max(on_direct):.3f} with the term on" in flat
-    assert f"its last 10,240 env steps {late_kills(off, 'transparent')[3]:.3f})" in flat  # seed 103
+    assert f"its last 10,240 env steps {late_kill_shares(off, 'transparent')[3]:.3f})" in flat  # seed 103
 
     def first_kills(result: dict, condition: str) -> float:
         return statistics.mean(kill_share(r, 0, 10240) for r in result["runs"][condition].values())
@@ -638,14 +639,8 @@ def test_every_committed_statistic_is_what_its_runs_give_today(name: str) -> Non
     from spikeloop.experiments.benchmarks import learning as bl
 
     result = json.loads((REPO / "docs" / "benchmarks" / name).read_text())
-    curve_keys = {"env_steps", "return", "kill", "level"}
-    facts = {
-        condition: {seed: {k: v for k, v in curves.items() if k not in curve_keys} for seed, curves in by_seed.items()}
-        for condition, by_seed in result["runs"].items()
-    }
-    rebuilt = json.loads(
-        json.dumps(bl._json_safe(bl.build_result(result["settings"], bl.runs_from_result(result), facts, 0.0)))
-    )
+    runs, facts = bl.runs_from_result(result), bl.run_facts_from_result(result)
+    rebuilt = json.loads(json.dumps(bl._json_safe(bl.build_result(result["settings"], runs, facts, 0.0))))
     differences = [d for key in rebuilt if key != "wall_s" for d in _same_numbers(result.get(key), rebuilt[key], key)]
     assert not differences, f"{name} is not what its runs give today:\n" + "\n".join(differences[:20])
 
@@ -686,10 +681,7 @@ def test_the_term_off_and_schedule_runs_are_the_term_off_runs_until_the_schedule
     assert f"episode for episode ({twins} of {twins} runs; doc test)" in flat
 
     def late(result: dict, condition: str) -> str:
-        shares = [
-            kill_share(r, r["env_steps_total"] - 10240, r["env_steps_total"])
-            for r in result["runs"][condition].values()
-        ]
+        shares = late_kill_shares(result, condition)
         return f"{min(shares):.3f}-{max(shares):.3f}"
 
     assert (

@@ -613,6 +613,18 @@ def runs_from_result(result: dict[str, Any]) -> Runs:
     }
 
 
+CURVE_KEYS = ("env_steps", "return", "kill", "level")
+"""A run's per-episode arrays in a result JSON (`curves_from_episodes`); its other keys are run facts."""
+
+
+def run_facts_from_result(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The facts of every run in a result JSON (iterations, wall time, ...): `build_result`'s `run_facts`."""
+    return {
+        condition: {seed: {k: v for k, v in curves.items() if k not in CURVE_KEYS} for seed, curves in by_seed.items()}
+        for condition, by_seed in result.get("runs", {}).items()
+    }
+
+
 def _tuning_mix(runs: Runs, wanted: Sequence[str]) -> str | None:
     """Why runs on the tuning seeds and on fresh seeds may not share one result, or None if they do not mix."""
     seeds = {int(s) for by_seed in runs.values() for s in by_seed} | {int(s) for s in wanted}
@@ -1156,15 +1168,13 @@ def main(
         except (OSError, ValueError) as exc:
             parser.error(f"{source}: {exc}")
         earlier_provenance += source_provenance(source, existing)
+        facts = run_facts_from_result(existing)
         for condition, by_seed in earlier.items():
             for seed, episodes in by_seed.items():
                 if seed in runs.get(condition, {}):
                     parser.error(f"{source}: {condition} seed {seed} is also in an earlier file; merge each run once")
                 runs.setdefault(condition, {})[seed] = episodes
-                facts = existing["runs"][condition][seed]
-                run_facts.setdefault(condition, {})[seed] = {
-                    k: v for k, v in facts.items() if k not in ("env_steps", "return", "kill")
-                }
+                run_facts.setdefault(condition, {})[seed] = facts[condition][seed]
         wall_before += float(existing.get("wall_s") or 0.0)
         # The file keeps every run it held: settings cover the union.
         held += existing["settings"].get("conditions", [])
