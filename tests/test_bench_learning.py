@@ -372,7 +372,8 @@ def test_experiment_dicts():
     assert direct["env"] == {"scenario": "basic", "frame_skip": 4} and "sim_device" not in direct
     zero = bl.experiment_dict("zero", 2, "basic", base)
     assert zero["ablation"] == "zero"
-    assert zero["devices"] == [
+    assert zero["devices"] == [{"device_id": "zero", "backend": "zero", "realtime": False}]  # no culture to knob
+    assert bl.experiment_dict("sim", 2, "basic", base)["devices"] == [
         {"device_id": "sim", "backend": "sim", "realtime": False, "seed": 2, "artifact_wait_ms": 10.0}
     ]
     transparent = bl.experiment_dict("transparent", 1, "basic", base)

@@ -14,7 +14,7 @@ import numpy as np
 
 from spikeloop.experiments.analysis import doc_blocks, stats, sweep
 from spikeloop.experiments.analysis.power import ALPHAS, DRAWS, MAX_SEEDS, POWER, seeds_needed
-from spikeloop.experiments.benchmarks.conditions import experiment_dict
+from spikeloop.experiments.benchmarks.conditions import pairing_key
 
 REPO = Path(__file__).resolve().parents[2]
 LEARNING_JSON = REPO / "docs" / "benchmarks" / "learning.json"
@@ -32,15 +32,15 @@ DOCS_BEGIN, DOCS_END = doc_blocks.markers(DOCS_BLOCK, DOCS_COMMAND)
 def benchmark_spread(path: str | Path = LEARNING_JSON, condition: str = TABLE_CONDITION) -> dict[str, dict[str, Any]]:
     """Per metric: the condition's SD over seeds, and the SD of its per-seed differences to its partners.
 
-    Partners are the benchmark's conditions that run the same device backend (and so share the culture's
-    seed as well as the game's and the learner's): for `sim`, `zero` and `random`. Without partners the
-    paired SD is None.
+    Partners are the benchmark's conditions with the same policy and culture (`pairing_key`), so that seed k of
+    each plays the same game with the same learner streams: for `sim`, its ablations `zero` and `random`.
+    Without partners the paired SD is None.
     """
     data = sweep.load_benchmark(Path(path))
     conditions = data.factors[sweep.BENCH_FACTOR]
     if condition not in conditions:
         raise ValueError(f"{path}: no condition {condition!r} (it has {', '.join(conditions)})")
-    partners = [c for c in conditions if c != condition and _device_of(c) == _device_of(condition)]
+    partners = [c for c in conditions if c != condition and pairing_key(c) == pairing_key(condition)]
     out = {}
     for metric in sweep.METRICS:
         own = sweep.per_seed(data, (condition,), metric)
@@ -60,13 +60,6 @@ def benchmark_spread(path: str | Path = LEARNING_JSON, condition: str = TABLE_CO
             "source": str(path),
         }
     return out
-
-
-def _device_of(condition: str) -> tuple[str, str]:
-    """(policy, device backend) of a benchmark condition, from the benchmark's own experiment."""
-    data = experiment_dict(condition, 0)
-    devices = data.get("devices") or [{}]
-    return data.get("policy", "closed_loop"), devices[0].get("backend", "sim")
 
 
 # --- the table in docs/benchmarks.md --------------------------------------------------------
@@ -98,8 +91,8 @@ def power_table_markdown(path: str | Path = LEARNING_JSON, condition: str = TABL
         f"Seeds per configuration for {POWER:.0%} power, two-sided, from `{shown.as_posix()}` "
         f"(`{condition}`, {ret['seeds']} seeds, last {sweep.FINAL_EPISODES} episodes): SD over seeds of the final "
         f"return {ret['sd']:.1f} and of the kill rate {kill['sd']:.3f} (unpaired); SD of the per-seed "
-        f"differences to {' and '.join(f'`{p}`' for p in ret['partners'])}, which share its culture and game "
-        f"seeds, {_fmt(ret['sd_paired'], '.1f')} and {_fmt(kill['sd_paired'], '.3f')} (paired). Simulated exact "
+        f"differences to {' and '.join(f'`{p}`' for p in ret['partners'])}, seed by seed (the same game and "
+        f"learner streams), {_fmt(ret['sd_paired'], '.1f')} and {_fmt(kill['sd_paired'], '.3f')} (paired). Simulated exact "
         f"tests (signed-rank paired, Mann-Whitney unpaired), {DRAWS:,} draws; '-' means more than {MAX_SEEDS}.",
         "",
         "| difference in | paired, alpha 0.05 | paired, alpha 0.01 | unpaired, alpha 0.05 | unpaired, alpha 0.01 |",

@@ -1,8 +1,8 @@
 """`spikeloop bench ablation`: does the decoder need the culture's spikes?
 
-The learning benchmark (`experiments/benchmarks/learning.py`) restricted to the simulated
-culture with the decoder input set to the real spikes (`sim`), to zeros (`zero`) and to
-Poisson noise (`random`): the same runs, budget, statistics (one-sided exact
+The learning benchmark (`experiments/benchmarks/learning.py`) restricted to the decoder input
+set to the simulated culture's spikes (`sim`), to zeros (`zero`) and to Poisson noise
+(`random`; these two need no culture: conditions.ABLATIONS): the same runs, budget, statistics (one-sided exact
 Mann-Whitney against `zero` per seed) and figure, written to docs/benchmarks/ablation.json.
 A measurement, not a pass/fail test; the reading goes in docs/benchmarks.md.
 """

@@ -14,6 +14,14 @@ CONDITIONS = ("direct", "transparent", "sim", "zero", "random")
 EXTRA_CONDITIONS = ("sim_reference",)
 """Conditions run only when asked for (the feedback controls below too)."""
 SCENARIO = "basic"
+ABLATIONS = ("zero", "random")
+"""Conditions whose decoder reads zeros or Poisson noise (the `ablation` setting) in place of the culture's counts.
+
+No culture's counts reach their decoder, the learner or the env (the counts go only to the live meter and the
+step records), so they run against the `zero` backend rather than a simulated culture whose answer would be thrown
+away: the same episodes, about 40% sooner (docs/benchmarks.md, "The ablations without a simulated culture"). With
+one seed they play the same game and draw the same learner streams as `sim`, so they are `sim`'s paired partners
+(`pairing_key`)."""
 TUNING_SEEDS = range(5)
 """Seeds 0-4: the seeds every setting was chosen on. The learner's settings (learning rate and its schedule, network
 sizes, the encoder's and decoder's defaults), the control cultures' knobs and the feedback settle time were each
@@ -98,6 +106,21 @@ models/module_config.py, the sim device's reference timing), so the benchmark me
 An optional "sim_device" key is merged into the sim device entry."""
 
 
+NO_CULTURE_DEVICE: dict[str, Any] = {"device_id": "zero", "backend": "zero", "realtime": False}
+"""The device of the `ABLATIONS`: every reply zero counts, as fast as possible (the sim device's knobs do not apply)."""
+
+
+def pairing_key(condition: str) -> tuple[str, str]:
+    """What two conditions share when seed k of one is paired with seed k of the other: policy and culture.
+
+    An ablation counts as the culture it replaces (`sim`'s), since its seed's game and learner streams are `sim`'s."""
+    data = experiment_dict(condition, 0)
+    if condition in ABLATIONS:
+        return data.get("policy", "closed_loop"), "sim"
+    devices = data.get("devices") or [{}]
+    return data.get("policy", "closed_loop"), devices[0].get("backend", "sim")
+
+
 def experiment_dict(
     condition: str, seed: int, scenario: str = SCENARIO, base: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -119,8 +142,7 @@ def experiment_dict(
             "transparent": {"devices": [{"device_id": "transparent", "backend": "transparent", "seed": seed}]},
             "sim": {"devices": [sim_device]},
             "sim_reference": {"devices": [sim_device | {"stim_mode": "reference"}]},
-            "zero": {"devices": [sim_device], "ablation": "zero"},
-            "random": {"devices": [sim_device], "ablation": "random"},
+            **{ablation: {"devices": [NO_CULTURE_DEVICE], "ablation": ablation} for ablation in ABLATIONS},
         }[condition]
     data = deep_merge(data, own | {"name": f"learning-{condition}-{seed}", "seed": seed})
     data.setdefault("env", {})["scenario"] = scenario

@@ -5,8 +5,9 @@ Five conditions, each trained for the same env-step budget with several seeds:
   direct       features straight to actions, no culture (the no-neurons control)
   transparent  the perfect-channel device: the culture path with a lossless culture
   sim          the simulated culture
-  zero         the simulated culture with the decoder input set to zeros (chance)
-  random       the simulated culture with the decoder input set to Poisson noise
+  zero         the decoder input set to zeros (chance)
+  random       the decoder input set to Poisson noise
+                 (both read no culture, so they run against the `zero` backend: conditions.ABLATIONS)
 
 and, on request (`--conditions`), not by default:
 
