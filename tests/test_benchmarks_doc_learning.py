@@ -712,3 +712,38 @@ def test_the_readme_recipe_for_long_basic_runs_is_the_measured_settings() -> Non
     flags = {"env": words[1::2][words[0::2].index("--env")], "ppo": words[1::2][words[0::2].index("--ppo")]}
     for section, pair in flags.items():
         assert bl._section_overrides([pair], "basic", section) == result["settings"][section], section
+
+
+def test_the_ablations_without_a_culture_are_the_same_runs_and_the_times_are_the_files() -> None:
+    """The ablations on the zero backend: all 25 runs of `--jobs 2` as before on one machine, the times quoted theirs."""
+    bench = REPO / "docs" / "benchmarks"
+    before = json.loads((bench / "learning-amd-before.json").read_text())
+    after = json.loads((bench / "learning-amd-after.json").read_text())
+    for result in (before, after):
+        assert result["command"].startswith("spikeloop bench learning --seeds 5 --jobs 2 ")
+        assert not result["git"]["tracked_files_changed"]
+    assert before["machine"] == after["machine"]
+    compared = _same_runs(after, before)
+    section = " ".join(DOC.read_text().split()).split("### The ablations without a simulated culture")[1]
+    section = section.split("###")[0]
+    assert f"checkout of {before['git']['commit'][:7]}" in section
+    assert f"checkout of {after['git']['commit'][:7]}" in section
+    assert f"({compared} of {compared} runs; doc test)" in section
+    wall, old = after["wall_s"], before["wall_s"]
+    assert f"**{wall / 60:.1f} minutes** (`wall_s` {wall:,.0f} s) against {old / 60:.1f} ({old:,.0f} s)" in section
+    assert f"{old / wall:.2f}x" in section
+    for condition in before["runs"]:
+        new = sum(r["wall_s"] for r in after["runs"][condition].values())
+        was = sum(r["wall_s"] for r in before["runs"][condition].values())
+        assert f"`{condition}` {new:.0f} s against {was:.0f}" in section, condition
+    targets = after["targets"]
+    assert f"(p = {targets['c_sim_beats_zero']['p_value']:.4f})" in section
+    solved = targets["a_direct_transparent_solve"]["conditions"]["transparent"]["per_seed"].values()
+    assert f"met in {sum(seed['met'] for seed in solved)} of 5 seeds" in section
+    speed = targets["b_transparent_speed"]
+    assert f"{speed['ratio']:.2f}x `direct`'s ({speed['transparent_median_steps']:,.0f} against " in section
+    assert f"{speed['direct_median_steps']:,.0f} env steps)" in section
+    intel = json.loads((bench / "learning-jobs2-kernel.json").read_text())["summary"]["transparent"]
+    here = after["summary"]["transparent"]["final_return_mean"]["per_seed"]["100"]
+    there = intel["final_return_mean"]["per_seed"]["100"]
+    assert f"`transparent` seed 100 {here:.1f} here against {there:.0f} in `learning-jobs2-kernel.json`" in section

@@ -19,7 +19,7 @@ ABLATIONS = ("zero", "random")
 
 No culture's counts reach their decoder, the learner or the env (the counts go only to the live meter and the
 step records), so they run against the `zero` backend rather than a simulated culture whose answer would be thrown
-away: the same episodes, about 40% sooner (docs/benchmarks.md, "The ablations without a simulated culture"). With
+away: the same episodes, about 30% sooner (docs/benchmarks.md, "The ablations without a simulated culture"). With
 one seed they play the same game and draw the same learner streams as `sim`, so they are `sim`'s paired partners
 (`pairing_key`)."""
 TUNING_SEEDS = range(5)
