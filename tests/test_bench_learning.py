@@ -526,6 +526,31 @@ def test_bench_ppo_flag_is_checked_recorded_and_reaches_every_run(capsys):
     _recorded_and_resumed_only_alike("ppo", ppo, r"learner settings \(--ppo\)", ppo=ppo)
 
 
+def test_bench_model_flag_is_checked_recorded_and_reaches_every_run(capsys):
+    """--model sets the module of every condition (encoder, decoder, value net), as --ppo the learner."""
+    from spikeloop.experiments.benchmarks.one_run import run_experiment
+
+    _refused_before_any_run(
+        capsys,
+        "--model",
+        ("bogus=1", "model.bogus: unknown key"),
+        ("encoder_init_concentration=-3", "model.encoder_init_concentration must be > 2"),
+        ("ablation=zero", "set the ablation with the top-level `ablation:` key"),
+        ("encoder_hiddens", "write KEY=VALUE with a key of the model section"),
+        ("encoder.hiddens=[64]", "write KEY=VALUE with a key of the model section"),
+        ("encoder_hiddens=[64", "the value is not valid YAML"),
+    )
+    model = bl._section_overrides(["encoder_init_concentration=22", "encoder_hiddens=[64, 64]"], "basic", "model")
+    assert model == {"encoder_init_concentration": 22, "encoder_hiddens": [64, 64]}
+    for condition in ("direct", "transparent", "sim"):
+        built = run_experiment(condition, 100, "basic", model=model).model
+        assert built.encoder_init_concentration == 22 and tuple(built.encoder_hiddens) == (64, 64), condition
+    assert run_experiment("sim", 100, "basic").model.encoder_init_concentration == 42.0  # the default
+    _recorded_and_resumed_only_alike("model", model, r"model settings \(--model\)", model=model)
+    second = bl.figure_title(bl._settings("basic", ["direct"], 1, 1000, model=model)).split("\n")[1]
+    assert second == "--model encoder_init_concentration=22 --model encoder_hiddens=[64, 64]"
+
+
 def test_bench_culture_flag_is_checked(capsys):
     with pytest.raises(SystemExit):
         bl.main(["--culture", "dopamine_tau_ms=-5"])

@@ -654,6 +654,7 @@ def check_resume(existing: dict[str, Any], settings: dict[str, Any]) -> Runs:
             ("env_steps_per_run", "env-step budget"),
             ("base_experiment", "base experiment (spikeloop.experiments.schema learning settings)"),
             ("ppo", "learner settings (--ppo)"),
+            ("model", "model settings (--model)"),
             ("env", "env settings (--env)"),
         )
         if old.get(key) != settings.get(key)
@@ -727,6 +728,7 @@ def _settings(
     env: dict[str, Any] | None = None,
     ppo: dict[str, Any] | None = None,
     env_overrides: dict[str, Any] | None = None,
+    model: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     recorded = [c for c in conditions if c in FEEDBACK_CONDITIONS or (culture and c in SIM_CONDITIONS)]
     return (
@@ -754,6 +756,7 @@ def _settings(
         | ({"curriculum_env": env} if env else {})
         | ({"ppo": ppo} if ppo else {})
         | ({"env": env_overrides} if env_overrides else {})
+        | ({"model": model} if model else {})
     )
 
 
@@ -830,7 +833,7 @@ def figure_title(settings: dict[str, Any]) -> str:
     )
     changed = [
         f"--{section} {key}={value}"
-        for section in ("env", "ppo")
+        for section in ("env", "ppo", "model")
         for key, value in flatten(settings.get(section) or {}).items()
     ]
     if reward_changes(settings.get("env")):
@@ -917,17 +920,23 @@ def _culture_overrides(pairs: list[str]) -> dict[str, Any]:
 
 
 def _section_overrides(pairs: list[str], scenario: str, section: str) -> dict[str, Any]:
-    """`--ppo`/`--env KEY=VALUE` pairs as that section of every condition's experiment, checked as it would be."""
+    """`--ppo`/`--model`/`--env KEY=VALUE` pairs as that section of every condition's experiment, checked as it
+    would be."""
     from spikeloop.experiments.benchmarks.one_run import run_experiment
     from spikeloop.experiments.schema import ExperimentError, parse_override, set_path
 
-    option, example = f"--{section}", {"ppo": "lr=0.003", "env": "reward_settings.end_health_per_hp=0"}[section]
+    examples = {
+        "ppo": "lr=0.003",
+        "model": "encoder_init_concentration=22",
+        "env": "reward_settings.end_health_per_hp=0",
+    }
+    option, example = f"--{section}", examples[section]
     overrides: dict[str, Any] = {}
     for pair in pairs:
         key, sep, _ = pair.partition("=")
         key = key.strip()
-        # The ppo section is flat; env's reward_settings and feature_settings are dicts of their own.
-        if not sep or not key or (section == "ppo" and "." in key):
+        # The ppo and model sections are flat; env's reward_settings and feature_settings are dicts of their own.
+        if not sep or not key or (section != "env" and "." in key):
             raise ValueError(
                 f"{option} {pair[:80]!r}: write KEY=VALUE with a key of the {section} section, e.g. {option} {example}"
             )
@@ -1101,6 +1110,14 @@ def main(
         "result), e.g. --ppo 'lr=[[0, 0.01], [20480, 0.01], [40960, 0.001]]'",
     )
     parser.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a module setting (the experiment's model section: encoder, decoder, value net) in every condition "
+        "(repeatable; recorded in the result), e.g. --model encoder_init_concentration=22",
+    )
+    parser.add_argument(
         "--env",
         action="append",
         default=[],
@@ -1112,6 +1129,7 @@ def main(
     try:
         culture = _culture_overrides(args.culture)
         ppo = _section_overrides(args.ppo, args.scenario, "ppo")
+        model = _section_overrides(args.model, args.scenario, "model")
         env_overrides = _section_overrides(args.env, args.scenario, "env")
     except ValueError as exc:
         parser.error(str(exc))
@@ -1151,7 +1169,7 @@ def main(
     figure = args.figure or args.output.with_suffix(".png")
     wanted = [str(seed) for seed in range(args.first_seed, args.first_seed + args.seeds)]
     settings = _settings(
-        args.scenario, conditions, args.seeds, args.env_steps, culture, args.first_seed, env, ppo, env_overrides
+        args.scenario, conditions, args.seeds, args.env_steps, culture, args.first_seed, env, ppo, env_overrides, model
     )
     # What each run plays: the curriculum's env section (if any) with --env's settings over it.
     run_env = deep_merge(env or {}, env_overrides) if env_overrides else env
@@ -1196,6 +1214,7 @@ def main(
             env,
             ppo,
             env_overrides,
+            model,
         )
 
     from_sources = {"sources": earlier_provenance} if earlier_provenance else {}
@@ -1216,7 +1235,7 @@ def main(
     try:
         if len(todo) > 1 and args.jobs > 1:
             spec = {"budget": args.env_steps, "scenario": args.scenario, "culture": culture, "env": run_env}
-            spec |= {"bench": name, "ppo": ppo}
+            spec |= {"bench": name, "ppo": ppo, "model": model}
             parallel.run_side_by_side(
                 todo, args.jobs, lambda c, s: spec | {"condition": c, "seed": s}, run_done, label=name
             )
@@ -1224,7 +1243,9 @@ def main(
             with private_ray():
                 for n, (condition, run_seed) in enumerate(todo, 1):
                     print(f"[{name}] run {n}/{len(todo)}: {condition} seed {run_seed}", file=sys.stderr, flush=True)
-                    trained = train_run(condition, run_seed, args.env_steps, args.scenario, culture, run_env, name, ppo)
+                    trained = train_run(
+                        condition, run_seed, args.env_steps, args.scenario, culture, run_env, name, ppo, model
+                    )
                     run_done(condition, run_seed, *trained)
     except (KeyboardInterrupt, parallel.RunFailed) as stop:
         kept = sum(len(by_seed) for by_seed in runs.values()) if args.output.is_file() else 0

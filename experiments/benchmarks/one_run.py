@@ -45,6 +45,7 @@ def run_experiment(
     env: dict[str, Any] | None = None,
     ppo: dict[str, Any] | None = None,
     source: str | None = None,
+    model: dict[str, Any] | None = None,
 ) -> Experiment:
     """The checked experiment one benchmark run trains (arguments as `train_run`'s; `source` names it in errors)."""
     from spikeloop.experiments.schema import experiment_from_dict
@@ -54,6 +55,7 @@ def run_experiment(
         | ({"sim_device": {"culture": culture}} if culture else {})
         | ({"env": env} if env else {})
         | ({"ppo": ppo} if ppo else {})
+        | ({"model": model} if model else {})
     )
     return experiment_from_dict(
         experiment_dict(condition, seed, scenario, base), source=source or f"bench learning {condition}"
@@ -69,15 +71,16 @@ def train_run(
     env: dict[str, Any] | None = None,
     bench: str = "learning",
     ppo: dict[str, Any] | None = None,
+    model: dict[str, Any] | None = None,
 ) -> tuple[list[Episode], dict[str, Any]]:
     """Train one condition and seed until `budget` env steps (`culture`: knobs for its sim device; `env`: an env
     section with a curriculum, whose first level is `scenario`; `bench`: the name its progress lines carry; `ppo`:
-    learner settings); its episodes and run facts."""
+    learner settings; `model`: module settings); its episodes and run facts."""
     from spikeloop.experiments.runner import _pull_episode_records
     from spikeloop.models.closed_loop.ppo import finish
 
     stages = (env or {}).get("curriculum", {}).get("scenarios")
-    experiment = run_experiment(condition, seed, scenario, culture, env, ppo)
+    experiment = run_experiment(condition, seed, scenario, culture, env, ppo, model=model)
     t0 = time.monotonic()
     algo = experiment.algorithm_config().build_algo()
     episodes: list[Episode] = []
