@@ -747,3 +747,37 @@ def test_the_ablations_without_a_culture_are_the_same_runs_and_the_times_are_the
     here = after["summary"]["transparent"]["final_return_mean"]["per_seed"]["100"]
     there = intel["final_return_mean"]["per_seed"]["100"]
     assert f"`transparent` seed 100 {here:.1f} here against {there:.0f} in `learning-jobs2-kernel.json`" in section
+
+
+def test_the_concentration_table_is_the_tuning_files() -> None:
+    """Each concentration's 90% marks, ratio and finals, read against the tuning file's direct and zero."""
+    from spikeloop.experiments.benchmarks import learning as bl
+
+    bench = REPO / "docs" / "benchmarks"
+    base = json.loads((bench / "learning-tuning-seeds.json").read_text())
+    section = " ".join(DOC.read_text().split()).split("### The stimulation's noise")[1].split("###")[0]
+    for name, concentration in (
+        ("learning-tuning-seeds", None),
+        ("learning-tuning-concentration-100", 100),
+        ("learning-tuning-concentration-12", 12),
+    ):
+        candidate = json.loads((bench / f"{name}.json").read_text())
+        assert candidate["settings"].get("model") == (
+            {"encoder_init_concentration": concentration} if concentration else None
+        )
+        assert candidate["settings"]["first_seed"] == 0 and candidate["git"]["commit"][:7] in section
+        runs = bl.runs_from_result(base)
+        runs["transparent"] = bl.runs_from_result(candidate)["transparent"]
+        stats = bl.summarize(runs, "basic", 20480)
+        marks = stats["summary"]["transparent"]["steps_to_90pct_direct"]
+        finals = stats["summary"]["transparent"]["final_return_mean"]["per_seed"]
+        speed = stats["targets"]["b_transparent_speed"]
+        seeds = [str(s) for s in range(5)]
+        cells = [
+            ", ".join("never" if marks["per_seed"][s] is None else f"{marks['per_seed'][s]:,.0f}" for s in seeds),
+            "never" if marks["median"] is None else f"{marks['median']:,.0f}",
+            "-" if speed["ratio"] is None else f"{speed['ratio']:.2f}x",
+            ", ".join(f"{finals[s]:.1f}" for s in seeds),
+        ]
+        assert " | ".join(cells) + " |" in section, name
+        assert f"median {speed['direct_median_steps']:,.0f} env steps" in section
