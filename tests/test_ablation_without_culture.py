@@ -1,7 +1,7 @@
 """An ablation's run is the same against the `zero` backend as against a simulated culture.
 
 `bench learning` runs `zero` and `random` against the `zero` backend (experiments/benchmarks/conditions.py,
-`ABLATIONS`): their decoder reads zeros or the connector's Poisson noise, never the culture's counts, so
+`ABLATION_CONDITIONS`): their decoder reads zeros or the connector's Poisson noise, never the culture's counts, so
 simulating a culture only costs time. This holds only while nothing the env, the learner or the feedback
 reads depends on those counts; the check is one `spikeloop tune` of the `random` ablation with the device's
 backend swept over `sim` and `zero`, same seed, two iterations each (the second samples with updated weights),
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spikeloop.experiments.benchmarks.conditions import ABLATIONS, NO_CULTURE_DEVICE, experiment_dict
+from spikeloop.experiments.benchmarks.conditions import ABLATION_CONDITIONS, NO_CULTURE_DEVICE, experiment_dict
 from tests.support.spikeloop_cli import run_spikeloop
 
 SWEEP = textwrap.dedent("""\
@@ -41,7 +41,7 @@ SWEEP = textwrap.dedent("""\
 
 
 def test_the_benchmark_runs_its_ablations_without_a_culture() -> None:
-    for ablation in ABLATIONS:
+    for ablation in ABLATION_CONDITIONS:
         data = experiment_dict(ablation, 3)
         assert data["ablation"] == ablation and data["devices"] == [NO_CULTURE_DEVICE]
     assert experiment_dict("sim", 3)["devices"][0]["backend"] == "sim"

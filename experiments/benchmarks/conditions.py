@@ -14,7 +14,7 @@ CONDITIONS = ("direct", "transparent", "sim", "zero", "random")
 EXTRA_CONDITIONS = ("sim_reference",)
 """Conditions run only when asked for (the feedback controls below too)."""
 SCENARIO = "basic"
-ABLATIONS = ("zero", "random")
+ABLATION_CONDITIONS = ("zero", "random")
 """Conditions whose decoder reads zeros or Poisson noise (the `ablation` setting) in place of the culture's counts.
 
 No culture's counts reach their decoder, the learner or the env (the counts go only to the live meter and the
@@ -107,7 +107,7 @@ An optional "sim_device" key is merged into the sim device entry."""
 
 
 NO_CULTURE_DEVICE: dict[str, Any] = {"device_id": "zero", "backend": "zero", "realtime": False}
-"""The device of the `ABLATIONS`: every reply zero counts, as fast as possible (the sim device's knobs do not apply)."""
+"""The device of the `ABLATION_CONDITIONS`: every reply zero counts, as fast as possible (the sim device's knobs do not apply)."""
 
 
 def pairing_key(condition: str) -> tuple[str, str]:
@@ -115,7 +115,7 @@ def pairing_key(condition: str) -> tuple[str, str]:
 
     An ablation counts as the culture it replaces (`sim`'s), since its seed's game and learner streams are `sim`'s."""
     data = experiment_dict(condition, 0)
-    if condition in ABLATIONS:
+    if condition in ABLATION_CONDITIONS:
         return data.get("policy", "closed_loop"), "sim"
     devices = data.get("devices") or [{}]
     return data.get("policy", "closed_loop"), devices[0].get("backend", "sim")
@@ -142,7 +142,7 @@ def experiment_dict(
             "transparent": {"devices": [{"device_id": "transparent", "backend": "transparent", "seed": seed}]},
             "sim": {"devices": [sim_device]},
             "sim_reference": {"devices": [sim_device | {"stim_mode": "reference"}]},
-            **{ablation: {"devices": [NO_CULTURE_DEVICE], "ablation": ablation} for ablation in ABLATIONS},
+            **{ablation: {"devices": [NO_CULTURE_DEVICE], "ablation": ablation} for ablation in ABLATION_CONDITIONS},
         }[condition]
     data = deep_merge(data, own | {"name": f"learning-{condition}-{seed}", "seed": seed})
     data.setdefault("env", {})["scenario"] = scenario

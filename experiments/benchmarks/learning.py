@@ -7,7 +7,7 @@ Five conditions, each trained for the same env-step budget with several seeds:
   sim          the simulated culture
   zero         the decoder input set to zeros (chance)
   random       the decoder input set to Poisson noise
-                 (both read no culture, so they run against the `zero` backend: conditions.ABLATIONS)
+                 (both read no culture, so they run against the `zero` backend: conditions.ABLATION_CONDITIONS)
 
 and, on request (`--conditions`), not by default:
 
@@ -1169,7 +1169,16 @@ def main(
     figure = args.figure or args.output.with_suffix(".png")
     wanted = [str(seed) for seed in range(args.first_seed, args.first_seed + args.seeds)]
     settings = _settings(
-        args.scenario, conditions, args.seeds, args.env_steps, culture, args.first_seed, env, ppo, env_overrides, model
+        args.scenario,
+        conditions,
+        args.seeds,
+        args.env_steps,
+        culture,
+        args.first_seed,
+        env,
+        ppo,
+        env_overrides,
+        model=model,
     )
     # What each run plays: the curriculum's env section (if any) with --env's settings over it.
     run_env = deep_merge(env or {}, env_overrides) if env_overrides else env
@@ -1214,7 +1223,7 @@ def main(
             env,
             ppo,
             env_overrides,
-            model,
+            model=model,
         )
 
     from_sources = {"sources": earlier_provenance} if earlier_provenance else {}
@@ -1244,7 +1253,7 @@ def main(
                 for n, (condition, run_seed) in enumerate(todo, 1):
                     print(f"[{name}] run {n}/{len(todo)}: {condition} seed {run_seed}", file=sys.stderr, flush=True)
                     trained = train_run(
-                        condition, run_seed, args.env_steps, args.scenario, culture, run_env, name, ppo, model
+                        condition, run_seed, args.env_steps, args.scenario, culture, run_env, name, ppo, model=model
                     )
                     run_done(condition, run_seed, *trained)
     except (KeyboardInterrupt, parallel.RunFailed) as stop:

@@ -141,7 +141,7 @@ def _child(spec_path: Path) -> int:
                 spec["env"],
                 spec["bench"],
                 spec.get("ppo"),
-                spec.get("model"),
+                model=spec.get("model"),
             )
     except KeyboardInterrupt:  # the parent stopped it: one line, not a traceback from inside Ray
         print(f"[bench] {spec['condition']} seed {spec['seed']}: stopped, not kept", file=sys.stderr, flush=True)
