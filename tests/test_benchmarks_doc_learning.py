@@ -781,3 +781,51 @@ def test_the_concentration_table_is_the_tuning_files() -> None:
         ]
         assert " | ".join(cells) + " |" in section, name
         assert f"median {speed['direct_median_steps']:,.0f} env steps" in section
+
+
+def _candidate_row(base: dict, candidate: dict) -> str:
+    """A tuning candidate's row from `direct`'s column on: read against its own `direct` where it ran one."""
+    from spikeloop.experiments.benchmarks import learning as bl
+
+    runs = bl.runs_from_result(base)
+    own = bl.runs_from_result(candidate)
+    runs["transparent"] = own["transparent"]
+    if "direct" in own:
+        runs["direct"] = own["direct"]
+    stats = bl.summarize(runs, "basic", 20480)
+    marks = stats["summary"]["transparent"]["steps_to_90pct_direct"]
+    finals = stats["summary"]["transparent"]["final_return_mean"]["per_seed"]
+    speed = stats["targets"]["b_transparent_speed"]
+    seeds = [str(s) for s in range(5)]
+    read_against = "its own" if "direct" in own and candidate is not base else "the defaults'"
+    return " | ".join(
+        [
+            f"{read_against} ({speed['direct_median_steps']:,.0f})",
+            ", ".join("never" if marks["per_seed"][s] is None else f"{marks['per_seed'][s]:,.0f}" for s in seeds),
+            "never" if marks["median"] is None else f"{marks['median']:,.0f}",
+            "-" if speed["ratio"] is None else f"{speed['ratio']:.2f}x",
+            ", ".join(f"{finals[s]:.1f}" for s in seeds),
+        ]
+    )
+
+
+def test_the_tuning_candidates_tables_are_their_files() -> None:
+    """Each candidate's row (90% marks, ratio, finals) rebuilt from its file against the tuning seeds' direct and zero."""
+    bench = REPO / "docs" / "benchmarks"
+    base = json.loads((bench / "learning-tuning-seeds.json").read_text())
+    flat = " ".join(DOC.read_text().split())
+    section = flat.split("### The encoder's rate, its head's spread")[1].split("### No drift at 5 times")[0]
+    candidates = {
+        "learning-tuning-decoder-mlp": ("model", {"decoder_type": "mlp"}),
+        "learning-tuning-head-std-2": ("model", {"encoder_head_init_std": 2.0}),
+        "learning-tuning-encoder-lr-1": ("ppo", {"encoder_lr_multiplier": 1.0}),
+    }
+    for name, (section_key, setting) in candidates.items():
+        candidate = json.loads((bench / f"{name}.json").read_text())
+        assert candidate["settings"].get(section_key) == setting, name
+        assert candidate["settings"]["first_seed"] == 0 and candidate["settings"]["seeds"] == 5
+        assert candidate["git"]["commit"][:7] in section
+        [(key, value)] = setting.items()
+        label = f"`{key}={value}`"
+        assert f"| {label} | {_candidate_row(base, candidate)} |" in section, name
+    assert f"| none (the defaults, above) | {_candidate_row(base, base)} |" in section
