@@ -819,6 +819,9 @@ def test_the_tuning_candidates_tables_are_their_files() -> None:
         "learning-tuning-decoder-mlp": ("model", {"decoder_type": "mlp"}),
         "learning-tuning-head-std-2": ("model", {"encoder_head_init_std": 2.0}),
         "learning-tuning-encoder-lr-1": ("ppo", {"encoder_lr_multiplier": 1.0}),
+        "learning-tuning-encoder-entropy-0.01": ("ppo", {"encoder_entropy_coeff": -0.01}),
+        "learning-tuning-encoder-entropy-0.03": ("ppo", {"encoder_entropy_coeff": -0.03}),
+        "learning-tuning-decoder-entropy-0.005": ("ppo", {"decoder_entropy_coeff": 0.005}),
     }
     for name, (section_key, setting) in candidates.items():
         candidate = json.loads((bench / f"{name}.json").read_text())
