@@ -30,7 +30,9 @@ stimulation silently breaks the closed loop. Two kinds of device exist:
   Once a few answers show that the device's clock runs at our rate, its stamps
   decide instead (`spikeloop.bridge.trainer.reply_clock`): a reply answers the awaited
   stimulation only if its stamp, read against the send times, fits that one
-  and no earlier one still unanswered; whatever cannot be attributed with
+  (up to a quarter of the timeout sooner than the device has answered: a device
+  on ticks of its own answers sooner at another phase of them) and no earlier one
+  still unanswered; whatever cannot be attributed with
   certainty is written off (`unattributed`), never used. Until the clock is
   learnt, arrival order decides only while no stimulation has gone unanswered
   since the device first answered (before that, no reply can be late for

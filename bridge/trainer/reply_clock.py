@@ -48,6 +48,10 @@ MIN_SLACK_S = 0.002
 """Tolerance on every window edge, at least (scheduling jitter on the trainer's side)."""
 ON_TIME_SHARE = 0.25
 """A reply stamped up to this share of the timeout later than the band is still on time (a busy machine)."""
+SOONER_SHARE = 0.25
+"""A reply stamped up to this share of the timeout sooner than the band still fits. A device that answers on its own
+ticks answers up to a tick sooner when a stimulation reaches it late in a tick, and a loop locked to those ticks never
+shows the band that: every reply comes a whole tick after the last (docs/benchmarks.md, "loop")."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,7 @@ class ReplyClock:
     def margin_s(self) -> float:
         """How long past a written-off stimulation's horizon the next one must wait so that their windows part."""
         fit = self._fit
-        return 0.0 if fit is None else 2 * fit.slack_s + max(0.0, -fit.band_lo_s)
+        return 0.0 if fit is None else 2 * fit.slack_s + self.sooner_s + max(0.0, -fit.band_lo_s)
 
     def observe(self, t_sent: float, stamp_us: int) -> None:
         """One answer the bridge is sure of: the stimulation's send time (perf_counter s) and the reply's stamp."""
@@ -125,8 +129,14 @@ class ReplyClock:
         if fit is None:
             raise RuntimeError("ReplyClock.fits before the clock is ready")
         r = fit.residual(stamp_us, t_sent)
-        # Made no sooner after the stimulation than the device ever answers, and no later than the horizon.
-        return fit.band_lo_s - fit.slack_s <= r <= self.horizon_s + fit.slack_s
+        # Made no sooner after the stimulation than the device answers (within SOONER_SHARE of the timeout), and no
+        # later than the horizon.
+        return fit.band_lo_s - fit.slack_s - self.sooner_s <= r <= self.horizon_s + fit.slack_s
+
+    @property
+    def sooner_s(self) -> float:
+        """How much sooner than the band a reply may be stamped and still fit."""
+        return SOONER_SHARE * self.timeout_s
 
     def on_time(self, stamp_us: int, t_sent: float) -> bool:
         """Is the reply stamped within the device's usual reply time after the stimulation sent at `t_sent`?"""
