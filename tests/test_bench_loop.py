@@ -73,7 +73,8 @@ def test_the_meter_cost_is_its_cpu_time_over_the_timed_ticks_only():
 
 
 def test_the_loop_table_is_the_committed_file(committed):
-    """benchmarks.md's loop table and the commit it names are loop.json's; the tick10 figure is the Intel file's."""
+    """benchmarks.md's loop table, the commits it names and the tick10 counters are loop.json's; the quoted earlier
+    tick10 figure is the Intel file's."""
     flat = " ".join(DOC.read_text().split())
     section = flat.split("## loop: closed-loop steps per second")[1].split("**The live information meter's cost**")[0]
     windows = ", ".join(f"{w:.3f}" for w in committed["paced"]["steps_per_s_each"])

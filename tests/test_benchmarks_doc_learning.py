@@ -749,10 +749,33 @@ def test_the_ablations_without_a_culture_are_the_same_runs_and_the_times_are_the
     assert f"`transparent` seed 100 {here:.1f} here against {there:.0f} in `learning-jobs2-kernel.json`" in section
 
 
-def test_the_concentration_table_is_the_tuning_files() -> None:
-    """Each concentration's 90% marks, ratio and finals, read against the tuning file's direct and zero."""
+def _transparent_cells(base: dict, candidate: dict, own_direct: bool = False) -> tuple[float, list[str]]:
+    """`direct`'s median 90% mark and the candidate's `transparent` cells (90% marks per tuning seed, their median,
+    the ratio, finals per seed), read against the base file's `zero` and `direct` (the candidate's own `direct` with
+    `own_direct`)."""
     from spikeloop.experiments.benchmarks import learning as bl
 
+    runs = bl.runs_from_result(base)
+    own = bl.runs_from_result(candidate)
+    runs["transparent"] = own["transparent"]
+    if own_direct:
+        runs["direct"] = own["direct"]
+    stats = bl.summarize(runs, "basic", 20480)
+    marks = stats["summary"]["transparent"]["steps_to_90pct_direct"]
+    finals = stats["summary"]["transparent"]["final_return_mean"]["per_seed"]
+    speed = stats["targets"]["b_transparent_speed"]
+    seeds = [str(s) for s in range(5)]
+    cells = [
+        ", ".join("never" if marks["per_seed"][s] is None else f"{marks['per_seed'][s]:,.0f}" for s in seeds),
+        "never" if marks["median"] is None else f"{marks['median']:,.0f}",
+        "-" if speed["ratio"] is None else f"{speed['ratio']:.2f}x",
+        ", ".join(f"{finals[s]:.1f}" for s in seeds),
+    ]
+    return speed["direct_median_steps"], cells
+
+
+def test_the_concentration_table_is_the_tuning_files() -> None:
+    """Each concentration's 90% marks, ratio and finals, read against the tuning file's direct and zero."""
     bench = REPO / "docs" / "benchmarks"
     base = json.loads((bench / "learning-tuning-seeds.json").read_text())
     section = " ".join(DOC.read_text().split()).split("### The stimulation's noise")[1].split("###")[0]
@@ -766,47 +789,17 @@ def test_the_concentration_table_is_the_tuning_files() -> None:
             {"encoder_init_concentration": concentration} if concentration else None
         )
         assert candidate["settings"]["first_seed"] == 0 and candidate["git"]["commit"][:7] in section
-        runs = bl.runs_from_result(base)
-        runs["transparent"] = bl.runs_from_result(candidate)["transparent"]
-        stats = bl.summarize(runs, "basic", 20480)
-        marks = stats["summary"]["transparent"]["steps_to_90pct_direct"]
-        finals = stats["summary"]["transparent"]["final_return_mean"]["per_seed"]
-        speed = stats["targets"]["b_transparent_speed"]
-        seeds = [str(s) for s in range(5)]
-        cells = [
-            ", ".join("never" if marks["per_seed"][s] is None else f"{marks['per_seed'][s]:,.0f}" for s in seeds),
-            "never" if marks["median"] is None else f"{marks['median']:,.0f}",
-            "-" if speed["ratio"] is None else f"{speed['ratio']:.2f}x",
-            ", ".join(f"{finals[s]:.1f}" for s in seeds),
-        ]
+        direct_median, cells = _transparent_cells(base, candidate)
         assert " | ".join(cells) + " |" in section, name
-        assert f"median {speed['direct_median_steps']:,.0f} env steps" in section
+        assert f"median {direct_median:,.0f} env steps" in section
 
 
 def _candidate_row(base: dict, candidate: dict) -> str:
     """A tuning candidate's row from `direct`'s column on: read against its own `direct` where it ran one."""
-    from spikeloop.experiments.benchmarks import learning as bl
-
-    runs = bl.runs_from_result(base)
-    own = bl.runs_from_result(candidate)
-    runs["transparent"] = own["transparent"]
-    if "direct" in own:
-        runs["direct"] = own["direct"]
-    stats = bl.summarize(runs, "basic", 20480)
-    marks = stats["summary"]["transparent"]["steps_to_90pct_direct"]
-    finals = stats["summary"]["transparent"]["final_return_mean"]["per_seed"]
-    speed = stats["targets"]["b_transparent_speed"]
-    seeds = [str(s) for s in range(5)]
-    read_against = "its own" if "direct" in own and candidate is not base else "the defaults'"
-    return " | ".join(
-        [
-            f"{read_against} ({speed['direct_median_steps']:,.0f})",
-            ", ".join("never" if marks["per_seed"][s] is None else f"{marks['per_seed'][s]:,.0f}" for s in seeds),
-            "never" if marks["median"] is None else f"{marks['median']:,.0f}",
-            "-" if speed["ratio"] is None else f"{speed['ratio']:.2f}x",
-            ", ".join(f"{finals[s]:.1f}" for s in seeds),
-        ]
-    )
+    own_direct = candidate is not base and "direct" in candidate["runs"]
+    direct_median, cells = _transparent_cells(base, candidate, own_direct=own_direct)
+    read_against = "its own" if own_direct else "the defaults'"
+    return " | ".join([f"{read_against} ({direct_median:,.0f})", *cells])
 
 
 def test_the_tuning_candidates_tables_are_their_files() -> None:

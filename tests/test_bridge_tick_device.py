@@ -20,7 +20,7 @@ from pathlib import Path
 from spikeloop.bridge.trainer.core import BridgeConfig, BridgeCore
 from spikeloop.bridge.wire.address import DeviceAddress
 from spikeloop.bridge.wire.ports import free_port
-from spikeloop.experiments.benchmarks.loop import _start_tick_device
+from spikeloop.experiments.benchmarks.loop import start_tick_device
 
 LOCKED_EXCHANGES = 70  # more than the clock's samples: its band is learnt from the locked loop alone
 PAUSE_S = 0.06  # well inside one 100 ms tick: the next reply comes about 60 ms sooner than the band
@@ -29,7 +29,7 @@ AFTER_EXCHANGES = 10
 
 def test_a_reply_sooner_than_the_locked_band_is_taken_and_the_loop_goes_on(tmp_path: Path) -> None:
     ports = {name: free_port() for name in ("stim_port", "spike_port", "event_port", "feedback_port")}
-    device = _start_tick_device(ports, tmp_path / "device.log")
+    device = start_tick_device(ports, tmp_path / "device.log")
     address = DeviceAddress(
         stim_port=ports["stim_port"],
         spike_port=ports["spike_port"],

@@ -213,7 +213,7 @@ def run(paced_steps: int, unpaced_steps: int, scenario: str, repeats: int = 3) -
     }
 
 
-def _start_tick_device(ports: dict[str, int], log_path: Path) -> subprocess.Popen:
+def start_tick_device(ports: dict[str, int], log_path: Path) -> subprocess.Popen:
     """`spikeloop device` as a third-party hardware loop, in its own process; returns once it serves."""
     argv = [
         sys.executable,
@@ -269,7 +269,7 @@ def run_tick10(steps: int, scenario: str, repeats: int = 3) -> dict[str, Any]:
         source="bench loop --device tick10",
     )
     with tempfile.TemporaryDirectory() as tmp:
-        proc = _start_tick_device(ports, Path(tmp) / "device.log")
+        proc = start_tick_device(ports, Path(tmp) / "device.log")
         try:
             with private_ray(resources=experiment.culture_settings().node_resources()):
                 print(
