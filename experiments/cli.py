@@ -76,6 +76,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "spikeloop.experiments.benchmarks.protocol",
         "the culture protocol's four conditions over paired seeds: early vs late play, rest before vs after",
     ),
+    "flood": (
+        "spikeloop.experiments.benchmarks.flood",
+        "a device flooded with valid commands: the pulse-rate ceiling held, memory flat, every stimulation answered",
+    ),
     "soak": (
         "spikeloop.experiments.benchmarks.soak",
         "an hour of paced training with device faults and a device restart: memory, descriptors, lost episodes",

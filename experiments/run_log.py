@@ -104,6 +104,8 @@ RESULT_TAGS: dict[str, str] = {
     "device/dose_refused_feedback": "env_runners/culture/device_dose_refused_feedback",
     "device/refused_stim": "env_runners/culture/device_refused_stim",
     "device/refused_feedback": "env_runners/culture/device_refused_feedback",
+    "device/rate_refused_stim": "env_runners/culture/device_rate_refused_stim",
+    "device/rate_refused_feedback": "env_runners/culture/device_rate_refused_feedback",
     # Outages the loop paused for (loop.on_device_loss: wait): how many, and the seconds waited (largest env runner).
     "device/outages": "env_runners/culture/device_outages",
     "device/outage_s": "env_runners/culture/device_outage_s",

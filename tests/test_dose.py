@@ -9,13 +9,9 @@ command line and at the device on the wire.
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,27 +19,20 @@ import numpy as np
 import pytest
 
 from spikeloop.bridge.device.backends import burst_charge_nc, stim_charge_nc
-from spikeloop.bridge.device.dose import DOSE_WINDOW_S, DoseBudget, DoseMeter, DoseRefusal, status_metrics
+from spikeloop.bridge.device.dose import DOSE_BIN_S, DOSE_WINDOW_S, DoseBudget, DoseMeter, DoseRefusal, status_metrics
 from spikeloop.bridge.wire.channels import ENCODING_ELECTRODES, N_ENCODING
-from spikeloop.bridge.wire.ports import free_port
 from spikeloop.bridge.wire.protocol import (
-    EventMessage,
     FeedbackCommand,
     FeedbackType,
-    StimCommand,
-    decode_event,
-    decode_spikes,
-    encode_event,
     encode_feedback,
-    encode_stim,
 )
 from spikeloop.bridge.wire.safety import CEILINGS
 from spikeloop.experiments.commands import check
 from spikeloop.experiments.schema import ExperimentError, load_experiment
+from tests.support.device_client import TICK_HZ, Client, start_device, stop_device
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = str(ROOT / "experiments" / "quickstart.yaml")
-TICK_HZ = 10.0  # the device's --tick-frequency below
 BUDGET_NC = 3.0
 DEVICE_MAX_UA = 2.0
 
@@ -53,95 +42,6 @@ def entry(index: int, freq: float, amp: float) -> tuple[tuple[float, ...], tuple
     freqs = tuple(freq if i == index else 0.0 for i in range(N_ENCODING))
     amps = tuple(amp if i == index else 0.0 for i in range(N_ENCODING))
     return freqs, amps
-
-
-class Client:
-    """A trainer's sockets on loopback: sends to the device's ports from the port its replies come to."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(5.0)
-        self.ports = {"stim": free_port(), "event": free_port(), "feedback": free_port()}
-
-    @property
-    def spike_port(self) -> int:
-        return self.sock.getsockname()[1]
-
-    def stim(self, ts: int, freqs: tuple[float, ...], amps: tuple[float, ...]) -> None:
-        """One stimulation; its reply must come (a refused one is answered too) and echo the stamp."""
-        self.sock.sendto(encode_stim(StimCommand(ts, freqs, amps)), ("127.0.0.1", self.ports["stim"]))
-        reply = decode_spikes(self.sock.recv(4096))
-        assert reply.timestamp_us == ts
-
-    def status(self) -> dict:
-        """Ask for the device's status and return its data."""
-        request = encode_event(EventMessage(1, "status_request", {}))
-        self.sock.sendto(request, ("127.0.0.1", self.ports["event"]))
-        status = decode_event(self.sock.recv(4096))
-        assert status.event_type == "device_status"
-        return status.data
-
-
-def start_device(client: Client, *flags: str) -> subprocess.Popen:
-    """`spikeloop device` as its own process, replying to the client; returns once it answers."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "spikeloop.experiments.cli",
-            "device",
-            "--backend",
-            "zero",
-            "--as-fast-as-possible",
-            "--tick-frequency",
-            str(TICK_HZ),
-            "--artifact-wait-ms",
-            "1",
-            "--collect-window-ms",
-            "1",
-            "--stim-port",
-            str(client.ports["stim"]),
-            "--event-port",
-            str(client.ports["event"]),
-            "--feedback-port",
-            str(client.ports["feedback"]),
-            "--spike-port",
-            str(client.spike_port),
-            *flags,
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env=os.environ.copy(),
-    )
-    client.sock.settimeout(0.2)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # an all-off stimulation delivers no charge: a safe "are you up?"
-        client.sock.sendto(encode_stim(StimCommand(1, (0.0,) * 8, (0.0,) * 8)), ("127.0.0.1", client.ports["stim"]))
-        try:
-            decode_spikes(client.sock.recv(4096))
-            break
-        except TimeoutError:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-    client.sock.settimeout(5.0)
-    time.sleep(0.1)
-    while True:  # replies to the repeated probes may still be on their way
-        client.sock.settimeout(0.1)
-        try:
-            client.sock.recv(4096)
-        except TimeoutError:
-            break
-    client.sock.settimeout(5.0)
-    return proc
-
-
-def stop_device(proc: subprocess.Popen) -> dict:
-    """SIGTERM; the counters the device prints at exit."""
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=20)
-    assert proc.returncode == 0, err
-    return json.loads(err.strip().splitlines()[-1])["spikeloop_device"]
 
 
 @pytest.fixture
@@ -187,6 +87,8 @@ def test_device_books_the_charge_refuses_past_its_budget_and_tells_the_trainer(c
         "refused_feedback": 0,
         "dose_refused_stim": 2,
         "dose_refused_feedback": 1,
+        "rate_refused_stim": 0,  # the stimulations here are spaced in culture time: none is too fast
+        "rate_refused_feedback": 0,
     }
     dose = status["dose"]
     assert dose["max_nc_per_min"] == pytest.approx(3 * strong)
@@ -212,8 +114,8 @@ def test_per_minute_budget_slides_over_the_last_60_seconds() -> None:
     meter.deliver(0.0, charges)
     with pytest.raises(DoseRefusal, match="electrode 8 .*--dose-budget-nc-per-min 1"):
         meter.check(DOSE_WINDOW_S - 0.1, charges, "second")
-    meter.check(DOSE_WINDOW_S + 0.1, charges, "second, a minute later")  # the first has left the window
-    assert meter.per_min_nc(DOSE_WINDOW_S + 0.1).sum() == 0.0
+    meter.check(DOSE_WINDOW_S + DOSE_BIN_S + 0.1, charges, "second, a minute later")  # its bin has left the window
+    assert meter.per_min_nc(DOSE_WINDOW_S + DOSE_BIN_S + 0.1).sum() == 0.0
     assert meter.session_nc.sum() == pytest.approx(0.6)
 
 

@@ -28,6 +28,11 @@ from spikeloop.bridge.wire.safety import SafetyViolation
 
 DOSE_WINDOW_S = 60.0
 """The per-minute figure: charge in the last this many seconds on the device's clock."""
+DOSE_BIN_S = 1.0
+"""The per-minute book keeps one sum per this many seconds: its memory is fixed whatever arrives (a flood of
+commands on a clock that does not move fills one bin). A command counts until its bin has left the window whole,
+so the figure covers up to DOSE_WINDOW_S + DOSE_BIN_S: the safe side for a budget."""
+DOSE_BINS = int(math.ceil(DOSE_WINDOW_S / DOSE_BIN_S)) + 1
 
 
 class DoseRefusal(SafetyViolation):
@@ -78,18 +83,22 @@ class DoseMeter:
     def __init__(self, budget: DoseBudget) -> None:
         self.budget = budget
         self.session_nc = np.zeros(N_ELECTRODES)
-        self._recent: collections.deque[tuple[float, np.ndarray]] = collections.deque()
-        self._recent_nc = np.zeros(N_ELECTRODES)  # the sum of _recent, kept up to date
+        # (bin index, charge per electrode booked in that bin), oldest first, at most DOSE_BINS of them.
+        self._bins: collections.deque[tuple[int, np.ndarray]] = collections.deque(maxlen=DOSE_BINS)
 
     def per_min_nc(self, now_s: float) -> np.ndarray:
-        """Charge per electrode in the last DOSE_WINDOW_S up to `now_s`."""
-        while self._recent and self._recent[0][0] <= now_s - DOSE_WINDOW_S:
-            _, charges = self._recent.popleft()
-            self._recent_nc -= charges
-        np.maximum(self._recent_nc, 0.0, out=self._recent_nc)  # float subtraction must not leave -1e-17
-        if not self._recent:
-            self._recent_nc[:] = 0.0
-        return self._recent_nc.copy()
+        """Charge per electrode in the last DOSE_WINDOW_S up to `now_s` (whole bins: up to one bin more)."""
+        oldest = self._bin(now_s - DOSE_WINDOW_S)
+        while self._bins and self._bins[0][0] < oldest:
+            self._bins.popleft()
+        total = np.zeros(N_ELECTRODES)
+        for _, charges in self._bins:
+            total += charges
+        return total
+
+    @staticmethod
+    def _bin(t_s: float) -> int:
+        return int(math.floor(t_s / DOSE_BIN_S))
 
     def check(self, now_s: float, charges: np.ndarray, what: str) -> None:
         """Raise DoseRefusal if delivering `charges` at `now_s` would exceed the budget."""
@@ -112,9 +121,11 @@ class DoseMeter:
         """Book `charges` as delivered at `now_s`."""
         if not charges.any():
             return
-        self.per_min_nc(now_s)
-        self._recent.append((now_s, charges))
-        self._recent_nc += charges
+        index = self._bin(now_s)
+        if self._bins and self._bins[-1][0] >= index:
+            self._bins[-1][1][:] += charges  # same bin (or a clock that stepped back): add to the newest
+        else:
+            self._bins.append((index, charges.astype(float)))
         self.session_nc += charges
 
     def summary(self, now_s: float | None) -> dict[str, Any]:
@@ -158,5 +169,7 @@ def status_metrics(status: dict[str, Any] | None) -> dict[str, float]:
         "device_dose_refused_feedback": number(refused, "dose_refused_feedback"),
         "device_refused_stim": number(refused, "refused_stim"),
         "device_refused_feedback": number(refused, "refused_feedback"),
+        "device_rate_refused_stim": number(refused, "rate_refused_stim"),
+        "device_rate_refused_feedback": number(refused, "rate_refused_feedback"),
     }
     return {key: value for key, value in figures.items() if value is not None}

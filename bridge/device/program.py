@@ -86,6 +86,7 @@ from typing import Any, Literal
 
 from spikeloop.bridge.device.backends import Backend, make_backend
 from spikeloop.bridge.device.dose import DoseBudget, DoseMeter, DoseRefusal, feedback_charges_nc, stim_charges_nc
+from spikeloop.bridge.device.pulse_rate import Burst, PulseBook, PulseRateRefusal, feedback_bursts, stim_bursts
 from spikeloop.bridge.device.simulated_culture import SimulatedCultureConfig, knob_table
 from spikeloop.bridge.wire import channels
 from spikeloop.bridge.wire.address import DeviceAddress
@@ -96,6 +97,7 @@ from spikeloop.bridge.wire.protocol import (
     FeedbackType,
     ProtocolError,
     SpikeCounts,
+    StimCommand,
     decode_event,
     decode_feedback,
     decode_stim,
@@ -110,6 +112,7 @@ from spikeloop.bridge.wire.settings import (
     DEVICE_BACKEND,
     DEVICE_REALTIME,
     FEEDBACK_SETTLE_MS,
+    MAX_PULSE_RATE_HZ,
     RANDOM_SPIKE_RATE_HZ,
     SEED,
     SETTINGS,
@@ -132,7 +135,14 @@ REPLY_FROM = ("stim_port", "ephemeral")
 """Which socket replies leave from: the stimulation port, or a socket of their own on a free port."""
 TICK_QUEUE_LIMIT = 256
 """Tick-quantised: datagrams waiting per port, like a socket buffer; more are dropped (`overflow_<port>`)."""
-STATUS_COUNTERS = ("refused_stim", "refused_feedback", "dose_refused_stim", "dose_refused_feedback")
+STATUS_COUNTERS = (
+    "refused_stim",
+    "refused_feedback",
+    "dose_refused_stim",
+    "dose_refused_feedback",
+    "rate_refused_stim",
+    "rate_refused_feedback",
+)
 """The refusal counts a `device_status` datagram carries."""
 ACCEPT_FROM = ("host", "spike_port", "any")
 """`host`: datagrams from the training host's address only; `spike_port`: only from the training host's
@@ -195,6 +205,8 @@ class DeviceConfig:
     """The device's own limits: stimulation or feedback outside them is refused, whatever the trainer sent."""
     dose_budget: DoseBudget = field(default_factory=DoseBudget)
     """Per-electrode charge limits (bridge/device/dose.py): a command that would exceed one is refused."""
+    max_pulse_rate_hz: float = MAX_PULSE_RATE_HZ.default
+    """No electrode pulsed faster than this across commands (bridge/device/pulse_rate.py)."""
     accept_from: Literal["host", "spike_port", "any"] = "host"
     tick_quantised: bool = False
     """Behave like a fixed-rate hardware loop: one datagram per port per tick, replies on ticks (module docstring)."""
@@ -226,7 +238,14 @@ class DeviceConfig:
             raise ValueError(f"device dose_budget={self.dose_budget!r}: give a spikeloop.bridge.device.dose.DoseBudget")
         if not isinstance(self.address, DeviceAddress):
             raise ValueError(f"device address={self.address!r}: give a spikeloop.bridge.wire.address.DeviceAddress")
-        for setting in (TICK_FREQUENCY_HZ, ARTIFACT_WAIT_MS, COLLECT_WINDOW_MS, RANDOM_SPIKE_RATE_HZ, SEED):
+        for setting in (
+            TICK_FREQUENCY_HZ,
+            ARTIFACT_WAIT_MS,
+            COLLECT_WINDOW_MS,
+            RANDOM_SPIKE_RATE_HZ,
+            SEED,
+            MAX_PULSE_RATE_HZ,
+        ):
             setting.require(getattr(self, setting.name), f"device {setting.name}")
         DEVICE_BACKEND.require(self.backend, "device backend")
         if self.accept_from not in ACCEPT_FROM:
@@ -291,6 +310,7 @@ class Device:
         )
         self.counters: collections.Counter[str] = collections.Counter()
         self.dose = DoseMeter(config.dose_budget)
+        self.pulses = PulseBook(config.max_pulse_rate_hz, self.backend.queues_bursts)
         self.exit_reason = ""
         self._stop = threading.Event()
         self._pending: collections.deque[_PendingReply] = collections.deque()
@@ -323,6 +343,8 @@ class Device:
         self.final_dose: dict[str, Any] | None = None
         """The dose when the device closed (`DoseMeter.summary`), for the exit summary."""
         self._feedback_clear_s = -math.inf  # feedback_settle_ms: no stimulation is applied before this
+        # ... but held at most this long: a burst the envelope allows can last minutes (200 pulses at 1 Hz).
+        self._max_hold_s = (config.feedback_settle_ms + config.artifact_wait_ms + config.collect_window_ms) / 1e3
 
     def _bind(self, port: int) -> socket.socket:
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -505,6 +527,8 @@ class Device:
             self._skipped("malformed", kind, data, str(exc))
         except DoseRefusal as exc:
             self._skipped("dose_refused", kind, data, str(exc))
+        except PulseRateRefusal as exc:
+            self._skipped("rate_refused", kind, data, str(exc))
         except SafetyViolation as exc:
             self._skipped("refused", kind, data, f"outside the device's envelope: {exc}")
         except Exception as exc:  # the device must outlive any one datagram; the cause goes to the log
@@ -568,22 +592,48 @@ class Device:
 
     # --- handlers ----------------------------------------------------------------------
 
+    def _stim_at_s(self) -> float:
+        """When a stimulation taken in now is applied: now, or once feedback has settled (feedback_settle_ms), but
+        never more than the settle time and one reply's windows after now (counted as `settle_capped`)."""
+        now = self.backend.now_s()
+        if self._feedback_clear_s <= now:
+            return now
+        if self._feedback_clear_s > now + self._max_hold_s:
+            self.counters["settle_capped"] += 1
+            return now + self._max_hold_s
+        return self._feedback_clear_s
+
+    def _paced_stim(self, cmd: StimCommand, at_s: float) -> tuple[float, list[Burst], tuple[int, ...]]:
+        """When the stimulation may start under the pulse-rate ceiling (`at_s`, or a few ms later), its bursts then,
+        and the electrodes it interrupts."""
+        mode, tick_hz = self.config.stim_mode, self.config.tick_frequency_hz
+        bursts, interrupted = stim_bursts(cmd, at_s, self.backend.burst_timing, tick_hz, mode)
+        delay_s = self.pulses.plan(at_s, bursts, interrupted, "stimulation")
+        if delay_s > 0:
+            self.counters["rate_deferred_stim"] += 1
+            at_s += delay_s
+            bursts, interrupted = stim_bursts(cmd, at_s, self.backend.burst_timing, tick_hz, mode)
+        return at_s, bursts, interrupted
+
     def _on_stim(self, data: bytes) -> None:
         received = time.monotonic()  # the windows start when the command is taken in, before decoding it
         if not self.backend.paced and not self.config.tick_quantised:
             # Unpaced, the culture's clock moves only here: whatever feedback the trainer sent before this
             # stimulation is applied first, even if it reached its socket after this wake-up began.
             self._drain(self._feedback_sock)
-        at_s = max(self.backend.now_s(), self._feedback_clear_s)  # held while feedback settles (if asked)
+        at_s = self._stim_at_s()
         cmd = decode_stim(data)
         self.counters["stim"] += 1
         self._last_stim_us = cmd.timestamp_us
         refused: SafetyViolation | None = None
         charges = stim_charges_nc(cmd, self.config.tick_frequency_hz, self.config.stim_mode)
+        bursts: list[Burst] = []
+        interrupted: tuple[int, ...] = ()
         try:
             self.config.envelope.check_stim(cmd, "raise")
+            at_s, bursts, interrupted = self._paced_stim(cmd, at_s)
             self.dose.check(at_s, charges, "stimulation")
-        except SafetyViolation as exc:  # DoseRefusal included
+        except SafetyViolation as exc:  # DoseRefusal and PulseRateRefusal included
             refused = exc
         self.backend.advance_to(at_s)
         start_s = at_s + self.config.artifact_wait_ms / 1000.0
@@ -605,6 +655,7 @@ class Device:
         if refused is None:
             self.backend.stimulate(at_s, cmd.frequencies_hz, cmd.amplitudes_ua)
             self.dose.deliver(at_s, charges)
+            self.pulses.deliver(at_s, bursts, interrupted)
         else:
             self.backend.record("stim", entry | {"refused": str(refused)})
             raise type(refused)(f"{refused} (not stimulated; answered)")
@@ -640,18 +691,28 @@ class Device:
         }
         # An interrupt only stops stimulation: its forbidden channels are dropped, never the interrupt.
         policy: Policy = "clamp" if cmd.feedback_type == FeedbackType.INTERRUPT else "raise"
+        bursts: list[Burst] = []
+        interrupted: tuple[int, ...] = ()
         try:
             safe, _ = self.config.envelope.check_feedback(cmd, policy)
             charges = feedback_charges_nc(safe) if safe is not None else None
-            if charges is not None:
+            if safe is not None and charges is not None:
+                bursts, interrupted = feedback_bursts(safe, at_s, self.backend.burst_timing)
+                delay_s = self.pulses.plan(at_s, bursts, interrupted, f"feedback {cmd.event_name!r}")
+                if delay_s > 0:  # a burst just cut pulsed a moment ago: this one starts a ceiling period after it
+                    self.counters["rate_deferred_feedback"] += 1
+                    at_s += delay_s
+                    bursts, interrupted = feedback_bursts(safe, at_s, self.backend.burst_timing)
+                    entry["deferred_ms"] = delay_s * 1e3
                 self.dose.check(at_s, charges, f"feedback {cmd.event_name!r}")
-        except SafetyViolation as exc:  # DoseRefusal included
+        except SafetyViolation as exc:  # DoseRefusal and PulseRateRefusal included
             self.backend.record("feedback", entry | {"refused": str(exc)})
             raise
         self.backend.advance_to(at_s)
         if safe is not None and charges is not None:  # None: nothing to stimulate (no pulses, frequency or amplitude)
             self.backend.feedback(at_s, safe)
             self.dose.deliver(at_s, charges)
+            self.pulses.deliver(at_s, bursts, interrupted)
             if self.config.feedback_settle_ms > 0 and safe.feedback_type != FeedbackType.INTERRUPT:
                 last_pulse_s = self.backend.last_pulse_s(at_s, safe.frequency_hz, int(safe.pulses))
                 self._feedback_clear_s = max(

@@ -348,6 +348,18 @@ STIM_MODE = Setting(
     choices=("burst", "reference"),
     flag="--stim-mode",
 )
+MAX_PULSE_RATE_HZ = Setting(
+    "max_pulse_rate_hz",
+    float,
+    200.0,
+    "the fastest any electrode is pulsed, across every command the device takes: a command with a pulse closer "
+    "than 1 / this to another on its electrode is refused (the CL1 SDK's burst ceiling; lower it, never raise it)",
+    ("spikeloop device --max-pulse-rate-hz",),
+    unit="Hz",
+    gt=0,
+    le=200.0,
+    flag="--max-pulse-rate-hz",
+)
 
 SETTINGS: tuple[Setting, ...] = (
     TIMEOUT_S,
@@ -371,6 +383,7 @@ SETTINGS: tuple[Setting, ...] = (
     RANDOM_SPIKE_RATE_HZ,
     FEEDBACK_SETTLE_MS,
     STIM_MODE,
+    MAX_PULSE_RATE_HZ,
 )
 """Every declaration, in the docs table's order."""
 

@@ -76,6 +76,9 @@ class Backend(abc.ABC):
     paced: bool = True
     """True: the backend clock is the wall clock and the device waits for windows in real time.
     False: simulated time; the device advances it and replies as fast as possible."""
+    queues_bursts: bool = False
+    """How a burst meets one still running on its electrode: False, it replaces it; True, it waits behind it (the
+    CL1 SDK). The device's pulse-rate book (bridge/device/pulse_rate.py) follows the same rule."""
 
     def __init__(self, tick_frequency_hz: float) -> None:
         self.tick_frequency_hz = tick_frequency_hz
@@ -112,9 +115,14 @@ class Backend(abc.ABC):
     def feedback(self, at_s: float, command: FeedbackCommand) -> None:
         """Apply a feedback command (burst or interrupt) on its channels."""
 
+    def burst_timing(self, at_s: float, frequency_hz: float) -> tuple[float, float]:
+        """When a burst started at `at_s` gives its first pulse, and the interval between its pulses (s)."""
+        return at_s, 1.0 / frequency_hz
+
     def last_pulse_s(self, at_s: float, frequency_hz: float, pulses: int) -> float:
         """When the last pulse of a burst started at `at_s` is delivered (the device's feedback_settle_ms)."""
-        return at_s + max(0, pulses - 1) / frequency_hz
+        start_s, interval_s = self.burst_timing(at_s, frequency_hz)
+        return start_s + max(0, pulses - 1) * interval_s
 
     def advance_to(self, t_s: float) -> None:
         """Make spikes up to `t_s` available (simulate, or wait for hardware data)."""

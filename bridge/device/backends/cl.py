@@ -58,6 +58,7 @@ class ClBackend(Backend):
     """Stimulates and records a CL1 culture through `cl.open()` and `neurons.loop`."""
 
     name = "cl"
+    queues_bursts = True  # `neurons.stim` on a channel still bursting starts after the running burst
 
     def __init__(
         self,

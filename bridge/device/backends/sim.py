@@ -99,11 +99,11 @@ class SimBackend(Backend):
                     channel, command.amplitude_ua, int(command.pulses), command.frequency_hz, start_ms=at_s * 1000.0
                 )
 
-    def last_pulse_s(self, at_s: float, frequency_hz: float, pulses: int) -> float:
-        """The culture pulses on whole milliseconds: its own interval, not 1 / frequency."""
+    def burst_timing(self, at_s: float, frequency_hz: float) -> tuple[float, float]:
+        """The culture pulses on whole milliseconds: its own start and interval, not `at_s` and 1 / frequency."""
         start_ms = math.ceil(at_s * 1000.0 / DT_MS - 1e-9) * DT_MS
         interval_ms = max(1, round(1000.0 / frequency_hz / DT_MS)) * DT_MS
-        return (start_ms + max(0, pulses - 1) * interval_ms) / 1000.0
+        return start_ms / 1000.0, interval_ms / 1000.0
 
     def advance_to(self, t_s: float) -> None:
         """Simulate up to `t_s`, keeping per-millisecond electrode counts."""

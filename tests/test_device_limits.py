@@ -1,0 +1,94 @@
+"""What many valid commands add up to at the device: the pulse-rate ceiling, a bounded dose book, no settle stall.
+
+Through the front door: `spikeloop bench flood` runs `spikeloop device` as its own process and floods it with
+commands each inside the envelope (about 1,000 a second: a burst restarted on every encoding electrode every
+millisecond, feedback bursts on top of running ones), then rebuilds every pulse the culture gave from the device's
+recording. Before the ceiling a flood like it pulsed one electrode up to 497 times a second (issue 51).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spikeloop.bridge.device.dose import DOSE_BINS, DoseBudget, DoseMeter
+from spikeloop.bridge.wire.protocol import (
+    FeedbackCommand,
+    FeedbackType,
+    StimCommand,
+    decode_spikes,
+    encode_feedback,
+    encode_stim,
+)
+from tests.support.device_client import ROOT, Client, start_device, stop_device
+
+
+@pytest.mark.parametrize("stim_mode", ["burst", "reference"])
+def test_a_flood_of_valid_commands_keeps_every_electrode_under_the_ceiling(tmp_path: Path, stim_mode: str) -> None:
+    output = tmp_path / "flood.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "spikeloop.experiments.cli", "bench", "flood", "--duration-s", "4",
+         "--stim-mode", stim_mode, "--output", str(output)],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads(output.read_text())
+    summary, counters = result["summary"], result["raw"]["device_counters"]
+    assert summary["passed"], summary
+    assert summary["closest_pulses_ms"] >= 5.0 - 1e-6 and summary["most_pulses_in_1_s"] <= 200
+    # The flood asked for more than the ceiling allows: the device held it (and said so), it did not go unasked.
+    assert counters["rate_refused_stim"] + counters["rate_deferred_stim"] > counters["stim"] / 2
+    assert summary["pulses_total"] > 1000
+
+
+@pytest.fixture
+def client() -> Iterator[Client]:
+    c = Client()
+    yield c
+    c.sock.close()
+
+
+def test_the_longest_feedback_burst_does_not_stall_a_settling_device(client: Client) -> None:
+    # 200 pulses at 1 Hz: the longest burst the envelope allows, 199 s. With settle on, the stimulations after it
+    # were held until its last pulse (issue 51: unanswered for about 199 s); now at most settle + one reply's windows.
+    proc = start_device(client, "--feedback-settle-ms", "20", "--artifact-wait-ms", "10",
+                        "--collect-window-ms", "10", realtime=True)  # fmt: skip
+    try:
+        longest = FeedbackCommand(10, FeedbackType.REWARD, (19, 20, 22), 1, 2.0, 200, False, "reward")
+        client.sock.sendto(encode_feedback(longest), ("127.0.0.1", client.ports["feedback"]))
+        time.sleep(0.1)
+        answered_within_s = []
+        for stamp in range(100, 105):
+            sent = time.monotonic()
+            client.sock.sendto(
+                encode_stim(StimCommand(stamp, (20.0,) * 8, (1.5,) * 8)), ("127.0.0.1", client.ports["stim"])
+            )
+            assert decode_spikes(client.sock.recv(4096)).timestamp_us == stamp  # within the socket's 5 s
+            answered_within_s.append(time.monotonic() - sent)
+    finally:
+        summary = stop_device(proc)
+    assert summary["settle_capped"] >= 1
+    assert summary.get("refused_feedback", 0) == summary.get("rate_refused_feedback", 0) == 0  # the burst was taken
+    assert summary["feedback"] == 1
+
+
+def test_the_dose_book_stays_bounded_on_a_clock_that_does_not_move() -> None:
+    # An unpaced device's clock does not move on feedback: 688 bytes were kept per command for 60 s of that clock,
+    # and 400k commands grew a device from 194 to 531 MB (issue 51). Now a fixed number of one-second bins.
+    meter = DoseMeter(DoseBudget())
+    charges = np.zeros(64)
+    charges[19] = 0.24
+    for _ in range(50_000):
+        meter.deliver(12.0, charges)
+    for i in range(500):
+        meter.deliver(12.0 + i * 0.5, charges)
+    assert len(meter._bins) <= DOSE_BINS
+    assert meter.session_nc[19] == pytest.approx(0.24 * 50_500)
+    assert meter.per_min_nc(12.0 + 499 * 0.5)[19] == pytest.approx(0.24 * 121, rel=0.02)
