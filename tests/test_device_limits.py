@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from spikeloop.bridge.device.backends import burst_charge_nc
 from spikeloop.bridge.device.dose import DOSE_BINS, DoseBudget, DoseMeter
 from spikeloop.bridge.wire.protocol import (
     FeedbackCommand,
@@ -57,9 +58,10 @@ def client() -> Iterator[Client]:
 
 def test_the_longest_feedback_burst_does_not_stall_a_settling_device(client: Client) -> None:
     # 200 pulses at 1 Hz: the longest burst the envelope allows, 199 s. With settle on, the stimulations after it
-    # were held until its last pulse (issue 51: unanswered for about 199 s); now at most settle + one reply's windows.
+    # were held until its last pulse (issue 51: unanswered for about 199 s); now at most --feedback-settle-max-hold-ms
+    # (5 s by default, 300 ms here so that the socket's 5 s tell the two apart).
     proc = start_device(client, "--feedback-settle-ms", "20", "--artifact-wait-ms", "10",
-                        "--collect-window-ms", "10", realtime=True)  # fmt: skip
+                        "--collect-window-ms", "10", "--feedback-settle-max-hold-ms", "300", realtime=True)  # fmt: skip
     try:
         longest = FeedbackCommand(10, FeedbackType.REWARD, (19, 20, 22), 1, 2.0, 200, False, "reward")
         client.sock.sendto(encode_feedback(longest), ("127.0.0.1", client.ports["feedback"]))
@@ -92,3 +94,22 @@ def test_the_dose_book_stays_bounded_on_a_clock_that_does_not_move() -> None:
     assert len(meter._bins) <= DOSE_BINS
     assert meter.session_nc[19] == pytest.approx(0.24 * 50_500)
     assert meter.per_min_nc(12.0 + 499 * 0.5)[19] == pytest.approx(0.24 * 121, rel=0.02)
+
+
+def test_a_burst_cut_short_is_booked_as_far_as_it_ran(client: Client) -> None:
+    # Booked whole, every interrupted burst counted pulses never given: the trainer interrupts before each negative
+    # feedback, so a budget had to allow many times what reached the tissue.
+    proc = start_device(client, "--artifact-wait-ms", "50", "--collect-window-ms", "50")
+    try:
+        burst = FeedbackCommand(10, FeedbackType.REWARD, (23,), 20, 2.0, 40, True, "reward_negative")  # 2 s
+        client.sock.sendto(encode_feedback(burst), ("127.0.0.1", client.ports["feedback"]))
+        client.stim(11, (0.0,) * 8, (0.0,) * 8)  # 100 ms of culture time: pulses at 0, 50 and 100 ms
+        cut = FeedbackCommand(12, FeedbackType.INTERRUPT, (23,), event_name="reward_negative")
+        client.sock.sendto(encode_feedback(cut), ("127.0.0.1", client.ports["feedback"]))
+        client.stim(13, (0.0,) * 8, (0.0,) * 8)
+        dose = client.status()["dose"]
+    finally:
+        stop_device(proc)
+    per_pulse = burst_charge_nc(2.0, 1)
+    assert dose["max_nc_session_electrode"] == 23
+    assert dose["max_nc_session"] == pytest.approx(3 * per_pulse)  # not 40 pulses' worth

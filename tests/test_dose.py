@@ -27,6 +27,7 @@ from spikeloop.bridge.wire.protocol import (
     encode_feedback,
 )
 from spikeloop.bridge.wire.safety import CEILINGS
+from spikeloop.bridge.wire.settings import DOSE_BUDGET_NC_PER_MIN
 from spikeloop.experiments.commands import check
 from spikeloop.experiments.schema import ExperimentError, load_experiment
 from tests.support.device_client import TICK_HZ, Client, start_device, stop_device
@@ -56,7 +57,10 @@ def test_device_books_the_charge_refuses_past_its_budget_and_tells_the_trainer(c
     # One budget per device process: the device's clock does not run a minute in a test, so of two budgets
     # only the smaller would ever bind (the minute's sliding is tested on DoseMeter below).
     flag = "--dose-budget-" + budget.replace("_", "-")
-    proc = start_device(client, flag, str(BUDGET_NC), "--max-amplitude-ua", str(DEVICE_MAX_UA))
+    # 100 ms of culture time per stimulation: each burst below has ended before the next starts, so it is booked
+    # whole (a burst cut short is booked as far as it ran: tests/test_device_limits.py).
+    windows = ("--artifact-wait-ms", "50", "--collect-window-ms", "50")
+    proc = start_device(client, flag, str(BUDGET_NC), "--max-amplitude-ua", str(DEVICE_MAX_UA), *windows)
     try:
         # Entry 0 at 2 uA, 40 Hz: a 4-pulse burst, 0.96 nC; a 3 nC budget takes three of them.
         strong = stim_charge_nc(2.0, 40.0, TICK_HZ, "burst")
@@ -81,7 +85,9 @@ def test_device_books_the_charge_refuses_past_its_budget_and_tells_the_trainer(c
         summary = stop_device(proc)
 
     booked_19 = burst_charge_nc(2.0, 10)
-    assert status["dose_budget"] == {"nc_per_min": None, "nc_per_session": None} | {budget: BUDGET_NC}
+    assert status["dose_budget"] == {"nc_per_min": DOSE_BUDGET_NC_PER_MIN.default, "nc_per_session": None} | {
+        budget: BUDGET_NC
+    }
     assert status["refused"] == {
         "refused_stim": 2,
         "refused_feedback": 0,

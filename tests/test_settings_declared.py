@@ -26,6 +26,7 @@ from spikeloop.bridge.device.backends.random_counts import RandomBackend
 from spikeloop.bridge.device.backends.sim import SimBackend
 from spikeloop.bridge.device.backends.transparent import TransparentBackend
 from spikeloop.bridge.device.backends.zero import ZeroBackend
+from spikeloop.bridge.device.dose import DoseBudget
 from spikeloop.bridge.device.program import DeviceConfig, build_parser, config_from_args
 from spikeloop.bridge.trainer.client import BridgeClient
 from spikeloop.bridge.trainer.core import BridgeConfig
@@ -73,7 +74,11 @@ PROGRAM_FIELDS = {
     "random_spike_rate_hz": declared.RANDOM_SPIKE_RATE_HZ,
     "feedback_settle_ms": declared.FEEDBACK_SETTLE_MS,
     "stim_mode": declared.STIM_MODE,
+    "max_pulse_rate_hz": declared.MAX_PULSE_RATE_HZ,
+    "feedback_settle_max_hold_ms": declared.FEEDBACK_SETTLE_MAX_HOLD_MS,
 }
+PROGRAM_ONLY_FLAGS = {"dose_budget_nc_per_min"}
+"""Declared flags held by a part of DeviceConfig (its DoseBudget), checked on their own."""
 BRIDGE_FIELDS = {
     name: getattr(declared, name.upper())
     for name in ("timeout_s", "timeout_policy", "envelope_policy", "reply_spin_ms", "status_requests")
@@ -284,7 +289,8 @@ def test_the_device_programs_flags_take_default_and_help_from_the_declarations()
         assert action.help is not None and setting.meaning in action.help, setting.flag
         if setting.type in (int, float) and setting.bounds():
             assert setting.rule() in action.help, f"{setting.flag}: its help names what is allowed"
-    assert PROGRAM_FIELDS.keys() == {s.name for s in SETTINGS if s.flag}
+    assert PROGRAM_FIELDS.keys() | PROGRAM_ONLY_FLAGS == {s.name for s in SETTINGS if s.flag}
+    assert DoseBudget().nc_per_min == declared.DOSE_BUDGET_NC_PER_MIN.default
     assert isinstance(actions["--as-fast-as-possible"], argparse.Action)
 
 

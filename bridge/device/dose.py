@@ -3,11 +3,13 @@
 The device (`spikeloop device`) books every stimulation and feedback burst it applies: per electrode, the charge
 in one phase polarity (`spikeloop.bridge.device.backends.stim_charge_nc` and `burst_charge_nc`; every pulse is biphasic and
 charge-balanced, so both phases move twice this), over the last minute (a sliding 60 s on the device's clock) and
-over the session (since the device program started). A burst an interrupt cuts short is booked whole: the
-figures are an upper bound on what reached the tissue, which is the safe side for a budget.
+over the session (since the device program started). A burst is booked whole when it starts; when an interrupt
+or a newer burst on its electrode cuts it short (bridge/device/pulse_rate.py), the pulses it never gave are taken
+back. A command is checked against the budget before that, as if everything already booked ran to its end: the
+safe side.
 
-A budget (`--dose-budget-nc-per-min`, `--dose-budget-nc-per-session`, per electrode) refuses any command that
-would take one of its electrodes past either limit. Refused whole rather than clamped: a command with some
+A budget (`--dose-budget-nc-per-min`, on by default, and `--dose-budget-nc-per-session`, per electrode) refuses
+any command that would take one of its electrodes past either limit. Refused whole rather than clamped: a command with some
 electrodes turned down is a stimulus the agent never chose, and the trainer could not tell which; the device's
 envelope refuses the same way, and a refused stimulation is still answered, so the loop keeps its timing.
 """
@@ -25,6 +27,7 @@ from spikeloop.bridge.device.backends import burst_charge_nc, stim_charge_nc
 from spikeloop.bridge.wire.channels import ENCODING_ELECTRODES, N_ELECTRODES
 from spikeloop.bridge.wire.protocol import FeedbackCommand, FeedbackType, StimCommand
 from spikeloop.bridge.wire.safety import SafetyViolation
+from spikeloop.bridge.wire.settings import DOSE_BUDGET_NC_PER_MIN
 
 DOSE_WINDOW_S = 60.0
 """The per-minute figure: charge in the last this many seconds on the device's clock."""
@@ -43,7 +46,7 @@ class DoseRefusal(SafetyViolation):
 class DoseBudget:
     """Per-electrode charge limits (nC, one phase polarity); None: no limit."""
 
-    nc_per_min: float | None = None
+    nc_per_min: float | None = DOSE_BUDGET_NC_PER_MIN.default
     nc_per_session: float | None = None
 
     def __post_init__(self) -> None:
@@ -52,7 +55,7 @@ class DoseBudget:
             if value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-                raise ValueError(f"{name}={value!r}: a dose budget must be a finite number of nC > 0 (or unset)")
+                raise ValueError(f"{name}={value!r}: a dose budget must be a finite number of nC > 0")
 
     def as_dict(self) -> dict[str, float | None]:
         """The budget as plain JSON."""
@@ -127,6 +130,15 @@ class DoseMeter:
         else:
             self._bins.append((index, charges.astype(float)))
         self.session_nc += charges
+
+    def refund(self, electrode: int, booked_at_s: float, charge_nc: float) -> None:
+        """Take back charge booked at `booked_at_s` that was never given (the rest of a burst cut short)."""
+        self.session_nc[electrode] = max(0.0, self.session_nc[electrode] - charge_nc)
+        index = self._bin(booked_at_s)
+        for booked_index, charges in self._bins:
+            if booked_index == index:
+                charges[electrode] = max(0.0, charges[electrode] - charge_nc)
+                return
 
     def summary(self, now_s: float | None) -> dict[str, Any]:
         """The dose as plain JSON: the most-dosed electrode per minute and per session, and the session's total.

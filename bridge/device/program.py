@@ -111,6 +111,8 @@ from spikeloop.bridge.wire.settings import (
     COLLECT_WINDOW_MS,
     DEVICE_BACKEND,
     DEVICE_REALTIME,
+    DOSE_BUDGET_NC_PER_MIN,
+    FEEDBACK_SETTLE_MAX_HOLD_MS,
     FEEDBACK_SETTLE_MS,
     MAX_PULSE_RATE_HZ,
     RANDOM_SPIKE_RATE_HZ,
@@ -221,6 +223,8 @@ class DeviceConfig:
     culture: SimulatedCultureConfig | None = None
     """The sim backend's culture knobs (None: the defaults); refused for other backends."""
     feedback_settle_ms: float = FEEDBACK_SETTLE_MS.default
+    feedback_settle_max_hold_ms: float = FEEDBACK_SETTLE_MAX_HOLD_MS.default
+    """The longest a stimulation is held for feedback to settle (its windows then start, whatever still pulses)."""
     """0: a stimulation is applied when it arrives. > 0: a stimulation that arrives while feedback is still being
     delivered, or less than this long after its last pulse, is held until then (its windows start then), so that
     no feedback pulse and none of its immediate echo falls in a collection window (docs/architecture.md)."""
@@ -263,6 +267,7 @@ class DeviceConfig:
                 "has none (remove them, or use --backend sim)"
             )
         FEEDBACK_SETTLE_MS.require(self.feedback_settle_ms, "device feedback_settle_ms")
+        FEEDBACK_SETTLE_MAX_HOLD_MS.require(self.feedback_settle_max_hold_ms, "device feedback_settle_max_hold_ms")
         if self.feedback_settle_ms > 0 and (self.tick_quantised or self.backend == "cl"):
             raise ValueError(
                 "device feedback_settle_ms: holding a stimulation is implemented for the sim, random, zero and "
@@ -343,8 +348,7 @@ class Device:
         self.final_dose: dict[str, Any] | None = None
         """The dose when the device closed (`DoseMeter.summary`), for the exit summary."""
         self._feedback_clear_s = -math.inf  # feedback_settle_ms: no stimulation is applied before this
-        # ... but held at most this long: a burst the envelope allows can last minutes (200 pulses at 1 Hz).
-        self._max_hold_s = (config.feedback_settle_ms + config.artifact_wait_ms + config.collect_window_ms) / 1e3
+        self._max_hold_s = config.feedback_settle_max_hold_ms / 1e3  # a burst the envelope allows can last minutes
 
     def _bind(self, port: int) -> socket.socket:
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -594,7 +598,7 @@ class Device:
 
     def _stim_at_s(self) -> float:
         """When a stimulation taken in now is applied: now, or once feedback has settled (feedback_settle_ms), but
-        never more than the settle time and one reply's windows after now (counted as `settle_capped`)."""
+        never more than feedback_settle_max_hold_ms after now (counted as `settle_capped`)."""
         now = self.backend.now_s()
         if self._feedback_clear_s <= now:
             return now
@@ -655,7 +659,8 @@ class Device:
         if refused is None:
             self.backend.stimulate(at_s, cmd.frequencies_hz, cmd.amplitudes_ua)
             self.dose.deliver(at_s, charges)
-            self.pulses.deliver(at_s, bursts, interrupted)
+            for cut in self.pulses.deliver(at_s, bursts, interrupted):
+                self.dose.refund(cut.electrode, cut.booked_at_s, cut.charge_nc)
         else:
             self.backend.record("stim", entry | {"refused": str(refused)})
             raise type(refused)(f"{refused} (not stimulated; answered)")
@@ -712,7 +717,8 @@ class Device:
         if safe is not None and charges is not None:  # None: nothing to stimulate (no pulses, frequency or amplitude)
             self.backend.feedback(at_s, safe)
             self.dose.deliver(at_s, charges)
-            self.pulses.deliver(at_s, bursts, interrupted)
+            for cut in self.pulses.deliver(at_s, bursts, interrupted):
+                self.dose.refund(cut.electrode, cut.booked_at_s, cut.charge_nc)
             if self.config.feedback_settle_ms > 0 and safe.feedback_type != FeedbackType.INTERRUPT:
                 last_pulse_s = self.backend.last_pulse_s(at_s, safe.frequency_hz, int(safe.pulses))
                 self._feedback_clear_s = max(
@@ -950,6 +956,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--culture-help", action=_CultureHelp, help="list the culture knobs (default, range, meaning) and exit"
     )
     FEEDBACK_SETTLE_MS.add_flag(p, "sim, random, zero and transparent only", metavar="MS")
+    FEEDBACK_SETTLE_MAX_HOLD_MS.add_flag(p, metavar="MS")
     p.add_argument(
         "--cl-sim-culture",
         action="store_true",
@@ -1039,15 +1046,10 @@ def build_parser() -> argparse.ArgumentParser:
         "stimulation dose budget",
         "per electrode, the charge in one phase polarity (nC) the device may deliver; a stimulation or feedback "
         "command that would take any electrode past a limit is refused whole (counted as dose_refused_*, logged; "
-        "a refused stimulation is still answered, without stimulating). Unset: no limit, the dose is still booked",
+        "a refused stimulation is still answered, without stimulating). The per-minute budget is on by default",
     )
-    dose.add_argument(
-        "--dose-budget-nc-per-min",
-        type=float,
-        default=None,
-        metavar="NC",
-        help="most charge per electrode in any 60 s (sliding, on the device's clock)",
-    )
+    DOSE_BUDGET_NC_PER_MIN.add_flag(dose, metavar="NC")
+    MAX_PULSE_RATE_HZ.add_flag(dose, "refused or started up to one period late, counted as rate_*", metavar="HZ")
     dose.add_argument(
         "--dose-budget-nc-per-session",
         type=float,
@@ -1143,6 +1145,10 @@ def config_from_args(args: argparse.Namespace) -> DeviceConfig:
         flag = f"--{field_name.replace('_', '-')}" if field_name in ENVELOPE_FLAGS else "device safety envelope"
         raise ValueError(f"{flag}: {exc}") from None
     try:
+        DOSE_BUDGET_NC_PER_MIN.require(args.dose_budget_nc_per_min, "device dose_budget_nc_per_min")
+    except ValueError as exc:
+        raise ValueError(f"{DOSE_BUDGET_NC_PER_MIN.flag}: {exc}") from None
+    try:
         dose_budget = DoseBudget(args.dose_budget_nc_per_min, args.dose_budget_nc_per_session)
     except ValueError as exc:
         field_name, _, rest = str(exc).partition("=")
@@ -1192,6 +1198,7 @@ def _device_config(
         cl_sim_culture=args.cl_sim_culture,
         envelope=envelope,
         dose_budget=dose_budget,
+        max_pulse_rate_hz=args.max_pulse_rate_hz,
         accept_from=args.accept_from.replace("-", "_"),
         tick_quantised=args.tick_quantised,
         reply_stamp="constant" if args.constant_clock else "own" if args.own_clock else "echo",
@@ -1201,6 +1208,7 @@ def _device_config(
         chatty=args.chatty,
         culture=culture,
         feedback_settle_ms=args.feedback_settle_ms,
+        feedback_settle_max_hold_ms=args.feedback_settle_max_hold_ms,
         stim_mode=args.stim_mode,
         exit_on_error_complete=args.exit_on_error_complete,
     )

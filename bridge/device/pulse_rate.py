@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from spikeloop.bridge.device.backends.base import stim_pulses
+from spikeloop.bridge.device.backends.base import burst_charge_nc, stim_pulses
 from spikeloop.bridge.wire.channels import ENCODING_ELECTRODES, N_ELECTRODES, STIMULABLE_ELECTRODES
 from spikeloop.bridge.wire.protocol import FeedbackCommand, FeedbackType, StimCommand
 from spikeloop.bridge.wire.safety import SafetyViolation
@@ -42,6 +42,17 @@ class Burst:
     start_s: float
     interval_s: float
     pulses: int
+    pulse_nc: float = 0.0
+    """Charge of one pulse in one phase polarity (the dose book's unit)."""
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """Pulses of a burst that an interrupt or a newer burst cut off: booked at `booked_at_s`, never given."""
+
+    electrode: int
+    booked_at_s: float
+    charge_nc: float
 
 
 class PulseBook:
@@ -60,6 +71,8 @@ class PulseBook:
         self._interval_s = [0.0] * N_ELECTRODES
         self._pulses = [0] * N_ELECTRODES  # of the running (or last) burst; 0: none
         self._before_s = [-math.inf] * N_ELECTRODES  # the last pulse before that burst
+        self._pulse_nc = [0.0] * N_ELECTRODES  # that burst's charge per pulse
+        self._booked_at_s = [0.0] * N_ELECTRODES  # when the dose book booked it (whole)
 
     def _last_pulse_s(self, electrode: int, t_s: float) -> float:
         """The last pulse on `electrode` at or before `t_s` (-inf: none)."""
@@ -117,22 +130,42 @@ class PulseBook:
             "no gap to start in"
         )
 
-    def interrupt(self, at_s: float, electrodes: Iterable[int]) -> None:
-        """Cut the running burst on each electrode: its pulses after `at_s` are not given."""
-        for e in electrodes:
-            last = self._last_pulse_s(e, at_s)
-            self._pulses[e] = 0
-            self._before_s[e] = last
+    def _cut(self, e: int, at_s: float) -> Cancelled | None:
+        """End the burst on `e` at `at_s` (pulses up to it count as given); what it would still have given."""
+        start, interval, pulses = self._start_s[e], self._interval_s[e], self._pulses[e]
+        if pulses == 0:
+            return None
+        given = (
+            0
+            if start > at_s + EPS_S
+            else pulses
+            if interval <= 0
+            else min(pulses, int((at_s - start) / interval + EPS_S) + 1)
+        )
+        self._before_s[e] = self._last_pulse_s(e, at_s)
+        self._pulses[e] = 0
+        if given == pulses:
+            return None
+        return Cancelled(e, self._booked_at_s[e], (pulses - given) * self._pulse_nc[e])
 
-    def deliver(self, at_s: float, bursts: Iterable[Burst], interrupted: Iterable[int]) -> None:
-        """Book a command that passed `check`: its interrupts, then its bursts (each replacing what ran before)."""
-        self.interrupt(at_s, interrupted)
+    def interrupt(self, at_s: float, electrodes: Iterable[int]) -> list[Cancelled]:
+        """Cut the running burst on each electrode: its pulses after `at_s` are not given."""
+        return [c for e in electrodes if (c := self._cut(e, at_s)) is not None]
+
+    def deliver(self, at_s: float, bursts: Iterable[Burst], interrupted: Iterable[int]) -> list[Cancelled]:
+        """Book a command that passed `plan`, applied at `at_s`: its interrupts, then its bursts (each replacing what
+        ran before: a CL1's queue never gets here, `plan` refuses it). Returns the pulses cut off, for the dose."""
+        cancelled = self.interrupt(at_s, interrupted)
         for burst in bursts:
             e = burst.electrode
-            self._before_s[e] = self._last_pulse_s(e, at_s)
+            if (c := self._cut(e, at_s)) is not None:
+                cancelled.append(c)
             self._start_s[e] = burst.start_s
             self._interval_s[e] = burst.interval_s
             self._pulses[e] = burst.pulses
+            self._pulse_nc[e] = burst.pulse_nc
+            self._booked_at_s[e] = at_s
+        return cancelled
 
 
 class BurstTiming(Protocol):
@@ -147,7 +180,7 @@ def stim_bursts(
     for electrode, freq, amp in zip(ENCODING_ELECTRODES, cmd.frequencies_hz, cmd.amplitudes_ua):
         pulses = stim_pulses(freq, tick_frequency_hz, stim_mode) if freq > 0 and amp > 0 else 0
         if pulses > 0:
-            bursts.append(Burst(electrode, *timing(at_s, freq), pulses))
+            bursts.append(Burst(electrode, *timing(at_s, freq), pulses, burst_charge_nc(amp, 1)))
     return bursts, STIMULABLE_ELECTRODES if stim_mode == "reference" else ()
 
 
@@ -159,4 +192,5 @@ def feedback_bursts(cmd: FeedbackCommand, at_s: float, timing: BurstTiming) -> t
     if not (cmd.frequency_hz > 0 and cmd.amplitude_ua > 0 and cmd.pulses >= 1):
         return [], ()
     start_s, interval_s = timing(at_s, cmd.frequency_hz)
-    return [Burst(e, start_s, interval_s, int(cmd.pulses)) for e in channels], ()
+    pulse_nc = burst_charge_nc(cmd.amplitude_ua, 1)
+    return [Burst(e, start_s, interval_s, int(cmd.pulses), pulse_nc) for e in channels], ()

@@ -338,6 +338,19 @@ FEEDBACK_SETTLE_MS = Setting(
     ge=0,
     flag="--feedback-settle-ms",
 )
+FEEDBACK_SETTLE_MAX_HOLD_MS = Setting(
+    "feedback_settle_max_hold_ms",
+    float,
+    5000.0,
+    "the longest a stimulation is held for feedback to settle: a burst the envelope allows can last minutes (200 "
+    "pulses at 1 Hz); past this the stimulation is applied and the rest of the burst may fall in its windows "
+    "(counted settle_capped). The default covers the reference feedback's longest burst (4 s)",
+    ("spikeloop device --feedback-settle-max-hold-ms",),
+    unit="ms",
+    gt=0,
+    le=60000.0,
+    flag="--feedback-settle-max-hold-ms",
+)
 STIM_MODE = Setting(
     "stim_mode",
     str,
@@ -352,13 +365,25 @@ MAX_PULSE_RATE_HZ = Setting(
     "max_pulse_rate_hz",
     float,
     200.0,
-    "the fastest any electrode is pulsed, across every command the device takes: a command with a pulse closer "
-    "than 1 / this to another on its electrode is refused (the CL1 SDK's burst ceiling; lower it, never raise it)",
+    "the fastest any electrode is pulsed, across every command the device takes: no pulse comes less than 1 / this "
+    "after another on its electrode (the CL1 SDK's burst ceiling; lower it, never raise it)",
     ("spikeloop device --max-pulse-rate-hz",),
     unit="Hz",
     gt=0,
     le=200.0,
     flag="--max-pulse-rate-hz",
+)
+DOSE_BUDGET_NC_PER_MIN = Setting(
+    "dose_budget_nc_per_min",
+    float,
+    4320.0,
+    "the most charge (one phase polarity) any electrode may be given in a minute; a command that would pass it is "
+    "refused. The default is the pulse-rate ceiling held for a minute at the default envelope's 0.36 nC a phase "
+    "(docs/architecture.md, 'Stimulation dose and the hard ceiling')",
+    ("spikeloop device --dose-budget-nc-per-min",),
+    unit="nC",
+    gt=0,
+    flag="--dose-budget-nc-per-min",
 )
 
 SETTINGS: tuple[Setting, ...] = (
@@ -382,8 +407,10 @@ SETTINGS: tuple[Setting, ...] = (
     COLLECT_WINDOW_MS,
     RANDOM_SPIKE_RATE_HZ,
     FEEDBACK_SETTLE_MS,
+    FEEDBACK_SETTLE_MAX_HOLD_MS,
     STIM_MODE,
     MAX_PULSE_RATE_HZ,
+    DOSE_BUDGET_NC_PER_MIN,
 )
 """Every declaration, in the docs table's order."""
 
