@@ -184,7 +184,11 @@ class ReplyClock:
         lo, hi = (float(q) for q in np.quantile(residuals, [BAND_QUANTILE, 1 - BAND_QUANTILE]))
         spread = hi - lo
         slack = max(MIN_SLACK_S, spread / 2)
-        # A clock that does not run at our rate, or is coarser than the horizon, decides nothing.
-        if spread > SPREAD_SHARE * span or spread > self.horizon_s:
+        # A clock that does not run at our rate, or is coarser than the horizon, decides nothing. Nor does one whose
+        # stamps did not move as far as our clock between the first and last answers: answers bunched in time (a fast
+        # loop, then a long wait) keep the quantile band narrow even for a constant clock.
+        (t_first, stamp_first), (t_last, stamp_last) = self._samples[0], self._samples[-1]
+        behind_s = (t_last - t_first) - (stamp_last - stamp_first) / 1e6
+        if spread > SPREAD_SHARE * span or spread > self.horizon_s or abs(behind_s) > SPREAD_SHARE * span:
             return None
         return ClockFit(t_mid, offset + base_us / 1e6, drift, lo, hi, slack)
