@@ -19,8 +19,12 @@ stimulation silently breaks the closed loop. Two kinds of device exist:
   leaves no earlier one can still be answered; the first reply after the send
   is its answer, unless it came sooner after the send than the device has ever
   answered (half its fastest recent answer, for devices slower than 5 ms): then
-  it was already on its way and cannot be; a byte-for-byte copy of the last
-  answer is a duplicate while the device's stamps move. A reply owed past its
+  it was already on its way and cannot be. A reply that repeats one heard
+  lately byte for byte is never taken, nor booked as a reply still owed
+  (`spikeloop.bridge.trainer.reply_copies`): a copy while the device's stamps
+  move (`duplicates`); while they repeat (a coarse or constant clock, answers
+  closer than its step) it may be a copy or a fresh answer, which is
+  unknowable (`indistinct`). A reply owed past its
   horizon is written off, and the exchange after a write-off is on probation:
   it watches its own whole horizon and takes its reply only if exactly one came
   (two mean one of them answers the written-off stimulation, and which is

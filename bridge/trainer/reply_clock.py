@@ -22,7 +22,10 @@ back): two mean one of them is the stalled one, and neither is taken.
 
 The clock is only used once it has shown that it runs at our rate: a constant,
 backward or stepping clock leaves residuals as wide as the time the samples
-span, and is never `ready` (the bridge then falls back on arrival order alone).
+span, and its stamps do not move as far as the send times between the first
+and last answers (which catches answers bunched in time, whose quantile band
+stays narrow), so it is never `ready` (the bridge then falls back on arrival
+order alone).
 Once learnt, it is kept until the bridge `forget`s it (replies stopped fitting).
 """
 
