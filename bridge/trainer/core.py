@@ -24,7 +24,9 @@ stimulation silently breaks the closed loop. Two kinds of device exist:
   (`spikeloop.bridge.trainer.reply_copies`): a copy while the device's stamps
   move (`duplicates`); while they repeat (a coarse or constant clock, answers
   closer than its step) it may be a copy or a fresh answer, which is
-  unknowable (`indistinct`). A reply owed past its
+  unknowable (`indistinct`); and once a reply was written off, such a
+  device's reply is taken only after its usual reply time has passed without
+  a second one, and never later than that (`_late_watch`). A reply owed past its
   horizon is written off, and the exchange after a write-off is on probation:
   it watches its own whole horizon and takes its reply only if exactly one came
   (two mean one of them answers the written-off stimulation, and which is
@@ -130,6 +132,9 @@ STALL_MEMORY_HORIZONS = 2.0
 """Learnt clock: for this many horizons after an unanswered stimulation, a late-stamped reply may be its (a device
 that stalled past the horizon), so it is not taken, and an on-time one is taken only once no second reply follows
 it."""
+WATCH_SLACK_S = 0.002
+"""Stamps repeating, after a write-off: a reply this much later than the device's slowest recent answer (or its
+spread, if wider) may be a late one, and is not taken."""
 R = TypeVar("R")
 
 log = logging.getLogger(__name__)
@@ -305,9 +310,11 @@ learnt after a stimulation had gone unanswered: they teach the clock and are wri
 counted in `timeouts`).
 `clock_resets`: times the learnt clock of a plain device was dropped because its replies stopped fitting it.
 `written_off`: stimulations whose reply never came within their horizon (plain devices).
-`indistinct`: replies from a plain device whose stamps repeat (a coarse or constant clock) that repeat a reply heard
-lately byte for byte: a copy, or a fresh answer with the same stamp and counts, which cannot be told; refused
-(`spikeloop.bridge.trainer.reply_copies`). From a device whose stamps move, such a repeat is one of `duplicates`.
+`indistinct`: replies from a plain device whose stamps repeat (a coarse or constant clock) that its stamps cannot tell
+from a copy or a late reply, refused: a repeat of a reply heard lately byte for byte (a copy, or a fresh answer with
+the same stamp and counts; `spikeloop.bridge.trainer.reply_copies`; from a device whose stamps move such a repeat is
+one of `duplicates`), and after a write-off a reply later than the device answers or beside a second one
+(`BridgeCore._late_watch`).
 `stale` and `duplicates` together are the device's unsolicited datagrams (`BridgeCore.unsolicited`).
 `status_requests`: `status_request` events sent (not in `events_sent`, which counts the trainer's events).
 `device_status`: `device_status` datagrams heard (answers to `status_request` events; not spike datagrams)."""
@@ -454,6 +461,8 @@ class BridgeCore:
         deadline = t_sent + (self.config.horizon_s if probation else self.config.timeout_s)
         earliest = t_sent + self._earliest_reply_s()
         spin_window = None if probation else self._spin_window(t_sent)
+        answers_by = None if by_clock else self._late_watch(t_sent)  # stamps repeating: later, it may be a late one
+        watch = None if probation else answers_by
         candidate: _Datagram | None = None  # auto, undecided: held until the timeout in case the echo follows
         held: list[_Datagram] = []  # probation: every plain reply of the window
         answer: _Datagram | None = None
@@ -483,6 +492,13 @@ class BridgeCore:
                 if candidate is not None or held:  # earlier non-echo replies were not answers after all
                     self._counts["stale"] += (candidate is not None) + len(held)
                 answer = datagram
+            elif kind == "plain" and watch is not None:
+                if datagram.arrived > watch or held:  # later than the device answers, or a second reply
+                    self._counts["indistinct"] += 1 + len(held)  # a late reply is among them, and which is unknowable
+                    held.clear()
+                    break
+                held.append(datagram)  # taken once the device's reply time has passed without a second one
+                deadline = min(deadline, watch)
             elif kind == "plain" and not probation:
                 if candidate is not None:
                     self._counts["stale"] += 1
@@ -495,7 +511,9 @@ class BridgeCore:
                         self._counts["stale"] += 1  # two held replies: the later one is the likelier answer
                     candidate = datagram
         if answer is None and held:
-            if len(held) == 1:
+            if len(held) == 1 and answers_by is not None and held[0].arrived > answers_by:
+                self._counts["indistinct"] += 1  # on probation: later than the device answers, so maybe the late one
+            elif len(held) == 1:
                 answer = held[0]
             else:  # one of them answers the written-off stimulation, and which is unknowable
                 self._counts["ambiguous"] += 1
@@ -756,6 +774,19 @@ class BridgeCore:
                 "duplicate, so none is taken (counted 'duplicates' or 'indistinct'): does its clock move?",
                 self.config.device_id,
             )
+
+    def _late_watch(self, t_sent: float) -> float | None:
+        """Plain, stamps repeating, after a write-off: until when the device answers (None: no watch needed).
+
+        A reply written off may still come, any time, and a repeating stamp cannot tell it from this stimulation's
+        answer; only its arrival can: later than the device answers, or beside a second reply.
+        """
+        if self._echo is not False or not self._stamps_repeat or not self._counts["written_off"]:
+            return None
+        if not self._recent_latencies_s:
+            return t_sent + self.config.timeout_s
+        slowest, fastest = max(self._recent_latencies_s), min(self._recent_latencies_s)
+        return t_sent + slowest + max(WATCH_SLACK_S, slowest - fastest)
 
     def _repeat(self, datagram: _Datagram) -> bool:
         """Plain: True (counted) if `datagram` repeats a reply heard lately byte for byte; it answers nothing then."""
