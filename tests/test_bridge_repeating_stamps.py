@@ -5,8 +5,8 @@ real UDP on loopback, answering at once (replies closer together than the clock'
 share a stamp) and encoding each stimulation in its reply (count i = frequency i): a reply taken for a
 stimulation it does not answer shows in its counts. Duplicated replies are byte for byte the answer before
 them, and with a stamp that repeats the bridge used to take such a copy for the next stimulation (before the
-fix, 1-2 of about 270 replies taken with the 16 ms clock, up to 12 of 200 with duplicates alone on a constant
-clock). A reply later than its horizon, past the probation window, was taken where it landed too, and
+fix, 1-2 of about 270 replies taken with the 16 ms clock here; the issue saw 12 of 200 with duplicates alone on a
+constant clock). A reply later than its horizon, past the probation window, was taken where it landed too, and
 the reply it displaced in a later window (up to 8 of about 210 with the constant clock). Now a repeat is
 refused, and after a write-off a reply later than the device answers, or beside a second one, is refused
 (both counted `indistinct`); a constant clock is never learnt as one.

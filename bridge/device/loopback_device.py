@@ -20,7 +20,7 @@ reply and the fault injected, so a test can check which stimulation each reply
 the bridge took really answered. The datagrams stay protocol v1, byte for byte.
 Run as its own process (`python -m spikeloop.bridge.device.loopback_device --help`) it injects
 faults at given rates (`FaultPlan`) and keeps a clock of its own, offset and
-drifting.
+drifting, coarse (`--clock-resolution-ms`) or constant (`--constant-clock`).
 """
 
 from __future__ import annotations
