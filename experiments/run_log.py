@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from spikeloop.bridge.trainer.core import LOOP_COUNTERS
 from spikeloop.experiments.dotted import flatten
 from spikeloop.experiments.trial_files import (  # noqa: F401  (re-exported: the names the writer and its readers share)
     CURVE_FILE,
@@ -78,17 +79,7 @@ RESULT_TAGS: dict[str, str] = {
     "loop/latency_p50_ms": "env_runners/culture/latency_p50_ms",
     "loop/latency_p99_ms": "env_runners/culture/latency_p99_ms",
     "loop/latency_max_ms": "env_runners/culture/latency_max_ms",
-    "loop/timeouts": "env_runners/culture/timeouts",
-    "loop/late": "env_runners/culture/late",
-    "loop/duplicates": "env_runners/culture/duplicates",
-    "loop/foreign": "env_runners/culture/foreign",
-    "loop/malformed": "env_runners/culture/malformed",
-    "loop/stale": "env_runners/culture/stale",
-    "loop/written_off": "env_runners/culture/written_off",
-    "loop/ambiguous": "env_runners/culture/ambiguous",
-    "loop/unattributed": "env_runners/culture/unattributed",
-    "loop/withheld": "env_runners/culture/withheld",
-    "loop/clock_resets": "env_runners/culture/clock_resets",
+    **{f"loop/{name}": f"env_runners/culture/{name}" for name in LOOP_COUNTERS},
     "loop/exchange_ok_fraction": "env_runners/culture/exchange_ok_fraction",
     "loop/device_duty": "env_runners/culture/device_duty",
     "ppo/env_steps_received": "learners/__all_modules__/num_env_steps_received",

@@ -91,6 +91,7 @@ def test_train_quickstart_leaves_a_complete_run_directory(tmp_path: Path) -> Non
         "feedback/sent",
         "loop/latency_p50_ms",
         "loop/timeouts",
+        "loop/indistinct",  # every correlation counter (LOOP_COUNTERS), named once, reaches TensorBoard
         # The live information meter (on by default), over the last ticks of each sample: bits per tick and noise.
         "culture/info_stim",
         "culture/info_stim_sd",

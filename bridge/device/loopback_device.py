@@ -20,7 +20,7 @@ reply and the fault injected, so a test can check which stimulation each reply
 the bridge took really answered. The datagrams stay protocol v1, byte for byte.
 Run as its own process (`python -m spikeloop.bridge.device.loopback_device --help`) it injects
 faults at given rates (`FaultPlan`) and keeps a clock of its own, offset and
-drifting.
+drifting, coarse (`--clock-resolution-ms`) or constant (`--constant-clock`).
 """
 
 from __future__ import annotations
@@ -304,6 +304,12 @@ def drifting_clock(offset_s: float, drift_ppm: float) -> Callable[[], int]:
     return lambda: max(0, start_us + offset_us + round((now_us() - start_us) * (1 + drift_ppm * 1e-6)))
 
 
+def coarse(clock: Callable[[], int], resolution_ms: float) -> Callable[[], int]:
+    """`clock` read in steps of `resolution_ms` (0: as it is), as a device clock with a coarse tick reads."""
+    step_us = round(resolution_ms * 1000)
+    return clock if step_us <= 0 else lambda: clock() // step_us * step_us
+
+
 def _pair(text: str) -> tuple[float, float]:
     try:
         lo, hi = (float(v) for v in text.split(","))
@@ -333,6 +339,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clock-offset-s", type=float, default=0.0, help="own clock: seconds ahead of ours")
     parser.add_argument("--clock-drift-ppm", type=float, default=0.0, help="own clock: how much faster it runs")
     parser.add_argument(
+        "--clock-resolution-ms", type=float, default=0.0, help="own clock: moves in steps of this many ms (0: 1 us)"
+    )
+    parser.add_argument("--constant-clock", action="store_true", help="stamp every reply the same (implies own clock)")
+    parser.add_argument(
         "--fault", type=_rate, action="append", default=[], help=f"KIND=RATE, KIND one of {', '.join(PLAN_FAULTS)}"
     )
     parser.add_argument("--late-s", type=_pair, default=(0.55, 0.95), help="delays of late replies: LO,HI seconds")
@@ -344,14 +354,28 @@ def main(argv: list[str] | None = None) -> int:
         plan = FaultPlan(dict(args.fault), args.late_s, args.very_late_s, args.seed) if args.fault else None
     except ValueError as exc:
         parser.error(str(exc))
-    own_clock = args.own_clock or args.clock_offset_s != 0 or args.clock_drift_ppm != 0
+    if not (math.isfinite(args.clock_resolution_ms) and args.clock_resolution_ms >= 0):
+        parser.error(f"--clock-resolution-ms {args.clock_resolution_ms}: give a number of milliseconds >= 0")
+    own_clock = (
+        args.own_clock
+        or args.constant_clock
+        or args.clock_offset_s != 0
+        or args.clock_drift_ppm != 0
+        or args.clock_resolution_ms > 0
+    )
+    clock = None
+    if args.constant_clock:
+        constant_us = now_us() + round(args.clock_offset_s * 1e6)
+        clock = lambda: constant_us  # noqa: E731
+    elif own_clock:
+        clock = coarse(drifting_clock(args.clock_offset_s, args.clock_drift_ppm), args.clock_resolution_ms)
     device = LoopbackDevice(
         spike_port=args.spike_port,
         stim_port=args.stim_port,
         feedback_port=args.feedback_port,
         event_port=args.event_port,
         echo_timestamps=not own_clock,
-        clock=drifting_clock(args.clock_offset_s, args.clock_drift_ppm) if own_clock else None,
+        clock=clock,
         fault_for=plan.fault_for if plan else lambda i: None,
         delay_for=plan.delay_for if plan else None,
         record=args.record,

@@ -19,8 +19,14 @@ stimulation silently breaks the closed loop. Two kinds of device exist:
   leaves no earlier one can still be answered; the first reply after the send
   is its answer, unless it came sooner after the send than the device has ever
   answered (half its fastest recent answer, for devices slower than 5 ms): then
-  it was already on its way and cannot be; a byte-for-byte copy of the last
-  answer is a duplicate while the device's stamps move. A reply owed past its
+  it was already on its way and cannot be. A reply that repeats one heard
+  lately byte for byte is never taken, nor booked as a reply still owed
+  (`spikeloop.bridge.trainer.reply_copies`): a copy while the device's stamps
+  move (`duplicates`); while they repeat (a coarse or constant clock, answers
+  closer than its step) it may be a copy or a fresh answer, which is
+  unknowable (`indistinct`); and once a reply was written off, such a
+  device's reply is taken only after its usual reply time has passed without
+  a second one, and never later than that (`_late_watch`). A reply owed past its
   horizon is written off, and the exchange after a write-off is on probation:
   it watches its own whole horizon and takes its reply only if exactly one came
   (two mean one of them answers the written-off stimulation, and which is
@@ -79,6 +85,7 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 
 from spikeloop.bridge.trainer.reply_clock import ReplyClock
+from spikeloop.bridge.trainer.reply_copies import ReplyCopies
 from spikeloop.bridge.wire.address import DeviceAddress
 from spikeloop.bridge.wire.channels import N_SPIKE_GROUPS
 from spikeloop.bridge.wire.protocol import (
@@ -125,8 +132,9 @@ STALL_MEMORY_HORIZONS = 2.0
 """Learnt clock: for this many horizons after an unanswered stimulation, a late-stamped reply may be its (a device
 that stalled past the horizon), so it is not taken, and an on-time one is taken only once no second reply follows
 it."""
-RECENT_ANSWERS = 64
-"""Plain devices: answers kept byte for byte, to recognise their copies."""
+WATCH_SLACK_S = 0.002
+"""Stamps repeating, after a write-off: a reply this much later than the device's slowest recent answer (or its
+spread, if wider) may be a late one, and is not taken."""
 R = TypeVar("R")
 
 log = logging.getLogger(__name__)
@@ -280,6 +288,7 @@ COUNTERS = (
     "late",
     "written_off",
     "duplicates",
+    "indistinct",
     "stale",
     "malformed",
     "foreign",
@@ -301,9 +310,30 @@ learnt after a stimulation had gone unanswered: they teach the clock and are wri
 counted in `timeouts`).
 `clock_resets`: times the learnt clock of a plain device was dropped because its replies stopped fitting it.
 `written_off`: stimulations whose reply never came within their horizon (plain devices).
+`indistinct`: replies from a plain device whose stamps repeat (a coarse or constant clock) that its stamps cannot tell
+from a copy or a late reply, refused: a repeat of a reply heard lately byte for byte (a copy, or a fresh answer with
+the same stamp and counts; `spikeloop.bridge.trainer.reply_copies`; from a device whose stamps move such a repeat is
+one of `duplicates`), and after a write-off a reply later than the device answers or beside a second one
+(`BridgeCore._late_watch`).
 `stale` and `duplicates` together are the device's unsolicited datagrams (`BridgeCore.unsolicited`).
 `status_requests`: `status_request` events sent (not in `events_sent`, which counts the trainer's events).
 `device_status`: `device_status` datagrams heard (answers to `status_request` events; not spike datagrams)."""
+
+LOOP_COUNTERS = (
+    "timeouts",
+    "late",
+    "duplicates",
+    "indistinct",
+    "foreign",
+    "malformed",
+    "stale",
+    "written_off",
+    "ambiguous",
+    "unattributed",
+    "withheld",
+    "clock_resets",
+)
+"""The correlation counters a run logs each episode (`culture/<name>`, TensorBoard and run log `loop/<name>`)."""
 
 
 class BridgeCore:
@@ -344,10 +374,10 @@ class BridgeCore:
         self._echo: bool | None = {"auto": None, "echo": True, "arrival": False}[config.correlation]
         self._plain_votes = 0  # auto, undecided: exchanges answered by a reply that did not echo
         self._last_answer_us = -1  # echo: the last stimulation answered (echoed stamps only increase)
-        self._last_answer_data = b""  # plain: the last answer as received, to recognise its duplicates
         self._last_plain_stamp: int | None = None
-        self._stamps_repeat = False  # plain: two answers in a row carried one stamp, so a copy proves nothing
-        self._copies_heard = 0  # plain: timeouts in a row whose windows heard only copies of the last answer
+        self._stamps_repeat = False  # plain: two answers in a row carried one stamp, so a repeat may be an answer
+        self._copies = ReplyCopies()  # plain: replies heard lately, byte for byte; a repeat is never taken
+        self._copies_heard = 0  # plain: timeouts in a row whose windows heard only repeats (for a warning)
         self._copy_this_exchange = False
         self._foreign_source: tuple[str, int] | None = None  # the last reply refused for its source (for hints)
         self._last_stim_us = 0
@@ -357,7 +387,6 @@ class BridgeCore:
         self._probation = False  # plain: a reply was written off, so the next exchange waits its whole window
         self._clock = ReplyClock(config.timeout_s, config.horizon_s)  # plain: the device's clock, learnt
         self._unanswered: dict[int, float] = {}  # plain: stimulation stamp -> send time, of those never answered
-        self._recent_answers: collections.deque[bytes] = collections.deque(maxlen=RECENT_ANSWERS)
         self._unfit_streak = 0  # learnt clock: exchanges in a row with replies that fit no stimulation, none taken
         self._unfit_this_exchange = False
         self._fault_seen = False  # plain: a stimulation went unanswered, or the learnt clock was dropped
@@ -432,6 +461,8 @@ class BridgeCore:
         deadline = t_sent + (self.config.horizon_s if probation else self.config.timeout_s)
         earliest = t_sent + self._earliest_reply_s()
         spin_window = None if probation else self._spin_window(t_sent)
+        answers_by = None if by_clock else self._late_watch(t_sent)  # stamps repeating: later, it may be a late one
+        watch = None if probation else answers_by
         candidate: _Datagram | None = None  # auto, undecided: held until the timeout in case the echo follows
         held: list[_Datagram] = []  # probation: every plain reply of the window
         answer: _Datagram | None = None
@@ -444,9 +475,6 @@ class BridgeCore:
             if datagram is None:
                 continue
             if by_clock:
-                if answer_by_clock is not None and datagram.data == answer_by_clock.data:
-                    self._counts["duplicates"] += 1  # a copy of the reply held: one reply, not a second one
-                    continue
                 if not self._attribute(datagram, (stim.timestamp_us, t_leave), earliest):
                     continue
                 if answer_by_clock is not None:  # two replies fit: a stalled device's earlier one is among them
@@ -464,22 +492,28 @@ class BridgeCore:
                 if candidate is not None or held:  # earlier non-echo replies were not answers after all
                     self._counts["stale"] += (candidate is not None) + len(held)
                 answer = datagram
+            elif kind == "plain" and watch is not None:
+                if datagram.arrived > watch or held:  # later than the device answers, or a second reply
+                    self._counts["indistinct"] += 1 + len(held)  # a late reply is among them, and which is unknowable
+                    held.clear()
+                    break
+                held.append(datagram)  # taken once the device's reply time has passed without a second one
+                deadline = min(deadline, watch)
             elif kind == "plain" and not probation:
                 if candidate is not None:
                     self._counts["stale"] += 1
                 answer = datagram
             elif kind in ("plain", "candidate"):
                 if probation:
-                    if any(datagram.data == other.data for other in held):
-                        self._counts["duplicates"] += 1  # a copy is one reply, not a second one
-                    else:
-                        held.append(datagram)
+                    held.append(datagram)  # copies never get here: a copy is one reply, not a second one
                 else:
                     if candidate is not None:
                         self._counts["stale"] += 1  # two held replies: the later one is the likelier answer
                     candidate = datagram
         if answer is None and held:
-            if len(held) == 1:
+            if len(held) == 1 and answers_by is not None and held[0].arrived > answers_by:
+                self._counts["indistinct"] += 1  # on probation: later than the device answers, so maybe the late one
+            elif len(held) == 1:
                 answer = held[0]
             else:  # one of them answers the written-off stimulation, and which is unknowable
                 self._counts["ambiguous"] += 1
@@ -675,12 +709,10 @@ class BridgeCore:
         else:
             if self._echo is None:
                 self._vote_plain()
-            self._last_answer_data = answer.data
-            self._recent_answers.append(answer.data)
             self._clock.observe(t_sent if t_leave is None else t_leave, reply.timestamp_us)
             self._unfit_streak = 0
             if reply.timestamp_us == self._last_plain_stamp:
-                self._stamps_repeat = True  # a coarse or constant clock: identical datagrams may be answers
+                self._stamps_repeat = True  # a coarse or constant clock: a repeated datagram may be an answer
             self._last_plain_stamp = reply.timestamp_us
             self._copies_heard = 0
         if self._pin_auto and self._reply_port is None:
@@ -734,15 +766,36 @@ class BridgeCore:
             self._reply_port, self._repin = self._other_port, None
 
     def _note_copies(self) -> None:
-        """Plain, at a timeout: a device that only ever repeats itself (constant clock, constant counts) is one."""
+        """Plain, at a timeout: say so once when a device keeps repeating itself (constant clock, constant counts)."""
         self._copies_heard = self._copies_heard + 1 if self._copy_this_exchange else 0
-        if self._copies_heard >= AUTO_PLAIN_VOTES:
+        if self._copies_heard == AUTO_PLAIN_VOTES:
             log.warning(
-                "device %r repeats its last reply byte for byte every exchange; taking such copies as "
-                "answers from now on",
+                "device %r repeats a reply byte for byte exchange after exchange; a repeat cannot be told from a "
+                "duplicate, so none is taken (counted 'duplicates' or 'indistinct'): does its clock move?",
                 self.config.device_id,
             )
-            self._stamps_repeat, self._copies_heard = True, 0
+
+    def _late_watch(self, t_sent: float) -> float | None:
+        """Plain, stamps repeating, after a write-off: until when the device answers (None: no watch needed).
+
+        A reply written off may still come, any time, and a repeating stamp cannot tell it from this stimulation's
+        answer; only its arrival can: later than the device answers, or beside a second reply.
+        """
+        if self._echo is not False or not self._stamps_repeat or not self._counts["written_off"]:
+            return None
+        if not self._recent_latencies_s:
+            return t_sent + self.config.timeout_s
+        slowest, fastest = max(self._recent_latencies_s), min(self._recent_latencies_s)
+        return t_sent + slowest + max(WATCH_SLACK_S, slowest - fastest)
+
+    def _repeat(self, datagram: _Datagram) -> bool:
+        """Plain: True (counted) if `datagram` repeats a reply heard lately byte for byte; it answers nothing then."""
+        if not self._copies.repeat(datagram.data):
+            return False
+        # While the stamps move a repeat is surely a copy; while they repeat it may be a fresh answer, unknowably.
+        self._counts["indistinct" if self._stamps_repeat else "duplicates"] += 1
+        self._copy_this_exchange = True
+        return True
 
     def _vote_plain(self) -> None:
         self._plain_votes += 1
@@ -770,9 +823,7 @@ class BridgeCore:
         may still be answered; fitting exactly one earlier one, it is that one's late reply. Anything else (no
         window, or several) is `unattributed`: a guess could name the wrong stimulation.
         """
-        if not self._stamps_repeat and datagram.data in self._recent_answers:
-            self._counts["duplicates"] += 1  # byte for byte an answer already taken
-            self._copy_this_exchange = True
+        if self._repeat(datagram):
             return False
         stamp, arrived = datagram.reply.timestamp_us, datagram.arrived
         earlier = [us for us, t in self._unanswered.items() if self._clock.fits(stamp, t)]
@@ -791,7 +842,6 @@ class BridgeCore:
             del self._unanswered[stim_us]
             self._timed_out.discard(stim_us)
             self._owed = collections.deque(o for o in self._owed if o.stim_us != stim_us)
-            self._recent_answers.append(datagram.data)  # its copies are duplicates
             self._counts["late"] += 1
             return False
         self._counts["unattributed"] += 1
@@ -953,11 +1003,11 @@ class BridgeCore:
             return
         if self._echo is True:
             self._counts["stale"] += 1  # echo device, unknown timestamp: nothing it can answer
+        elif self._repeat(datagram):
+            return  # a copy is not the reply still owed: that one may yet come, and must not be taken later
         elif self._owed:
             self._unanswered.pop(self._owed.popleft().stim_us, None)  # in order: the oldest one still owed a reply
             self._counts["late"] += 1
-        elif datagram.data == self._last_answer_data and not self._stamps_repeat:
-            self._counts["duplicates"] += 1
         else:
             self._counts["stale"] += 1  # a reply nothing is owed: more replies than stimulations
 
@@ -973,17 +1023,14 @@ class BridgeCore:
             if self._echo is True:
                 self._counts["stale"] += 1
                 return None
+        if self._repeat(datagram):
+            return None  # before the owed reply is booked: a copy must not stand in for it
         if self._owed:  # replies come in order: the oldest owed one is answered first
             self._unanswered.pop(self._owed.popleft().stim_us, None)
             self._counts["late"] += 1
             return None
         if datagram.arrived < earliest:
             self._counts["stale"] += 1  # sooner than the device can answer: it was on its way before the send
-            return None
-        if not self._stamps_repeat and datagram.data in self._recent_answers:
-            # Byte for byte a recent answer while the device's stamps move: a copy of it, however late.
-            self._counts["duplicates"] += 1
-            self._copy_this_exchange = True
             return None
         if self._echo is None and ts <= waiting_for:
             return "candidate"  # a stale echo, or a coarse, constant or lagging clock: wait for the echo

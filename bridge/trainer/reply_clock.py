@@ -22,7 +22,10 @@ back): two mean one of them is the stalled one, and neither is taken.
 
 The clock is only used once it has shown that it runs at our rate: a constant,
 backward or stepping clock leaves residuals as wide as the time the samples
-span, and is never `ready` (the bridge then falls back on arrival order alone).
+span, and its stamps do not move as far as the send times between the first
+and last answers (which catches answers bunched in time, whose quantile band
+stays narrow), so it is never `ready` (the bridge then falls back on arrival
+order alone).
 Once learnt, it is kept until the bridge `forget`s it (replies stopped fitting).
 """
 
@@ -184,7 +187,11 @@ class ReplyClock:
         lo, hi = (float(q) for q in np.quantile(residuals, [BAND_QUANTILE, 1 - BAND_QUANTILE]))
         spread = hi - lo
         slack = max(MIN_SLACK_S, spread / 2)
-        # A clock that does not run at our rate, or is coarser than the horizon, decides nothing.
-        if spread > SPREAD_SHARE * span or spread > self.horizon_s:
+        # A clock that does not run at our rate, or is coarser than the horizon, decides nothing. Nor does one whose
+        # stamps did not move as far as our clock between the first and last answers: answers bunched in time (a fast
+        # loop, then a long wait) keep the quantile band narrow even for a constant clock.
+        (t_first, stamp_first), (t_last, stamp_last) = self._samples[0], self._samples[-1]
+        behind_s = (t_last - t_first) - (stamp_last - stamp_first) / 1e6
+        if spread > SPREAD_SHARE * span or spread > self.horizon_s or abs(behind_s) > SPREAD_SHARE * span:
             return None
         return ClockFit(t_mid, offset + base_us / 1e6, drift, lo, hi, slack)

@@ -35,6 +35,7 @@ from ray.rllib.callbacks.callbacks import RLlibCallback
 from ray.rllib.core.columns import Columns
 
 from spikeloop.bridge.device.dose import status_metrics
+from spikeloop.bridge.trainer.core import LOOP_COUNTERS
 from spikeloop.experiments.live_view.runner_view import current_view, start_view, view_settings
 from spikeloop.models.closed_loop.episode_numbers import EpisodeNumbers
 from spikeloop.models.closed_loop.experiment_config import ClosedLoopExperimentConfig
@@ -238,23 +239,7 @@ class ClosedLoopCallbacks(RLlibCallback):
             lat = stats["latency_ms"]
             for key in ("p50", "p99", "max"):
                 metrics_logger.log_value(f"culture/latency_{key}_ms", lat[key], reduce="mean", window=1)
-            for key in (
-                "timeouts",
-                "late",
-                "duplicates",
-                "stale",
-                "malformed",
-                "foreign",
-                "clamped_commands",
-                "feedback_sent",
-                "feedback_suppressed",
-                "events_sent",
-                "written_off",
-                "ambiguous",
-                "unattributed",
-                "withheld",
-                "clock_resets",
-            ):
+            for key in (*LOOP_COUNTERS, "clamped_commands", "feedback_sent", "feedback_suppressed", "events_sent"):
                 metrics_logger.log_value(f"culture/{key}", stats[key], reduce="max", window=1)
             # The device's own account (its last device_status): charge delivered and commands it refused.
             link.device_dose = status_metrics(stats.get("device_status"))
