@@ -28,6 +28,7 @@ from spikeloop.bridge.wire.protocol import (
     encode_feedback,
     encode_stim,
 )
+from spikeloop.experiments.benchmarks.flood import device_rss_mb
 from tests.support.device_client import ROOT, Client, start_device, stop_device
 
 
@@ -113,3 +114,24 @@ def test_a_burst_cut_short_is_booked_as_far_as_it_ran(client: Client) -> None:
     per_pulse = burst_charge_nc(2.0, 1)
     assert dose["max_nc_session_electrode"] == 23
     assert dose["max_nc_session"] == pytest.approx(3 * per_pulse)  # not 40 pulses' worth
+
+
+def test_memory_stays_flat_under_a_flood_of_valid_feedback(client: Client) -> None:
+    # Issue 51: 400k valid feedback datagrams grew an unpaced device from 194 to 531 MB in 23 s, linearly.
+    proc = start_device(client)  # unpaced: its clock does not move on feedback
+    feedback = [
+        encode_feedback(FeedbackCommand(i, FeedbackType.REWARD, channels, 20, 2.0, 30, False, "reward"))
+        for i, channels in enumerate(((19, 20, 22), (23, 24, 26), (35, 36, 38), (44, 47, 48)))
+    ]
+    try:
+        rss_mb = []
+        for _ in range(4):
+            for i in range(20_000):
+                client.sock.sendto(feedback[i % 4], ("127.0.0.1", client.ports["feedback"]))
+                if i % 250 == 249:  # answered once the device has taken in the feedback sent before it
+                    client.stim(7, (0.0,) * 8, (0.0,) * 8)
+            rss_mb.append(device_rss_mb(proc.pid))
+    finally:
+        summary = stop_device(proc)
+    assert summary["feedback"] > 60_000  # loopback may drop some; most arrived
+    assert max(rss_mb) - rss_mb[0] < 10.0, rss_mb
