@@ -284,7 +284,7 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
         last_episode_index,
         metric_key,
     )
-    from spikeloop.models.closed_loop.discarded import note_kept, read_kept, tell_discarded
+    from spikeloop.models.closed_loop.discarded import note_kept, tell_discarded_at_start
     from spikeloop.models.closed_loop.episode_numbers import start_counter
     from spikeloop.models.closed_loop.link import DeviceLost
     from spikeloop.models.closed_loop.ppo import finish, restore
@@ -325,17 +325,10 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
         start_trial(algo, Path(tune_config[START_FROM]), trial_dir)
     # What a device saw since the last logged iteration no longer stands: tell it (unpaced simulations never continue).
     keeps_note = not experiment.repeats_bit_for_bit()
-    kept = read_kept(trial_dir) if keeps_note else None
-    if kept is not None:
-        told = tell_discarded(algo, kept, first_episode, "resume" if start is not None else "restart")
+    if keeps_note:
+        told = tell_discarded_at_start(algo, trial_dir, first_episode, resumed=start is not None)
         if told:
-            print(
-                f"told {', '.join(told)}: its recording after iteration {kept['iteration']} is discarded; episodes "
-                f"from {first_episode} are numbered again",
-                flush=True,
-            )
-    elif keeps_note:
-        note_kept(trial_dir, algo.iteration, {})
+            print(told, flush=True)
     log = RunLog(trial_dir)
     tag = _sweep_tag(tune_config, print_settings=True)
     if start is None:  # a resumed trial's first event file has its HPARAMS session already

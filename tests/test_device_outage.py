@@ -173,6 +173,7 @@ def test_stop_on_device_loss_then_resume_finishes_the_budget(tmp_path: Path, req
     # From the checkpoint saved at the loss (the last whole iteration), not from scratch, not from the start.
     ((_, restored_at),) = RESUMED.findall(output)
     assert int(restored_at) == lost_at, output[-6000:]
+    assert f"its recording after iteration {lost_at} is discarded" in output, output[-6000:]
     assert sorted(int(n) for n in PROGRESS.findall(output)) == list(range(lost_at + 1, ITERATIONS + 1))
     summary = yaml.safe_load((run_dir / "summary.yaml").read_text())
     assert "device_lost" not in summary and summary["errored"] == 0, summary

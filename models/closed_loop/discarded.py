@@ -83,3 +83,21 @@ def tell_discarded(algo, kept: dict[str, Any], episodes_from: int, reason: str =
         lambda _runner: _tell_runner(kept, episodes_from, reason), local_env_runner=True
     )
     return [device for device in told if device is not None]
+
+
+def tell_discarded_at_start(algo, trial_dir: Path, first_episode: int, resumed: bool) -> str | None:
+    """At a trial's start: tell the devices what was discarded if the trial ran before, else start the note.
+
+    Returns the line to print when devices were told.
+    """
+    kept = read_kept(trial_dir)
+    if kept is None:
+        note_kept(trial_dir, algo.iteration, {})
+        return None
+    told = tell_discarded(algo, kept, first_episode, "resume" if resumed else "restart")
+    if not told:
+        return None
+    return (
+        f"told {', '.join(told)}: its recording after iteration {kept['iteration']} is discarded; episodes from "
+        f"{first_episode} are numbered again"
+    )
