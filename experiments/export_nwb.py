@@ -6,7 +6,7 @@ creation (the NWB session start). What goes where (docs/session-record.md, "NWB 
 * `intervals/stimulation`: one row per stimulation, from sending it to taking the reply, with the reply;
 * `acquisition/spike_counts`: the spike count per group at each reply (TimeSeries);
 * `processing/culture/feedback`, `processing/culture/events`: each feedback command and each event (tables);
-* `trials`: one row per episode (return, length, kills);
+* `trials`: one row per episode (return, length, kills; `discarded` for an episode the trial threw away);
 * `processing/behavior`: the action and the reward of each env step (TimeSeries).
 """
 
@@ -20,7 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from spikeloop.models.closed_loop.session_record import TABLES, read_record
+from spikeloop.models.closed_loop.session_record import (
+    TABLES,
+    RecordError,
+    discarded_episodes,
+    read_record,
+    record_discards,
+)
 
 SOURCE = "spikeloop export nwb"
 
@@ -192,7 +198,7 @@ def record_to_nwb(record_file: Path, nwb_file: Path, subject: CultureSubject = C
             start,
             stop,
             [_column("episodes", c, episodes[c]) for c in ("episode", "last_step", "length", "return", "kills")]
-            + [_column("episodes", "terminated", episodes["terminated"])],
+            + [_column("episodes", "terminated", episodes["terminated"]), _discarded_column(record_file, episodes)],
         )
     if len(steps["wall_time_s"]):
         behavior = nwb.create_processing_module(name="behavior", description="the agent's actions and rewards")
@@ -206,6 +212,26 @@ def record_to_nwb(record_file: Path, nwb_file: Path, subject: CultureSubject = C
     with NWBHDF5IO(str(nwb_file), "w") as io:
         io.write(nwb)
     return nwb_file
+
+
+def _discarded_column(record_file: Path, episodes: dict[str, Any]):
+    """Which episodes the trial threw away: the `discarded` events of all its records (that of a resumed run)."""
+    from hdmf.common import VectorData
+
+    discards = []
+    for sibling in sorted(record_file.parent.glob("*.h5")):
+        try:
+            discards += record_discards(read_record(sibling)[1])
+        except RecordError:
+            continue  # a sibling that is no record says nothing about this one
+    return VectorData(
+        name="discarded",
+        description=(
+            "1: the trial threw this episode away (the iteration it ended in was lost before it was logged; its "
+            "number was given again after the resume: the later copy stands; docs/protocol.md, discarded)"
+        ),
+        data=discarded_episodes(episodes, discards).astype(np.uint8),
+    )
 
 
 def _flat(data: dict[str, Any], prefix: str = "data.") -> dict[str, Any]:

@@ -116,17 +116,23 @@ def _request_pending(trial_dir: Path) -> bool:
     return False
 
 
-def _pull_episode_records(algo, accounting: dict[str, int] | None = None) -> list[dict[str, Any]]:
-    """The episodes every env runner finished since the last pull; `accounting` gets where their steps went."""
+def _pull_episode_records(
+    algo, accounting: dict[str, int] | None = None, last_stims: dict[str, int] | None = None
+) -> list[dict[str, Any]]:
+    """The episodes every env runner finished since the last pull; `accounting` gets where their steps went,
+    `last_stims` each device's last stimulation stamp (models/closed_loop/discarded.py)."""
     from spikeloop.models.closed_loop.callbacks import pop_episode_records, step_accounting
+    from spikeloop.models.closed_loop.discarded import last_stimulation
 
     pulled = algo.env_runner_group.foreach_env_runner(
-        lambda _runner: (pop_episode_records(), step_accounting()), local_env_runner=True
+        lambda _runner: (pop_episode_records(), step_accounting(), last_stimulation()), local_env_runner=True
     )
     if accounting is not None:
         for key in ("env_steps_taken", "unfinished_episode_steps"):
-            accounting[key] = sum(steps[key] for _, steps in pulled)
-    return [record for records, _ in pulled for record in records]
+            accounting[key] = sum(steps[key] for _, steps, _ in pulled)
+    if last_stims is not None:
+        last_stims.update(dict(mark for _, _, mark in pulled if mark is not None))
+    return [record for records, _, _ in pulled for record in records]
 
 
 def _trial_dir() -> Path:
@@ -278,6 +284,7 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
         last_episode_index,
         metric_key,
     )
+    from spikeloop.models.closed_loop.discarded import note_kept, tell_discarded_at_start
     from spikeloop.models.closed_loop.episode_numbers import start_counter
     from spikeloop.models.closed_loop.link import DeviceLost
     from spikeloop.models.closed_loop.ppo import finish, restore
@@ -288,7 +295,8 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
     trial_dir = _trial_dir()
     (trial_dir / RESOLVED_FILE).write_text(experiment.to_yaml())
     # Episodes are numbered across the trial's env runners and resumes (episode_end events, episodes.jsonl).
-    counter, counter_name = start_counter(last_episode_index(trial_dir / EPISODES_FILE))
+    first_episode = last_episode_index(trial_dir / EPISODES_FILE) + 1
+    counter, counter_name = start_counter(first_episode - 1)
     config = experiment.algorithm_config()
     record = (
         RecordSettings(str(trial_dir), experiment.output.record_flush_s, experiment.to_yaml())
@@ -315,6 +323,12 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
         from spikeloop.experiments.start_from import start_trial
 
         start_trial(algo, Path(tune_config[START_FROM]), trial_dir)
+    # What a device saw since the last logged iteration no longer stands: tell it (unpaced simulations never continue).
+    keeps_note = not experiment.repeats_bit_for_bit()
+    if keeps_note:
+        told = tell_discarded_at_start(algo, trial_dir, first_episode, resumed=start is not None)
+        if told:
+            print(told, flush=True)
     log = RunLog(trial_dir)
     tag = _sweep_tag(tune_config, print_settings=True)
     if start is None:  # a resumed trial's first event file has its HPARAMS session already
@@ -339,7 +353,10 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
         while not finished:
             result = _train_iteration(algo)
             progress["trained"] += 1
-            values = log.log_iteration(result, _pull_episode_records(algo, trained))
+            last_stims: dict[str, int] = {}
+            values = log.log_iteration(result, _pull_episode_records(algo, trained, last_stims))
+            if keeps_note:
+                note_kept(trial_dir, algo.iteration, last_stims)
             empty = empty_iteration_cause(result, config.sample_timeout_s)
             trained[LEARNER_ENV_STEPS] += int(values.get("ppo/env_steps_received", 0))
             trained[EMPTY_ITERATIONS] += empty is not None

@@ -1,19 +1,22 @@
 """A device that goes away mid-run and comes back (issue 26, outages), as a lab meets it.
 
 The device program is `spikeloop device` in its own process on ports the test chose; `spikeloop train` is a
-subprocess with its own local Ray. The device is SIGKILLed mid-run, the run stops on the loss
-(`loop.on_device_loss: stop`), the device is started again on the same ports, and `spikeloop train --resume`
-finishes the run's budget from the checkpoint the trial saved at the loss: episode numbers and TensorBoard steps
-carry on, no episode is lost or numbered twice. With `loop.on_device_loss: wait` the same run pauses instead,
-probes the device until it is back and finishes its budget in one go; the outage is in TensorBoard, in the episode
-it fell in and in that episode's `episode_end` to the device. And the device program outlives a `training_complete`
+subprocess with its own local Ray. The device is frozen mid-run (SIGSTOP), the run stops on the loss
+(`loop.on_device_loss: stop`), the device carries on (SIGCONT) and `spikeloop train --resume` finishes the run's
+budget from the checkpoint the trial saved at the loss: episode numbers and TensorBoard steps carry on, no episode
+is lost or numbered twice, and the device's one recording marks what the lost iteration left in it (the
+`discarded` event), so that each episode number stands there once. With `loop.on_device_loss: wait` the same run
+pauses instead, probes the device until it is back and finishes its budget in one go; the outage is in
+TensorBoard, in the episode it fell in and in that episode's `episode_end` to the device. And the device program outlives a `training_complete`
 that says the trainer stopped on an error, unless told otherwise.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import socket
 import subprocess
 import time
@@ -22,27 +25,33 @@ from pathlib import Path
 import pytest
 import yaml
 
+from spikeloop.bridge.device.recording import read_recording
 from spikeloop.bridge.wire.channels import N_ENCODING
+from spikeloop.bridge.wire.discarded import standing_episodes
 from spikeloop.bridge.wire.protocol import EventMessage, StimCommand, decode_spikes, encode_event, encode_stim
+from spikeloop.experiments.analysis.replay import load_record_session
 from tests.support.hardware_rig import (
     REPO,
     DevicePorts,
     DeviceProgram,
     spikeloop_argv,
+    spikeloop_export_nwb,
     user_env,
     wait_for_log_text,
 )
 from tests.support.readme_commands import readme_argv
 from tests.support.tensorboard_events import event_scalars
 
-ITERATIONS = 4
+ITERATIONS = 5
 TRAIN = "spikeloop train experiments/cl1.yaml"
 RESUME = "spikeloop train --resume experiments/cl1.yaml"
 WAIT = "spikeloop train --set loop.on_device_loss=wait"
 RUN_TIMEOUT_S = 420
 DEVICE = ["spikeloop", "device", "--backend", "sim", "--as-fast-as-possible"]
+PACED_DEVICE = ["spikeloop", "device", "--backend", "sim"]  # a CL1's pace: 10 steps/s
+BATCH = 64  # env steps per iteration
 SHORT = [
-    *("--set", "ppo.train_batch_size_per_learner=64"),
+    *("--set", f"ppo.train_batch_size_per_learner={BATCH}"),
     *("--set", "ppo.minibatch_size=32"),
     *("--set", "ppo.num_epochs=1"),
     *("--set", "env.reset_delay_s=0"),
@@ -61,27 +70,75 @@ def _episodes(trial_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (trial_dir / "episodes.jsonl").read_text().splitlines() if line.strip()]
 
 
+def _recorded_events(recording: Path) -> list[dict]:
+    """The events the device has recorded so far (a line it is writing just now left out)."""
+    events = []
+    for path in recording.glob("*.events.jsonl"):
+        for line in path.read_text().splitlines():
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return events
+
+
+def _recorded_stamps(recording: Path) -> list[int]:
+    """The stamps of the stimulations the device has recorded so far."""
+    stamps = []
+    for path in recording.glob("*.jsonl"):
+        if not path.name.endswith(".events.jsonl"):
+            for line in path.read_text().splitlines():
+                if '"kind": "stim"' in line and line.endswith("}"):
+                    stamps.append(json.loads(line)["timestamp_us"])
+    return sorted(stamps)
+
+
+def _wait_for_an_unlogged_episode_end(recording: Path, log: Path) -> bool:
+    """Until the device heard an episode end in the iteration under way, with steps of it still to come.
+
+    Issue 51's case: the iteration the loss discards ended an episode, whose number the resumed run gives again.
+    The device is paced (10 steps/s): with 10 steps of the iteration to come there is a second to freeze it in.
+    Past the third iteration it stops waiting: the last iteration stays ahead either way.
+    """
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while f"[iter {ITERATIONS - 1}]" not in log.read_text():
+        stamps = _recorded_stamps(recording)
+        done = len(PROGRESS.findall(log.read_text())) * BATCH  # the logged iterations' (cl1.yaml: 1 round a step)
+        if len(stamps) > done and len(stamps) - done < BATCH - 10:
+            ends = [e["timestamp_us"] for e in _recorded_events(recording) if e["event_type"] == "episode_end"]
+            if ends and max(ends) > stamps[done]:
+                return True
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.05)
+    return False
+
+
 @pytest.mark.long  # two runs of `spikeloop train`, each with its own Ray start: minutes on 2 cores
 @pytest.mark.timeout(1200)
-def test_stop_on_device_loss_then_resume_finishes_the_budget(tmp_path: Path) -> None:
+def test_stop_on_device_loss_then_resume_finishes_the_budget(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     ports = DevicePorts()
     root = tmp_path / "runs"
     settings = [*ports.experiment_sets(), *SHORT, "--set", f"output.root_dir={root}"]
     argv = readme_argv(TRAIN) + settings
-    device = DeviceProgram(DEVICE + ports.device_flags(), tmp_path / "device-1.log")
+    recording = tmp_path / "recording"
+    device = DeviceProgram(
+        PACED_DEVICE + ports.device_flags() + ["--recording-path", str(recording)], tmp_path / "device.log"
+    )
+    request.addfinalizer(device.stop)  # frozen or not, whatever fails below (SIGTERM, then SIGKILL)
     first_log = tmp_path / "train-1.log"
     try:
         with first_log.open("w") as out:
             first = subprocess.Popen(
                 spikeloop_argv(argv), cwd=REPO, env=user_env(), stdout=out, stderr=subprocess.STDOUT, text=True
             )
-        wait_for_log_text(
-            first_log, "[iter 2]", first, RUN_TIMEOUT_S
-        )  # two whole iterations answered; now the device vanishes
-        device.kill()
+        wait_for_log_text(first_log, "[iter 2]", first, RUN_TIMEOUT_S)  # two whole iterations answered
+        caught = _wait_for_an_unlogged_episode_end(recording, first_log)
+        # Now the device stalls (a stuck host, a cut link): lost to the trainer.
+        os.killpg(device.proc.pid, signal.SIGSTOP)
         first.wait(timeout=RUN_TIMEOUT_S)
+        # It comes back as it was, recording on: it takes in what the lost iteration sent it, then the resume.
+        os.killpg(device.proc.pid, signal.SIGCONT)
     finally:
-        device.stop()
         if first.poll() is None:
             first.kill()
     text = first_log.read_text()
@@ -94,8 +151,7 @@ def test_stop_on_device_loss_then_resume_finishes_the_budget(tmp_path: Path) -> 
     before = _episodes(trial)
     assert before and not (trial / "trial_ended.json").exists()
 
-    # The lab restarts the device on the same ports and resumes the run.
-    device = DeviceProgram(DEVICE + ports.device_flags(), tmp_path / "device-2.log")
+    # The lab resumes the run; the device stayed up through the training_complete that named the error.
     try:
         resume = subprocess.run(
             spikeloop_argv(readme_argv(RESUME) + settings),
@@ -110,12 +166,14 @@ def test_stop_on_device_loss_then_resume_finishes_the_budget(tmp_path: Path) -> 
         told = device.summary()  # the run completed: the device heard so and exited by itself
     finally:
         device.stop()
-    assert told["exit_reason"] == "training_complete" and told["event_training_complete"] == 1, told
-    assert told["stim"] > 0 and told.get("training_complete_after_error", 0) == 0, told
+    assert told["exit_reason"] == "training_complete" and told["event_training_complete"] == 2, told
+    assert told["stim"] > 0 and told["training_complete_after_error"] == 1, told
+    assert told["event_discarded"] == 1, told
 
     # From the checkpoint saved at the loss (the last whole iteration), not from scratch, not from the start.
     ((_, restored_at),) = RESUMED.findall(output)
     assert int(restored_at) == lost_at, output[-6000:]
+    assert f"its recording after iteration {lost_at} is discarded" in output, output[-6000:]
     assert sorted(int(n) for n in PROGRESS.findall(output)) == list(range(lost_at + 1, ITERATIONS + 1))
     summary = yaml.safe_load((run_dir / "summary.yaml").read_text())
     assert "device_lost" not in summary and summary["errored"] == 0, summary
@@ -127,7 +185,9 @@ def test_stop_on_device_loss_then_resume_finishes_the_budget(tmp_path: Path) -> 
     after = episodes[len(before) :]
     assert after, "the resumed run logged no episode"
     assert [e["episode_index"] for e in episodes] == list(range(1, len(episodes) + 1))
-    assert min(e["iteration"] for e in after) == lost_at + 1
+    # Iterations carry on after the loss (the progress lines above show each from lost_at + 1). The first resumed
+    # iteration need not end an episode: its 64 env steps start a fresh one, and `basic` episodes last up to 75.
+    assert all(e["iteration"] > lost_at for e in after), after
     assert max(e["iteration"] for e in episodes) == ITERATIONS
     steps = [e["env_steps_lifetime"] for e in episodes]
     assert steps == sorted(steps) and after[0]["env_steps_lifetime"] > before[-1]["env_steps_lifetime"]
@@ -137,8 +197,44 @@ def test_stop_on_device_loss_then_resume_finishes_the_budget(tmp_path: Path) -> 
     tb_steps = [step for step, _ in points]
     assert tb_steps == sorted(set(tb_steps)), points
 
+    # The device's one recording: the trainer told it what the lost iteration left there (issue 51), so every
+    # episode number stands once, as in episodes.jsonl, and the discarded stimulations are marked.
+    stims, events = read_recording(recording)
+    (discard,) = [e for e in events if e["event_type"] == "discarded"]
+    assert discard["data"]["kept_iteration"] == lost_at and discard["data"]["reason"] == "resume", discard
+    assert discard["data"]["episodes_from"] == len(before) + 1, discard
+    assert standing_episodes(events) == [e["episode_index"] for e in episodes], events
+    heard = [e for e in events if e["event_type"] == "episode_end"]
+    assert len(heard) == len(episodes) + sum(e["discarded"] for e in heard), heard  # only the lost copies drop
+    if caught:  # the lost iteration ended an episode: its number was heard twice, the first copy is marked
+        assert any(e["discarded"] for e in heard), heard
+    dropped = [s for s in stims if s["discarded"]]
+    assert len(dropped) >= 3, dropped  # at least the stimulations that timed out while the device was frozen
+    assert max(s["timestamp_us"] for s in dropped) < discard["timestamp_us"], (dropped[-1], discard)
+    # The trainer's session records (one per attempt) say it too: replay and the NWB export leave the copy out.
+    from pynwb import NWBHDF5IO
 
-WAIT_ITERATIONS = 5  # one more than the stop case: the episode the outage fell in ends well inside the budget
+    session = load_record_session(trial)
+    assert [int((session.episode == e["episode_index"]).sum()) for e in episodes] == [
+        e["episode_length"] for e in episodes
+    ], (session.files, episodes)
+    export = spikeloop_export_nwb(str(run_dir))
+    assert export.returncode == 0, export.stderr
+    standing, thrown = [], 0
+    for record in sorted((trial / "record").glob("*.h5")):
+        with NWBHDF5IO(str(record.with_suffix(".nwb")), "r") as io:
+            trials = io.read().trials
+            for number, marked in zip(trials["episode"].data[:], trials["discarded"].data[:]):
+                standing += [] if marked else [int(number)]
+                thrown += int(marked)
+    assert standing == [e["episode_index"] for e in episodes], standing
+    assert thrown == sum(f["discarded_episodes"] for f in session.files)
+    # What stands is what the learner got: each kept env step's stimulations (rounds of one frame), nothing else.
+    rounds = yaml.safe_load((trial / "experiment.yaml").read_text())["model"]["same_frame_rounds"]
+    assert len(stims) - len(dropped) == tb_steps[-1] * rounds, (len(stims), len(dropped), tb_steps)
+
+
+WAIT_ITERATIONS = 5  # the episode the outage fell in ends well inside the budget
 WAITING = "as loop.on_device_loss is 'wait'"
 
 

@@ -90,6 +90,7 @@ from spikeloop.bridge.device.pulse_rate import Burst, PulseBook, PulseRateRefusa
 from spikeloop.bridge.device.simulated_culture import SimulatedCultureConfig, knob_table
 from spikeloop.bridge.wire import channels
 from spikeloop.bridge.wire.address import DeviceAddress
+from spikeloop.bridge.wire.discarded import DISCARDED_EVENT
 from spikeloop.bridge.wire.protocol import (
     DEVICE_RECV_BYTES,
     KNOWN_EVENT_TYPES,
@@ -747,6 +748,8 @@ class Device:
             log.info("training_complete: %s", event.data)
             self.stop("training_complete")
             return
+        if event.event_type == DISCARDED_EVENT:  # kept with the recording: its readers mark the discarded copy
+            log.warning("the trainer discarded work this device recorded: %s", event.data)
         self.backend.record_event(event)
 
     def status(self) -> dict[str, Any]:

@@ -40,7 +40,7 @@ MAX_FEEDBACK_CHANNELS = 64
 U32_MAX = 2**32 - 1
 U64_MAX = 2**64 - 1
 
-KNOWN_EVENT_TYPES = ("episode_end", "training_complete", "status_request")
+KNOWN_EVENT_TYPES = ("episode_end", "training_complete", "status_request", "discarded")
 MAX_EVENT_JSON_DEPTH = 32
 """Deepest nesting of arrays and objects an event may carry (the known events use 3)."""
 

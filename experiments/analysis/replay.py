@@ -49,7 +49,13 @@ from spikeloop.bridge.trainer.information import (
 )
 from spikeloop.bridge.wire.channels import N_ENCODING
 from spikeloop.experiments.run_log import STEPS_DIR
-from spikeloop.models.closed_loop.session_record import RECORD_DIR, RecordError, read_record
+from spikeloop.models.closed_loop.session_record import (
+    RECORD_DIR,
+    RecordError,
+    discarded_episodes,
+    read_record,
+    record_discards,
+)
 
 CHUNKS = 5
 MIN_CHUNK_TICKS = 50
@@ -87,6 +93,8 @@ class Session:
     """Per record file: its name, whether it was closed, its committed steps and finished episodes."""
     unfinished_steps: int = 0
     """Steps of episodes that never ended (left out)."""
+    discarded_steps: int = 0
+    """Steps of episodes the trial threw away (their `discarded` event; left out)."""
 
 
 def _has_record(trial_dir: Path) -> bool:
@@ -162,15 +170,19 @@ def load_record_session(trial_dir: Path) -> Session:
     """The finished episodes of all of a trial's session records (one per env runner process), in episode order."""
     episodes: list[tuple[int, dict[str, np.ndarray]]] = []
     files: list[dict[str, Any]] = []
-    unfinished, missing = 0, ""
+    unfinished, discarded_steps, missing = 0, 0, ""
+    records = []
     for path in sorted(p for p in (trial_dir / RECORD_DIR).glob("*.h5") if p.is_file()):
         try:
-            attrs, tables = read_record(path)
+            records.append((path, *read_record(path)))
         except RecordError as exc:
             raise ReplayError(
                 f"{exc}. Move it out of {RECORD_DIR}/ to replay the trial's other records, or replay its step "
                 "log with --source steps"
             ) from None
+    # Episodes of an iteration the trial threw away (a lost device, then --resume): their numbers came again.
+    discards = [d for _, _, tables in records for d in record_discards(tables)]
+    for path, attrs, tables in records:
         try:
             experiment = yaml.safe_load(attrs.get("experiment_yaml") or "{}")
         except yaml.YAMLError as exc:
@@ -186,10 +198,15 @@ def load_record_session(trial_dir: Path) -> Session:
         first = ends - rounds
         step_number = steps["step"].astype(np.int64)
         taken = np.zeros(len(ends), dtype=bool)
+        dropped = discarded_episodes(tables["episodes"], discards)
         for row in range(len(tables["episodes"]["episode"])):
             last, length = (int(tables["episodes"][k][row]) for k in ("last_step", "length"))
-            mask = usable & (step_number > last - length) & (step_number <= last)
-            idx = np.flatnonzero(mask)
+            mask = (step_number > last - length) & (step_number <= last)
+            if dropped[row]:
+                taken |= mask  # ended, so not unfinished: counted apart
+                discarded_steps += int(mask.sum())
+                continue
+            idx = np.flatnonzero(usable & mask)
             taken[idx] = True
             raw = np.stack([counts[i : i + rounds].reshape(-1) for i in first[idx]]) if len(idx) else np.zeros((0, 0))
             spikes, why = _decoder_input(raw, ablation)
@@ -212,6 +229,7 @@ def load_record_session(trial_dir: Path) -> Session:
                 "closed": "closed_wall_time_s" in attrs,  # absent: the run was killed; its committed rows were read
                 "steps": len(ends),
                 "finished_episodes": len(tables["episodes"]["episode"]),
+                "discarded_episodes": int(dropped.sum()),
             }
         )
     episodes = [(number, part) for number, part in sorted(episodes, key=lambda e: e[0]) if len(part["action"])]
@@ -231,6 +249,7 @@ def load_record_session(trial_dir: Path) -> Session:
         spikes_missing=missing,
         files=files,
         unfinished_steps=unfinished,
+        discarded_steps=discarded_steps,
     )
 
 
@@ -351,7 +370,15 @@ def replay_trial(trial_dir: Path, source: str = AUTO) -> dict[str, Any]:
         "source": session.source,
         "ticks": int(len(session.action)),
         "episodes": int(len(np.unique(session.episode))),
-        **({"record_files": session.files, "unfinished_steps": session.unfinished_steps} if session.files else {}),
+        **(
+            {
+                "record_files": session.files,
+                "unfinished_steps": session.unfinished_steps,
+                "discarded_steps": session.discarded_steps,
+            }
+            if session.files
+            else {}
+        ),
         "information": information_over_session(session),
         "fresh_decoder": fresh_decoder(session),
         "saved_decoder": saved_decoder(session),

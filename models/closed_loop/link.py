@@ -102,6 +102,8 @@ class CultureLink:
         self._t_sent = 0.0
         self._stim_drive = 0.0  # the drive of the stimulation awaiting its reply (spikeloop.bridge.trainer.causality)
         self._stim_sent: tuple[np.ndarray, float] | None = None  # (stim, wall time) awaiting its reply, for the record
+        self.last_stim_us = 0
+        """The stamp of the last stimulation exchanged (probes aside): where a kept iteration ends on the device."""
         self.recorder: LinkRecorder | None = None
         """This env runner's session record (`output.record`), attached by the callbacks; None: off."""
         self.causality = CausalityMeter(window=CAUSALITY_WINDOW)
@@ -222,6 +224,7 @@ class CultureLink:
         self.counts["exchanges"] += 1
         self.causality.observe(self._stim_drive, float(reply.counts.sum()) if reply.ok else None)
         self.unsolicited = reply.unsolicited
+        self.last_stim_us = max(self.last_stim_us, reply.stim_timestamp_us)
         if self.recorder is not None and self._stim_sent is not None:
             self.recorder.exchange(*self._stim_sent, reply)
         if self.settings.step_log:

@@ -278,3 +278,25 @@ def read_record(path: Path) -> tuple[dict[str, Any], dict[str, dict[str, np.ndar
         except (KeyError, OSError, ValueError) as exc:
             raise RecordError(f"{path}: a session record with a missing or damaged table ({exc})") from None
     return attrs, tables
+
+
+def record_discards(tables: dict[str, dict[str, np.ndarray]]) -> list[tuple[float, int]]:
+    """(wall time, episodes_from) of each `discarded` event a record's env runner sent (docs/protocol.md)."""
+    events = tables["events"]
+    return [
+        (float(wall), int(json.loads(str(data))["episodes_from"]))
+        for wall, kind, data in zip(events["wall_time_s"], events["type"], events["data_json"])
+        if str(kind) == "discarded"
+    ]
+
+
+def discarded_episodes(episodes: dict[str, np.ndarray], discards: list[tuple[float, int]]) -> np.ndarray:
+    """Which episode rows a trial threw away: ended before a `discarded` event, numbered from its episodes_from on.
+
+    `discards`: of all the trial's records (the event is in the record of the run that started again).
+    """
+    numbers, walls = episodes["episode"].astype(np.int64), episodes["wall_time_s"].astype(np.float64)
+    dropped = np.zeros(len(numbers), dtype=bool)
+    for wall, first in discards:
+        dropped |= (numbers >= first) & (walls < wall)
+    return dropped
