@@ -1,10 +1,38 @@
-"""Joining Ray: the cluster named in RAY_ADDRESS, or a private local one (the runner and `watch` both start here)."""
+"""Joining Ray: the cluster named in RAY_ADDRESS, or a private local one (the runner and `watch` both start here).
+
+A Ray that spikeloop starts itself serves this machine only, so it listens on loopback only: its GCS, raylet, object
+manager, workers and agents bind 127.0.0.1 (`loopback_node`), where Ray's default is every interface. A cluster named
+in RAY_ADDRESS (`ray job submit`, `ray start`) listens where it was started; spikeloop only joins it.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
 from collections.abc import Iterator
+
+LOOPBACK_HOST = "127.0.0.1"
+
+
+@contextlib.contextmanager
+def loopback_node() -> Iterator[dict[str, str]]:
+    """Start a local Ray inside the block on loopback only: the keyword arguments `ray.init` needs for it.
+
+    Ray 2.60 turns a node address of 127.0.0.1 into the machine's network address unless its single-machine mode
+    (`ray_constants.ENABLE_RAY_CLUSTER` false, as on macOS and Windows) is on; with it, its gRPC servers bind
+    127.0.0.1 instead of 0.0.0.0 and its agents their node's address. The driver read that constant when it imported
+    Ray, so it is switched for the start only and restored after (a `ray start` this process runs later, e.g. a
+    test's cluster, keeps Ray's default).
+    tests/test_exposure.py lists the sockets of the processes to show it.
+    """
+    from ray._private import ray_constants
+
+    saved = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield {"_node_ip_address": LOOPBACK_HOST}
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved
 
 
 def init_ray(resources: dict[str, float] | None = None) -> None:
@@ -24,7 +52,8 @@ def init_ray(resources: dict[str, float] | None = None) -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"])
     else:
-        ray.init(address="local", include_dashboard=False, resources=resources or None)
+        with loopback_node() as loopback:
+            ray.init(address="local", include_dashboard=False, resources=resources or None, **loopback)
 
 
 @contextlib.contextmanager
@@ -34,7 +63,15 @@ def private_ray(resources: dict[str, float] | None = None) -> Iterator[None]:
     import ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, resources=resources or None)
+    with loopback_node() as loopback:
+        ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            resources=resources or None,
+            **loopback,
+        )
     try:
         yield
     finally:

@@ -56,6 +56,7 @@ from spikeloop.bridge.wire.settings import (
     TIMEOUT_S,
     Setting,
 )
+from spikeloop.experiments import exposure
 from spikeloop.experiments.dotted import get_path
 from spikeloop.experiments.live_view.progress import RunBudget
 from spikeloop.experiments.live_view.settings import ViewSettings
@@ -473,6 +474,9 @@ class Experiment(BaseModel):
         _check_feedback(self.feedback)
         CultureSettings(devices=tuple(self.devices))  # device-list rules (unique ids, one sim template)
         for i, dev in enumerate(self.devices):
+            problem = exposure.refusal(i, dev)  # a bind beyond loopback must be acknowledged
+            if problem:
+                raise ValueError(problem)
             if dev.simulated:  # the device program's own checks, here rather than inside Ray
                 try:
                     dev.device_config(0, self.safety)

@@ -197,7 +197,7 @@ def test_device_loss_names_the_device_in_the_last_line(tmp_path: Path) -> None:
     for fact in (
         "device 'cl1-a' did not answer 5 stimulations in a row (timeout 350 ms each)",
         f"cl1 at 127.0.0.1, stimulation port {ports.stim}, feedback port {ports.feedback}, event port "
-        f"{ports.event}, replies expected on 0.0.0.0:{ports.spike}",
+        f"{ports.event}, replies expected on 127.0.0.1:{ports.spike}",  # cl1.yaml binds auto: loopback here
         "the last reply came at",
         "s ago), after",
         "nothing at all has come from the device host since",

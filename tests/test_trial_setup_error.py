@@ -25,7 +25,7 @@ def test_local_preflight_refuses_an_address_this_machine_does_not_have():
 
     assert not ray.is_initialized()  # runs before the module's Ray session starts (file order)
     with pytest.raises(DoesNotFit, match=r"devices\.0\.bind_host: cannot bind '192\.0\.2\.1'.*use 127\.0\.0\.1"):
-        check_fit(load_experiment(QUICKSTART, ["devices.0.bind_host=192.0.2.1"]))
+        check_fit(load_experiment(QUICKSTART, ["devices.0.bind_host=192.0.2.1", "devices.0.allow_network_bind=true"]))
 
 
 def test_setup_error_is_raised_once_without_retries(ray_session, tmp_path):
@@ -33,6 +33,7 @@ def test_setup_error_is_raised_once_without_retries(ray_session, tmp_path):
         QUICKSTART,
         [
             "devices.0.bind_host=192.0.2.1",  # TEST-NET-1: never an address of this machine
+            "devices.0.allow_network_bind=true",  # beyond loopback: acknowledged, so that Ray gets to try it
             "stop.iterations=1",
             "tune.max_failures=2",
             f"output.root_dir={tmp_path}",

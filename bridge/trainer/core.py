@@ -341,7 +341,12 @@ class BridgeCore:
 
     def __init__(self, config: BridgeConfig) -> None:
         self.config = config
-        address = config.address
+        try:
+            address = config.address.resolved()  # bind_host auto: the interface that faces the device, found here
+        except OSError as exc:
+            raise OSError(f"bridge {config.device_id!r}: {exc}") from None
+        self.bind_host = address.bind_host
+        """Where the spike port is bound (`bind_host` auto resolved)."""
         self._spike_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             self._spike_sock.bind((address.bind_host, address.spike_port))
@@ -631,6 +636,7 @@ class BridgeCore:
             "device": f"{self._stim_addr[0]}:{self._stim_addr[1]}",
             "correlation": mode,
             "spike_port": self.spike_port if not self._closed else None,
+            "bind_host": self.bind_host,
             "reply_source": self._reply_source(),
             "last_foreign_source": None if foreign is None else f"{foreign[0]}:{foreign[1]}",
             **self._counts,

@@ -17,6 +17,11 @@ side and `bind_host` always the trainer's.
   So the device's `bind_host` must be an address that reaches the trainer, never
   "0.0.0.0" across machines.
 
+The trainer's `bind_host` may be "auto" (`AUTO_BIND`): the interface of the trainer's machine that faces `host`,
+found where the bridge binds (`resolved`; a loopback device stays on loopback). Whether a bind leaves loopback is
+decided without resolving anything (`bind_leaves_loopback`): experiments refuse one that does unless the device
+says `allow_network_bind: true` (spikeloop.experiments.exposure).
+
 Port 0 means "any free port" to the end that binds it: the trainer's `spike_port`,
 the device's own three ports. The ports the trainer sends to must be real ones
 (`require_device_ports`).
@@ -24,7 +29,9 @@ the device's own three ports. The ports the trainer sends to must be real ones
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import ipaddress
+import socket
+from dataclasses import dataclass, fields, replace
 
 from spikeloop.bridge.wire.channels import EVENT_PORT, FEEDBACK_PORT, SPIKE_PORT, STIM_PORT
 
@@ -32,6 +39,38 @@ DEVICE_PORTS = ("stim_port", "event_port", "feedback_port")
 """The ports the device binds and the trainer sends to."""
 PORTS = (*DEVICE_PORTS, "spike_port")
 HOSTS = ("host", "bind_host")
+AUTO_BIND = "auto"
+"""The trainer's `bind_host` that names the interface facing the device (`DeviceAddress.resolved`)."""
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+"""Bind hosts that listen on every interface of the machine."""
+
+
+def is_loopback(host: str) -> bool:
+    """True for a loopback address or `localhost`; a host name is not resolved (any other name counts as not)."""
+    name = host.strip().lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def facing_address(host: str) -> str:
+    """This machine's address on the interface that faces `host`: the kernel's choice for a socket connected there.
+
+    A UDP `connect` sends nothing; it only asks the routing table. OSError when no interface reaches `host`.
+    """
+    try:
+        family, _, _, _, sockaddr = socket.getaddrinfo(host, 9, socket.AF_INET, socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.connect(sockaddr)
+            return str(sock.getsockname()[0])
+    except OSError as exc:
+        raise OSError(
+            f"bind_host {AUTO_BIND}: no interface of this machine reaches the device host {host!r} "
+            f"({getattr(exc, 'strerror', None) or exc}); check the device's host, or name the interface in bind_host"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -73,6 +112,19 @@ class DeviceAddress:
                     f"{name}=0: the trainer sends to this port of the device, so it must be 1-65535 "
                     "(the port the device program binds)"
                 )
+
+    def bind_leaves_loopback(self) -> bool:
+        """Whether the trainer's bind is, or may be, reachable from other hosts: a wildcard, a non-loopback address,
+        or `auto` towards a device that is not on loopback (decided without resolving a name)."""
+        if self.bind_host == AUTO_BIND:
+            return not is_loopback(self.host)
+        return not is_loopback(self.bind_host)
+
+    def resolved(self) -> DeviceAddress:
+        """This address with `bind_host: auto` replaced by the interface facing `host` on this machine."""
+        if self.bind_host != AUTO_BIND:
+            return self
+        return replace(self, bind_host=facing_address(self.host))
 
     def describe(self) -> str:
         """Both ends in one line (for messages)."""

@@ -240,6 +240,15 @@ REPLY_PORT = Setting(
     allowed_text="auto / stim_port / any / 1-65535",
     also_named=("device_reply_port",),
 )
+ALLOW_NETWORK_BIND = Setting(
+    "allow_network_bind",
+    bool,
+    False,
+    "acknowledge that the trainer listens for this device's replies beyond loopback (a bind_host that is a "
+    "wildcard, a non-loopback address, or auto towards a remote device): other hosts on that network reach the "
+    "port; false refuses such a bind",
+    (_DEVICE + "allow_network_bind",),
+)
 STATUS_REQUESTS = Setting(
     "status_requests",
     bool,
@@ -397,6 +406,7 @@ SETTINGS: tuple[Setting, ...] = (
     REPLY_SPIN_MS,
     BACKEND,
     REPLY_PORT,
+    ALLOW_NETWORK_BIND,
     STATUS_REQUESTS,
     DEVICE_BACKEND,
     SIM_REALTIME,

@@ -45,6 +45,7 @@ from spikeloop.bridge.wire.channels import (
 )
 from spikeloop.bridge.wire.safety import SafetyEnvelope
 from spikeloop.experiments.commands.common import add_experiment_arguments, load_or_exit
+from spikeloop.experiments.exposure import exposure_lines
 from spikeloop.experiments.schema import Experiment
 from spikeloop.models.closed_loop.feedback import EventFeedbackSpec, feedback_rows, row_commands
 from spikeloop.models.closed_loop.settings import DeviceSettings
@@ -337,7 +338,7 @@ def probe_device(experiment: Experiment, dev: DeviceSettings, plan: ProbePlan) -
             device.stop()
     return DeviceProbe(
         device_id=dev.device_id,
-        where=f"{dev.address.host}:{dev.address.stim_port} (replies to {dev.address.bind_host}:{stats['spike_port']})",
+        where=f"{dev.address.host}:{dev.address.stim_port} (replies to {stats['bind_host']}:{stats['spike_port']})",
         answered=stats["ok"],
         timeouts=stats["timeouts"],
         latency_ms=stats["latency_ms"],
@@ -600,6 +601,8 @@ def main(argv: list[str]) -> int:
         flush=True,
     )
 
+    for line in exposure_lines(experiment):  # what listens where, beyond loopback or not
+        print(line, flush=True)
     fit_line, fit_failure = check_fit(experiment)
     print(fit_line, flush=True)
     if fit_failure:

@@ -310,6 +310,7 @@ class CultureLink:
         host, bind = address.host, address.bind_host
         ports = (address.stim_port, address.feedback_port, address.event_port)
         spike = stats.get("spike_port") or address.spike_port
+        bind = stats.get("bind_host") or bind  # bind_host auto: where the bridge found the interface
         last = stats.get("last_reply_wall")
         seen = (
             f"the last reply came at {_clock(last)} ({now - last:.1f} s ago), after {stats.get('ok', 0)} answered"

@@ -191,7 +191,7 @@ def _tell_device(config, data: dict[str, Any]) -> str:
                 time.sleep(0.25)
         with core:
             core.event("training_complete", data)
-        how = f"from {config.address.bind_host}:{config.address.spike_port}"
+        how = f"from {core.bind_host}:{config.address.spike_port}"
     return (
         f"device {config.device_id!r} at {config.address.host}:{config.address.event_port}: training_complete "
         f"sent {how} "

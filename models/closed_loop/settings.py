@@ -14,9 +14,10 @@ from typing import Literal
 from spikeloop.bridge.device.simulated_culture import SimulatedCultureConfig
 from spikeloop.bridge.trainer.actor import DEVICE_RESOURCE_SHARE, device_resource
 from spikeloop.bridge.trainer.core import BridgeConfig
-from spikeloop.bridge.wire.address import PORTS, DeviceAddress
+from spikeloop.bridge.wire.address import AUTO_BIND, PORTS, DeviceAddress
 from spikeloop.bridge.wire.safety import Policy, SafetyEnvelope
 from spikeloop.bridge.wire.settings import (
+    ALLOW_NETWORK_BIND,
     ARTIFACT_WAIT_MS,
     BACKEND,
     COLLECT_WINDOW_MS,
@@ -72,6 +73,9 @@ class DeviceSettings:
     a stimulation, pinned from then on: a third-party program may reply from any socket of its own), "stim_port"
     (pinned from the start: where `spikeloop device` replies from), a port number, or "any" (any process on the
     device host could then answer for it). `spikeloop check` names the port replies came from."""
+    allow_network_bind: bool = ALLOW_NETWORK_BIND.default
+    """Acknowledges a `bind_host` beyond loopback (a wildcard, another interface, or `auto` towards a remote device):
+    without it an experiment refuses such a bind (spikeloop.experiments.exposure)."""
     status_requests: bool = STATUS_REQUESTS.default
     """Ask the device for its status (dose, limits, refusals) after each episode end and in `spikeloop check`
     (`status_request` events, docs/protocol.md). False: the device program sees only the trainer's own events."""
@@ -120,6 +124,10 @@ class DeviceSettings:
         ):
             raise ValueError(f"reply_port={reply!r}: use auto, stim_port, any or a UDP port 1-65535")
         STATUS_REQUESTS.require(self.status_requests)
+        ALLOW_NETWORK_BIND.require(self.allow_network_bind)
+        if self.simulated and self.address.bind_host == AUTO_BIND:
+            # A simulated device runs beside its bridge: the interface that faces it is loopback.
+            object.__setattr__(self, "address", replace(self.address, bind_host="127.0.0.1"))
         if self.node_resource is not None and not self.node_resource.strip():
             raise ValueError("node_resource is empty: leave it out for the default cl1:<device_id>")
         for setting in (
