@@ -191,8 +191,8 @@ def test_broken_files_cover_every_kind_of_mistake():
         ("env.reward_settings=" + "[" * 5000 + "]" * 5000, "env.reward_settings"),  # nesting
         ("devices.0.seed=" + "[" * 50 + "]" * 50, "devices.0.seed"),
         # A dataclass checks no types: these were taken, and a string failed only inside the first episode.
-        ("env.reward_settings.end_health_per_hp=x", "env.reward_settings.end_health_per_hp: must be a number"),
-        ("env.reward_settings.kill=true", "env.reward_settings.kill: must be a number"),
+        ("env.reward_settings.end_health_per_hp=x", "env.reward_settings.end_health_per_hp: a number, not text"),
+        ("env.reward_settings.kill=true", "env.reward_settings.kill: a number, not a switch"),
         ("env.feature_settings.kills_scale=[1]", "env.feature_settings.kills_scale: must be a number"),
     ],
 )
