@@ -551,17 +551,11 @@ class DoesNotFit(ValueError):
     """The experiment's trial can never be scheduled where it would run."""
 
 
-def check_fit(experiment: Experiment, sweep: bool = False) -> None:
-    """Before Ray starts: refuse a trial this machine's local Ray could never place (DoesNotFit says how to fit),
-    and with `sweep` one whose drawn values ask for other resources than Tune places it with."""
+def check_fit(experiment: Experiment) -> None:
+    """Before Ray starts: refuse a trial this machine's local Ray could never place (DoesNotFit says how to fit)."""
     import ray
 
     from spikeloop.experiments import fit
-    from spikeloop.experiments.sweep_draws import request_problem
-
-    problem = request_problem(experiment, fit.trial_request) if sweep else None
-    if problem:
-        raise DoesNotFit(problem)
 
     if ray.is_initialized() or os.environ.get("RAY_ADDRESS"):
         return  # a cluster: checked against it once connected (`_check_cluster_fit`)
@@ -611,7 +605,7 @@ def run(
         refuse_old(earlier)  # before Ray: a run written before `spikeloop.*` is upgraded first, not half restored
 
     rllib_notices.quiet_tune_output()
-    check_fit(experiment, sweep)
+    check_fit(experiment)
     culture = experiment.culture_settings()
     started_ray = not ray.is_initialized()
     init_ray(resources=culture.node_resources())  # this machine owns the devices when no cluster is named

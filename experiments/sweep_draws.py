@@ -53,42 +53,31 @@ def _what(draw: Any) -> tuple[str, str]:
 def check_drawn(experiment: Any, source: str) -> None:
     """Every draw of the sweep validated and checked before the run (`check_before_run`), as the base one is;
     ExperimentError names the sweep key and the value."""
+    from spikeloop.experiments.fit import trial_request
     from spikeloop.experiments.schema import ExperimentError, check_before_run, experiment_from_dict
 
     space = experiment.tune.search_space
     if not space:
         return
+    base = trial_request(experiment)
     for draw, data in drawn_trees(experiment.plain(), space):
+        where, drawn = _what(draw)
         try:
-            check_before_run(experiment_from_dict(data, source="drawn"), "drawn")
+            trial = experiment_from_dict(data, source="drawn")
+            check_before_run(trial, "drawn")
         except ExperimentError as exc:
             problem = str(exc).split("\n", 1)[-1].strip()
-            where, drawn = _what(draw)
             raise ExperimentError(
                 f"{source}: 1 problem(s):\n  {where}: a trial drawing {drawn} cannot run: {problem}; sweep only "
                 "values the experiment takes"
             ) from None
-
-
-def request_problem(experiment: Any, trial_request: Any) -> str | None:
-    """A draw that asks Ray for other resources than the base experiment (Tune places every trial with the base
-    one's request, so such a trial fails inside Tune): what and how to fix it, or None."""
-    from spikeloop.experiments.schema import experiment_from_dict
-
-    space = experiment.tune.search_space
-    if not space:
-        return None
-    base = trial_request(experiment)
-    for draw, data in drawn_trees(experiment.plain(), space):
-        need = trial_request(experiment_from_dict(data, source="drawn"))
-        if need != base:
-            where, drawn = _what(draw)
-            return (
-                f"{where}: a trial drawing {drawn} would ask for {_fmt(need)}, but Tune places every "
-                f"trial with the base experiment's {_fmt(base)}; sweep settings that keep a trial's resources, "
-                "and run one experiment per size"
+        need = trial_request(trial)
+        if need != base:  # Tune places every trial with one request: the base experiment's
+            raise ExperimentError(
+                f"{source}: 1 problem(s):\n  {where}: a trial drawing {drawn} would ask Ray for {_fmt(need)}, "
+                f"but Tune places every trial with the base experiment's {_fmt(base)}, so it would fail inside "
+                "Tune; sweep settings that keep a trial's resources, and run one experiment per size"
             )
-    return None
 
 
 def _fmt(request: dict[str, float]) -> str:

@@ -190,11 +190,7 @@ def check_fit(experiment: Experiment) -> tuple[str, str | None]:
     import os
 
     from spikeloop.experiments import fit
-    from spikeloop.experiments.sweep_draws import request_problem
 
-    problem = request_problem(experiment, fit.trial_request)
-    if problem:
-        return f"[FAIL] resources: {problem}", "resources: " + problem
     if os.environ.get("RAY_ADDRESS"):
         return "[skip] resources: RAY_ADDRESS is set; spikeloop train checks the cluster's when it connects", None
     available = fit.local_resources(experiment)
