@@ -76,7 +76,10 @@ def _scalar_problem(value: Any, members: list[Any]) -> str | None:
         return None
     also = f" or one of {', '.join(repr(v) for v in literals)}" if literals else ""
     if plain == [bool] and not isinstance(value, bool):
-        return f"a switch: give true or false (got {value!r})"
+        if not literals:
+            return f"a switch: give true or false (got {value!r})"
+        if not isinstance(value, str):  # text is left to validation, which lists the choices
+            return f"give one of {', '.join(repr(v) for v in literals)}, or true or false (got {value!r})"
     numeric = [m for m in plain if m in NUMBERS]
     if not numeric or len(numeric) != len(plain):
         return None  # text, lists, mappings also allowed: the field's own validation decides

@@ -31,6 +31,7 @@ from spikeloop.experiments.schema import (
     ExperimentError,
     check_before_run,
     default_experiment_tree,
+    env_section_model,
     experiment_from_dict,
     load_experiment,
     set_path,
@@ -418,16 +419,20 @@ ROOTS = st.sampled_from(
 
 
 @st.composite
-def experiments(draw: st.DrawFn) -> tuple[dict, list[str]]:
-    """A generated experiment: a few settings off their defaults, maybe a sweep and an output root."""
+def experiments(draw: st.DrawFn) -> tuple[dict, list[tuple[str, object]]]:
+    """A generated experiment: a few settings off their defaults, maybe a sweep and an output root; with the
+    (key, value) pairs written."""
     defaults = default_experiment_tree()
     data: dict = {"stop": {"iterations": 1}}
+    written: list[tuple[str, object]] = []
     for key in draw(st.lists(st.sampled_from(KEYS), max_size=4, unique=True)):
         try:
             default = get_path(defaults, key)
         except KeyError:
             default = None
-        set_path(data, key, draw(_near(default), label=key), defaults)
+        value = draw(_near(default), label=key)
+        set_path(data, key, value, defaults)
+        written.append((key, value))
     if draw(st.booleans()):
         key = draw(st.sampled_from(KEYS + ["seed", "devices.0.seed", "resources.num_env_runners"]), label="swept")
         try:
@@ -440,7 +445,7 @@ def experiments(draw: st.DrawFn) -> tuple[dict, list[str]]:
         data["tune"]["seeds"] = draw(st.sampled_from([1, 1, 2]))
     if draw(st.booleans()):
         data.setdefault("output", {})["root_dir"] = draw(ROOTS)
-    return data, []
+    return data, written
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -451,7 +456,7 @@ def test_a_generated_experiment_is_checked_and_built_or_refused_cleanly(generate
     builds its RLlib config. Any other exception fails."""
     from spikeloop.experiments.commands import check
 
-    data, _ = generated
+    data, written = generated
     path = tmp_path_factory.mktemp("generated") / "experiment.yaml"
     path.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
     try:
@@ -464,6 +469,39 @@ def test_a_generated_experiment_is_checked_and_built_or_refused_cleanly(generate
         event("refused")
         return
     event("accepted")
+    plain = experiment.plain()
+    for key, value in written:
+        if isinstance(value, (str, bool)) and experiment.protocol is None:  # text and switches: never converted
+            kept = get_path(plain, key)
+            assert _same(kept, CANONICAL.get(key, lambda v: v)(value)) and type(kept) is type(
+                CANONICAL.get(key, lambda v: v)(value)
+            ), f"{key}: {value!r} was accepted as {kept!r}"
     check.check_fit(experiment)
     check.sampling_line(experiment)
     assert experiment.algorithm_config() is not None
+
+
+def _default_of(key: str) -> object:
+    if key.startswith("env."):
+        return env_section_model().model_fields[key.removeprefix("env.")].default
+    return get_path(default_experiment_tree(), key)
+
+
+NUMBER_KEYS = sorted(
+    key for key in KEYS if isinstance(_default_of(key), (int, float)) and not isinstance(_default_of(key), bool)
+)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(key=st.sampled_from(NUMBER_KEYS), how=st.sampled_from(["text", "yes", "no", "point"]))
+def test_a_number_written_as_text_a_switch_or_a_point_is_refused_naming_its_key(key, how):
+    """`"20000"`, YAML's yes/no and 2.0 for a whole number were converted without a word (issue 51): every
+    number setting in a file refuses them, naming its key, and never holds the converted value."""
+    default = _default_of(key)
+    value = {"text": str(default), "yes": True, "no": False, "point": float(default)}[how]
+    if how == "point" and isinstance(default, float):
+        return  # a float setting takes 2.0
+    data: dict = {}
+    set_path(data, key, value, default_experiment_tree())
+    message = refused(data, key)
+    assert "a number, not" in message or "a whole number" in message, message
