@@ -61,7 +61,8 @@ from spikeloop.experiments.dotted import get_path
 from spikeloop.experiments.live_view.progress import RunBudget
 from spikeloop.experiments.live_view.settings import ViewSettings
 from spikeloop.experiments.protocol import settings as protocol_settings
-from spikeloop.experiments.schema_types import shown, shown_path, type_problems, yaml_path_at
+from spikeloop.experiments.schema_types import shown, shown_path, type_problems
+from spikeloop.experiments.yaml_reader import KeyNotAName, load_yaml
 from spikeloop.models.closed_loop.feedback import (
     EVENT_SURPRISE_REFERENCE,
     EventFeedbackSpec,
@@ -1198,40 +1199,6 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """A YAML loader that refuses a key given twice in one mapping (YAML keeps the last, silently)."""
-
-
-class _KeyNotAName(yaml.constructor.ConstructorError):
-    """A list or mapping used as a key (YAML's `? [a, b]`): valid YAML, but no setting is named so."""
-
-
-def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen = set()
-    # Merge keys (`<<: *anchor`) are YAML: the mapping's own keys override the merged ones, so only they must
-    # differ from each other.
-    own = [key_node for key_node, _ in node.value if key_node.tag != "tag:yaml.org,2002:merge"]
-    loader.flatten_mapping(node)
-    for key_node in own:
-        key = loader.construct_object(key_node, deep=deep)
-        if isinstance(key, (list, dict)):
-            raise _KeyNotAName(
-                None,
-                None,
-                f"a {'list' if isinstance(key, list) else 'mapping'} is used as a key; a key is a setting's name: write `name: value`",
-                key_node.start_mark,
-            )
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark
-            )
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
-
-
 def load_experiment(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Experiment:
     """Read, override and validate an experiment file; ExperimentError names what is wrong."""
     path = Path(path)
@@ -1253,12 +1220,9 @@ def load_experiment(path: str | Path, overrides: list[str] | tuple[str, ...] = (
         deep = yaml_nesting_problem(text)
         if deep:
             raise ExperimentError(f"{path}: {deep}")
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-    except _KeyNotAName as exc:
-        mark = exc.problem_mark
-        where = yaml_path_at(text, mark.line, mark.column) if mark else ""
-        line = f" (line {mark.line + 1})" if mark else ""
-        raise ExperimentError(f"{path}: 1 problem(s):\n  {where or '(top level)'}: {exc.problem}{line}") from None
+        data = load_yaml(text)
+    except KeyNotAName as exc:
+        raise ExperimentError(f"{path}: 1 problem(s):\n  {exc.where}") from None
     except yaml.YAMLError as exc:
         raise ExperimentError(f"{path}: not valid YAML: {exc}") from None
     if data is None:

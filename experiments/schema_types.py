@@ -133,31 +133,3 @@ def type_problems(data: Any, annotation: Any, path: tuple[Any, ...] = ()) -> lis
         return []
     problem = _scalar_problem(data, members)
     return [f"{shown_path(path)}: {problem}"] if problem and path else []
-
-
-def yaml_path_at(text: str, line: int, column: int) -> str:
-    """The dotted key path of the mapping holding the node that starts at (line, column) of YAML `text` (0-based,
-    as a yaml Mark), read from the parser's events; "" at the top level."""
-    import yaml
-
-    frames: list[list[Any]] = []  # per open collection: [is_mapping, key or index, awaiting a key]
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
-        mark = event.start_mark
-        if (mark.line, mark.column) == (line, column) and not isinstance(
-            event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)
-        ):
-            return shown_path([f[1] for f in frames[:-1]] + ([] if not frames or frames[-1][0] else [frames[-1][1]]))
-        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-            frames.append([True, None, True] if isinstance(event, yaml.MappingStartEvent) else [False, 0, False])
-            continue
-        if isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-            frames.pop()
-        elif isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent)) and frames and frames[-1][0] and frames[-1][2]:
-            frames[-1][1] = getattr(event, "value", None) or "*"
-        if frames:  # a node is done: a mapping now awaits its value or its next key; a list its next item
-            top = frames[-1]
-            if top[0]:
-                top[2] = not top[2]
-            else:
-                top[1] += 1
-    return ""
