@@ -758,9 +758,6 @@ def check_before_run(experiment: Experiment, source: str = "experiment") -> None
                 + f" is past {MAX_SEED}; use a seed of at most {MAX_SEED - experiment.tune.seeds + 1} (numpy takes "
                 "seeds below 2**32, and env runners add their index to a device's seed)"
             )
-    from spikeloop.experiments.sweep_draws import check_drawn
-
-    check_drawn(experiment, source)  # each trial's experiment, checked as this one was
 
 
 def _check_feedback(feedback: FeedbackSettings) -> None:

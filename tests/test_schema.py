@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spikeloop.experiments.schema import ExperimentError, check_before_run, experiment_from_dict, load_experiment
+from spikeloop.experiments.preflight import preflight
+from spikeloop.experiments.schema import ExperimentError, experiment_from_dict, load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "experiments").glob("*.yaml"))
@@ -110,7 +111,7 @@ def test_broken_file_names_its_key(path):
         assert problem is not None and key in problem, problem
         return
     with pytest.raises(ExperimentError) as info:
-        check_before_run(load_experiment(path), str(path))  # the preflight every command that runs makes
+        preflight(load_experiment(path), str(path))  # the preflight every command that runs makes
     assert key in str(info.value), f"{path.name}: message does not name {key!r}:\n{info.value}"
     assert str(path) in str(info.value)  # the file is named too
 

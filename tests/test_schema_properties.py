@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from spikeloop.bridge.wire.address import PORTS
 from spikeloop.envs.scenarios import available_scenarios
 from spikeloop.experiments.dotted import get_path
+from spikeloop.experiments.preflight import preflight
 from spikeloop.experiments.schema import (
     MAX_DEPTH,
     MAX_ENV_RUNNERS,
@@ -461,7 +462,7 @@ def test_a_generated_experiment_is_checked_and_built_or_refused_cleanly(generate
     path.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
     try:
         experiment = load_experiment(path)
-        check_before_run(experiment, str(path))
+        preflight(experiment, str(path))
     except ExperimentError as exc:
         message = str(exc)
         assert "Traceback" not in message
