@@ -1053,7 +1053,7 @@ def _validated(data: dict[str, Any]) -> Experiment:
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """`a.b=c` -> ("a.b", c) with c parsed as YAML (numbers, booleans, lists)."""
+    """`a.b=c` -> ("a.b", c) with c parsed as a file's YAML is (numbers, booleans, lists)."""
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise ExperimentError(f"--set {text[:80]!r}: write KEY=VALUE, e.g. --set stop.iterations=2")
@@ -1066,7 +1066,7 @@ def parse_override(text: str) -> tuple[str, Any]:
         deep = yaml_nesting_problem(raw, key)
         if deep:
             raise ExperimentError(f"--set {deep}")
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_yaml(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
         raise ExperimentError(f"--set {text[:200]!r}: the value is not valid YAML: {exc}") from None
     return key, value

@@ -1,12 +1,14 @@
 """The YAML reader of experiment files: strict where YAML is silent, YAML where a plain reader is not.
 
-A key given twice in one mapping is refused (YAML keeps the last, silently); merge keys (`<<: *anchor`) are
+A key given twice in one mapping is refused (YAML keeps the last, silently); 3e-4 and 1e7 are numbers, as
+in YAML 1.2 (YAML 1.1 reads them as text); merge keys (`<<: *anchor`) are
 YAML and are read, with the mapping's own keys overriding the merged ones; a list or mapping used as a key
 (`? [a, b]`) is refused naming the key path it sits under, since no setting is named so.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -50,6 +52,12 @@ def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode, d
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+# YAML 1.2 reads 3e-4 and 1e7 as numbers; PyYAML (YAML 1.1) as text, which a number setting now refuses.
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
 
 
 def load_yaml(text: str) -> Any:

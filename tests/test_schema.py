@@ -261,3 +261,14 @@ def test_device_loss_wait_gets_its_bound_and_stops_rllib_restarting_runners():
     config = load_experiment(QUICKSTART, ["loop.on_device_loss=wait", "loop.max_wait_s=30"]).algorithm_config()
     assert config.restart_failed_env_runners is False  # past max_wait_s the trial stops, as with stop
     assert load_experiment(QUICKSTART).loop.max_wait_s is None  # stop: nothing to bound
+
+
+def test_an_exponent_is_a_number_as_in_yaml_1_2(tmp_path):
+    """PyYAML reads `3e-4` as text; a number setting refuses text, so the reader takes it as YAML 1.2 does."""
+    path = tmp_path / "exp.yaml"
+    path.write_text("ppo:\n  lr: 3e-4\nloop:\n  timeout_s: 5e-1\n")
+    experiment = load_experiment(path)
+    assert (experiment.ppo.lr, experiment.loop.timeout_s) == (0.0003, 0.5)
+    assert experiment_from_dict({}, ["ppo.lr=1e-3"]).ppo.lr == 0.001
+    with pytest.raises(ExperimentError, match=r"stop\.env_steps: a whole number: write it without"):
+        experiment_from_dict({}, ["stop.env_steps=2e4"])
