@@ -15,10 +15,14 @@ class Curriculum:
     """
 
     def __init__(self, scenarios: Sequence[str], threshold: float | Sequence[float], window_episodes: int = 20):
-        if not scenarios:
-            raise ValueError("a curriculum needs at least one scenario")
-        if window_episodes < 1:
-            raise ValueError(f"window_episodes must be >= 1, got {window_episodes}")
+        if isinstance(scenarios, (str, bytes)) or not isinstance(scenarios, Sequence) or not scenarios:
+            raise ValueError(f"scenarios: a list of at least one scenario, got {scenarios!r}")
+        if isinstance(window_episodes, bool) or not isinstance(window_episodes, int) or window_episodes < 1:
+            raise ValueError(f"window_episodes: must be a whole number >= 1, got {window_episodes!r}")
+        # Numbers only: `float("1")` would take text, and true would be read as 1.
+        numbers = [threshold] if not isinstance(threshold, Sequence) or isinstance(threshold, str) else threshold
+        if any(isinstance(t, bool) or not isinstance(t, int | float) for t in numbers):
+            raise ValueError(f"threshold: must be a number or a list of numbers, got {threshold!r}")
         thresholds = [float(threshold)] * len(scenarios) if isinstance(threshold, int | float) else list(threshold)
         if len(thresholds) != len(scenarios):
             raise ValueError(f"got {len(thresholds)} thresholds for {len(scenarios)} scenarios")

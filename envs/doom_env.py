@@ -34,6 +34,7 @@ import gymnasium as gym
 import numpy as np
 import vizdoom
 
+from spikeloop.bridge.wire.settings import RESET_DELAY_S
 from spikeloop.envs.actions import action_buttons, action_table
 from spikeloop.envs.curriculum import Curriculum
 from spikeloop.envs.features import FeatureExtractor, FeatureSettings, feature_size
@@ -147,12 +148,9 @@ def check_env_settings(
         _game_variable(ammo_variable)
     except ValueError as exc:
         raise ValueError(f"ammo_variable: {exc}") from None
-    if (
-        isinstance(reset_delay_s, bool)
-        or not isinstance(reset_delay_s, (int, float))
-        or not (math.isfinite(reset_delay_s) and reset_delay_s >= 0)
-    ):
-        raise ValueError(f"reset_delay_s: must be a finite number of seconds >= 0, got {reset_delay_s!r}")
+    problem = RESET_DELAY_S.problem(reset_delay_s)
+    if problem is not None:
+        raise ValueError(f"reset_delay_s: {problem}, got {reset_delay_s!r}")
     if render_mode not in (None, *DoomEnv.metadata["render_modes"]):
         raise ValueError(f"render_mode: unknown render_mode {render_mode!r}; choose from None, 'rgb_array'")
     scenarios = [scenario]
@@ -160,7 +158,8 @@ def check_env_settings(
         try:
             built_curriculum = Curriculum(**curriculum) if isinstance(curriculum, dict) else curriculum
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"curriculum: {exc}") from None
+            named = str(exc).split(": ", 1)[0] in ("scenarios", "threshold", "window_episodes")
+            raise ValueError(f"curriculum.{exc}" if named else f"curriculum: {exc}") from None
         if not isinstance(built_curriculum, Curriculum):
             raise ValueError(f"curriculum: must be a mapping of Curriculum settings, got {curriculum!r}")
         if not all(math.isfinite(t) for t in built_curriculum.thresholds):
@@ -213,7 +212,7 @@ class DoomEnv(gym.Env):
         enemy_names: Sequence[str] | None = None,
         ammo_variable: str = "SELECTED_WEAPON_AMMO",
         add_missing_game_variables: bool = True,
-        reset_delay_s: float = 0.0,
+        reset_delay_s: float = RESET_DELAY_S.default,
         render_mode: str | None = None,
         curriculum: Curriculum | dict | None = None,
     ):

@@ -48,6 +48,7 @@ from spikeloop.bridge.wire.settings import (
     ENVELOPE_POLICY,
     FAST_PATH,
     MAX_CONSECUTIVE_TIMEOUTS,
+    MAX_SAMPLE_TIMEOUT_S,
     MAX_WAIT_S,
     ON_DEVICE_LOSS,
     REPLY_SPIN_MS,
@@ -61,6 +62,8 @@ from spikeloop.experiments.dotted import get_path
 from spikeloop.experiments.live_view.progress import RunBudget
 from spikeloop.experiments.live_view.settings import ViewSettings
 from spikeloop.experiments.protocol import settings as protocol_settings
+from spikeloop.experiments.schema_types import shown, shown_path, type_problems
+from spikeloop.experiments.yaml_reader import KeyNotAName, load_yaml
 from spikeloop.models.closed_loop.feedback import (
     EVENT_SURPRISE_REFERENCE,
     EventFeedbackSpec,
@@ -155,8 +158,8 @@ class LoopSection(BaseModel):
     @field_validator("sample_timeout_s")
     @classmethod
     def _positive_timeout(cls, value: float | str) -> float | str:
-        if value != "auto" and not value > 0:
-            raise ValueError("must be auto or a number of seconds > 0")
+        if value != "auto" and not 0 < value <= MAX_SAMPLE_TIMEOUT_S:
+            raise ValueError(f"must be auto or a number of seconds > 0 and <= {MAX_SAMPLE_TIMEOUT_S:g} (a day)")
         return value
 
     @field_validator("max_wait_s")
@@ -440,7 +443,7 @@ class Experiment(BaseModel):
             env = env_section_model().model_validate(self.env)  # types and unknown keys of `env`
         except ValidationError as exc:
             first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
+            where = shown_path(first["loc"])
             what = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
             raise ValueError(f"env.{where}: {what} (got {first.get('input')!r})") from None
         numbers = bool_as_number_problems(self.env, env, "env")  # `env` stays the file's mapping: checked here
@@ -743,9 +746,13 @@ def check_before_run(experiment: Experiment, source: str = "experiment") -> None
     validates its experiment again on whichever node runs it, where the driver's directory need not exist,
     and with its seed already moved on by its sweep seed number.
     """
-    problem = output_root_problem(experiment.output.root_dir)
+    from spikeloop.experiments.paths import root_path_problem
+
+    refused = root_path_problem(experiment.output.root_dir, experiment.name)
+    problem = output_root_problem(experiment.output.root_dir) if refused is None else refused[1]
     if problem:
-        raise ExperimentError(f"{source}: 1 problem(s):\n  output.root_dir: {problem}")
+        key = "output.root_dir" if refused is None else refused[0]
+        raise ExperimentError(f"{source}: 1 problem(s):\n  {key}: {problem}")
     seeds = [("seed", experiment.seed)] + [(f"devices.{i}.seed", d.seed) for i, d in enumerate(experiment.devices)]
     for key, seed in seeds:
         if seed + experiment.tune.seeds - 1 > MAX_SEED:
@@ -880,7 +887,7 @@ def _check_reach(experiment: Experiment) -> None:
 
 
 def _check_search_entry(experiment: Experiment, key: str, spec: Any) -> None:
-    where = f"tune.search_space.{key}"
+    where = f"tune.search_space.{shown(key)}"
     if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in SEARCH_KINDS:
         raise ValueError(f"{where}: use exactly one of {', '.join(SEARCH_KINDS)}, e.g. {{grid: [0.1, 0.2]}}")
     kind, arg = next(iter(spec.items()))
@@ -914,6 +921,11 @@ def _check_search_entry(experiment: Experiment, key: str, spec: Any) -> None:
         if kind == "randint" and not all(isinstance(v, int) for v in arg):
             raise ValueError(f"{where}.randint: must be [low, high] whole numbers, high excluded (got {arg!r})")
         values = [arg[0], arg[1] - 1] if kind == "randint" else list(arg)
+    if key.split(".")[0] == "resources":
+        raise ValueError(
+            f"{where}: Tune places every trial with the base experiment's resources, so a trial drawing another "
+            "would fail inside Tune; run one experiment per value instead"
+        )
     # Every value a trial can get must make a valid experiment: a bad one would fail only after Ray starts.
     for value in values:
         data = experiment.plain()
@@ -992,7 +1004,7 @@ def switch_problems(tree: Any, defaults: Any, path: str = "") -> list[str]:
         for key, value in tree.items():
             if key not in defaults:
                 continue
-            where = f"{path}.{key}" if path else str(key)
+            where = f"{path}.{shown(key)}" if path else shown(key)
             default = defaults[key]
             if isinstance(default, bool) and not isinstance(value, bool):
                 problems.append(f"{where}: a switch: give true or false (got {value!r})")
@@ -1032,8 +1044,11 @@ _MISSING = object()
 
 
 def _validated(data: dict[str, Any]) -> Experiment:
-    """`Experiment.model_validate`, refusing a number given as true or false; ValueError names it (`env`'s are
-    refused by the model's own checks)."""
+    """`Experiment.model_validate`, refusing a value its declared type does not take (text or true for a number:
+    schema_types) and a number given as true or false; ValueError names it."""
+    problems = type_problems(data, Experiment) + type_problems(data.get("env"), env_section_model(), ("env",))
+    if problems:
+        raise ValueError("\n  ".join([f"{len(problems)} problem(s):", *problems]))
     experiment = Experiment.model_validate(data)
     problems = bool_as_number_problems(data, experiment)
     if problems:
@@ -1042,7 +1057,7 @@ def _validated(data: dict[str, Any]) -> Experiment:
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """`a.b=c` -> ("a.b", c) with c parsed as YAML (numbers, booleans, lists)."""
+    """`a.b=c` -> ("a.b", c) with c parsed as a file's YAML is (numbers, booleans, lists)."""
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise ExperimentError(f"--set {text[:80]!r}: write KEY=VALUE, e.g. --set stop.iterations=2")
@@ -1055,7 +1070,7 @@ def parse_override(text: str) -> tuple[str, Any]:
         deep = yaml_nesting_problem(raw, key)
         if deep:
             raise ExperimentError(f"--set {deep}")
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_yaml(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
         raise ExperimentError(f"--set {text[:200]!r}: the value is not valid YAML: {exc}") from None
     return key, value
@@ -1158,7 +1173,7 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
     """One line per problem: the key path, what is wrong, and the input."""
     grouped: dict[str, list[dict[str, Any]]] = {}
     for err in exc.errors():
-        path = ".".join(str(p) for p in err["loc"] if not _is_union_tag(p))
+        path = shown_path([p for p in err["loc"] if not _is_union_tag(p)])
         path = re.sub(r"^(devices\.\d+)\.address(?=\.|$)", r"\1", path)  # the YAML writes the address flat
         grouped.setdefault(path, []).append(err)
     lines = [f"{source}: {len(grouped)} problem(s):"]
@@ -1185,25 +1200,6 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """A YAML loader that refuses a key given twice in one mapping (YAML keeps the last, silently)."""
-
-
-def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark
-            )
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
-
-
 def load_experiment(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Experiment:
     """Read, override and validate an experiment file; ExperimentError names what is wrong."""
     path = Path(path)
@@ -1225,7 +1221,9 @@ def load_experiment(path: str | Path, overrides: list[str] | tuple[str, ...] = (
         deep = yaml_nesting_problem(text)
         if deep:
             raise ExperimentError(f"{path}: {deep}")
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        data = load_yaml(text)
+    except KeyNotAName as exc:
+        raise ExperimentError(f"{path}: 1 problem(s):\n  {exc.where}") from None
     except yaml.YAMLError as exc:
         raise ExperimentError(f"{path}: not valid YAML: {exc}") from None
     if data is None:

@@ -248,3 +248,77 @@ def test_probe_plan_is_modest_fixed_balanced_and_inside_the_envelope():
     pinned = SafetyEnvelope(min_frequency_hz=5, max_frequency_hz=5, min_amplitude_ua=1, max_amplitude_ua=1)
     assert not check.probe_plan(pinned, 40).varies
     assert not check.probe_plan(SafetyEnvelope(), 40, minimum_only=True).varies
+
+
+def _odd_status_device(status_data: dict, spike_port: int):
+    """A device on loopback that answers each stimulation and answers a status_request with `status_data`."""
+    import select
+    import socket
+    import threading
+
+    from spikeloop.bridge.wire.protocol import EventMessage, SpikeCounts, encode_event, encode_spikes
+
+    socks = {}
+    for kind in ("stim", "feedback", "event"):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.bind(("127.0.0.1", 0))
+        socks[kind] = sock
+    stop = threading.Event()
+    trainer = ("127.0.0.1", spike_port)
+
+    def serve():
+        while not stop.is_set():
+            ready, _, _ = select.select(list(socks.values()), [], [], 0.05)
+            for sock in ready:
+                data = sock.recv(65536)
+                if sock is socks["stim"]:
+                    reply = SpikeCounts(decode_stim(data).timestamp_us, (1.0,) * 8)
+                    socks["stim"].sendto(encode_spikes(reply), trainer)
+                elif sock is socks["event"] and decode_event(data).event_type == "status_request":
+                    status = EventMessage(decode_event(data).timestamp_us, "device_status", status_data)
+                    socks["stim"].sendto(encode_event(status), trainer)  # replies leave from the stim socket
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+
+    def close():
+        stop.set()
+        thread.join()
+        for sock in socks.values():
+            sock.close()
+
+    ports = {kind: sock.getsockname()[1] for kind, sock in socks.items()}
+    return ports, close
+
+
+@pytest.mark.parametrize(
+    ("status", "named"),
+    [
+        ({"envelope": [1, 2]}, "its 'envelope' must be a JSON object, got list"),
+        ({"envelope": {"max_pulses": "many"}}, "its envelope's max_pulses must be a number, got 'many'"),
+        ({"envelope": {}, "dose_budget": "unlimited"}, "its 'dose_budget' must be a JSON object"),
+        ({"dose": 1}, "it has no 'envelope'"),
+    ],
+    ids=["envelope_a_list", "limit_as_text", "budget_as_text", "no_envelope"],
+)
+def test_an_odd_device_status_fails_check_naming_what_is_odd(status, named):
+    """A device status reply of another shape than docs/protocol.md's: check fails naming it, no traceback (it
+    raised AttributeError on a dose budget that was text)."""
+    spike_port = free_port()
+    ports, close = _odd_status_device(status, spike_port)
+    try:
+        result = spikeloop_check(
+            QUICKSTART,
+            "--exchanges",
+            "3",
+            "--minimum-only",
+            "--set",
+            cl1_device("odd-cl1", ports["stim"], spike_port, ports["feedback"], ports["event"]),
+        )
+    finally:
+        close()
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert "Traceback" not in output, output
+    assert f"device 'odd-cl1' (cl1): its device_status cannot be read ({named}" in result.stderr, output
+    assert "docs/protocol.md (Device status)" in result.stderr

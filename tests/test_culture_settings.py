@@ -41,7 +41,7 @@ def _experiment(**device: object):
         ({"n_neurons": 0}, "devices.0.culture.n_neurons", "[2, 4000]"),
         ({"noise_probability_per_ms": 1.5}, "devices.0.culture.noise_probability_per_ms", "[0, 1]"),
         ({"dopamine_per_punishment_pulse": 0.1}, "devices.0.culture.dopamine_per_punishment_pulse", "[-10, 0]"),
-        ({"n_neurons": "many"}, "devices.0.culture.n_neurons", "integer"),
+        ({"n_neurons": "many"}, "devices.0.culture.n_neurons", "a whole number"),
         ({"plasticity": "hebbian"}, "devices.0.culture.plasticity", "dopamine_stdp"),
         ({"reward_electrodes": [19, 64]}, "devices.0.culture.reward_electrodes", "0-63"),
         ({"reward_electrodes": [8]}, "devices.0.culture.reward_electrodes", "encoding electrodes"),

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spikeloop.experiments.schema import ExperimentError, check_before_run, experiment_from_dict, load_experiment
+from spikeloop.experiments.preflight import preflight
+from spikeloop.experiments.schema import ExperimentError, experiment_from_dict, load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "experiments").glob("*.yaml"))
@@ -110,7 +111,7 @@ def test_broken_file_names_its_key(path):
         assert problem is not None and key in problem, problem
         return
     with pytest.raises(ExperimentError) as info:
-        check_before_run(load_experiment(path), str(path))  # the preflight every command that runs makes
+        preflight(load_experiment(path), str(path))  # the preflight every command that runs makes
     assert key in str(info.value), f"{path.name}: message does not name {key!r}:\n{info.value}"
     assert str(path) in str(info.value)  # the file is named too
 
@@ -191,8 +192,8 @@ def test_broken_files_cover_every_kind_of_mistake():
         ("env.reward_settings=" + "[" * 5000 + "]" * 5000, "env.reward_settings"),  # nesting
         ("devices.0.seed=" + "[" * 50 + "]" * 50, "devices.0.seed"),
         # A dataclass checks no types: these were taken, and a string failed only inside the first episode.
-        ("env.reward_settings.end_health_per_hp=x", "env.reward_settings.end_health_per_hp: must be a number"),
-        ("env.reward_settings.kill=true", "env.reward_settings.kill: must be a number"),
+        ("env.reward_settings.end_health_per_hp=x", "env.reward_settings.end_health_per_hp: a number, not text"),
+        ("env.reward_settings.kill=true", "env.reward_settings.kill: a number, not a switch"),
         ("env.feature_settings.kills_scale=[1]", "env.feature_settings.kills_scale: must be a number"),
     ],
 )
@@ -260,3 +261,14 @@ def test_device_loss_wait_gets_its_bound_and_stops_rllib_restarting_runners():
     config = load_experiment(QUICKSTART, ["loop.on_device_loss=wait", "loop.max_wait_s=30"]).algorithm_config()
     assert config.restart_failed_env_runners is False  # past max_wait_s the trial stops, as with stop
     assert load_experiment(QUICKSTART).loop.max_wait_s is None  # stop: nothing to bound
+
+
+def test_an_exponent_is_a_number_as_in_yaml_1_2(tmp_path):
+    """PyYAML reads `3e-4` as text; a number setting refuses text, so the reader takes it as YAML 1.2 does."""
+    path = tmp_path / "exp.yaml"
+    path.write_text("ppo:\n  lr: 3e-4\nloop:\n  timeout_s: 5e-1\n")
+    experiment = load_experiment(path)
+    assert (experiment.ppo.lr, experiment.loop.timeout_s) == (0.0003, 0.5)
+    assert experiment_from_dict({}, ["ppo.lr=1e-3"]).ppo.lr == 0.001
+    with pytest.raises(ExperimentError, match=r"stop\.env_steps: a whole number: write it without"):
+        experiment_from_dict({}, ["stop.env_steps=2e4"])

@@ -16,12 +16,13 @@ import re
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from spikeloop.bridge.wire.address import PORTS
 from spikeloop.envs.scenarios import available_scenarios
 from spikeloop.experiments.dotted import get_path
+from spikeloop.experiments.preflight import preflight
 from spikeloop.experiments.schema import (
     MAX_DEPTH,
     MAX_ENV_RUNNERS,
@@ -31,8 +32,10 @@ from spikeloop.experiments.schema import (
     ExperimentError,
     check_before_run,
     default_experiment_tree,
+    env_section_model,
     experiment_from_dict,
     load_experiment,
+    set_path,
 )
 from spikeloop.models.closed_loop.settings import DEVICE_ID_CHARACTERS, MAX_SEED
 
@@ -394,3 +397,112 @@ def test_a_number_refuses_true_or_false(tree, key):
     with pytest.raises(ExperimentError, match=r"ppo\.num_epochs: a number, not a switch"):
         experiment_from_dict({}, ("ppo.num_epochs=yes",), source="generated")
     assert experiment_from_dict({"ppo": {"num_epochs": 2}, "seed": 0}, source="x").ppo.num_epochs == 2
+
+
+# --- whole generated experiments: checked and built, or refused with ExperimentError (issue 51, item 8) ---------
+
+
+def _near(default: object) -> st.SearchStrategy:
+    """Values for a setting: its default, numbers around it, and what a typo or YAML 1.1 gives (text, yes/no,
+    2.0 for 2, huge and tiny numbers, lists)."""
+    near: list[st.SearchStrategy] = [st.just(default), scalars, st.lists(scalars, max_size=3)]
+    if isinstance(default, (int, float)) and not isinstance(default, bool):
+        near += [
+            st.sampled_from([default * 2, default / 2, -default, default + 1, float(default), str(default)]),
+            st.sampled_from([1e7, 1e12, 2**32 - 1, 2**31, 0, True]),
+        ]
+    return st.one_of(near)
+
+
+ROOTS = st.sampled_from(
+    ["runs", "runs/deeper", "runs\0x", "runs/" + "r" * 300, "/" + "a/" * 2100, "~/runs", "runs/\u200b"]
+)
+
+
+@st.composite
+def experiments(draw: st.DrawFn) -> tuple[dict, list[tuple[str, object]]]:
+    """A generated experiment: a few settings off their defaults, maybe a sweep and an output root; with the
+    (key, value) pairs written."""
+    defaults = default_experiment_tree()
+    data: dict = {"stop": {"iterations": 1}}
+    written: list[tuple[str, object]] = []
+    for key in draw(st.lists(st.sampled_from(KEYS), max_size=4, unique=True)):
+        try:
+            default = get_path(defaults, key)
+        except KeyError:
+            default = None
+        value = draw(_near(default), label=key)
+        set_path(data, key, value, defaults)
+        written.append((key, value))
+    if draw(st.booleans()):
+        key = draw(st.sampled_from(KEYS + ["seed", "devices.0.seed", "resources.num_env_runners"]), label="swept")
+        try:
+            default = get_path(defaults, key)
+        except KeyError:
+            default = None
+        kind = draw(st.sampled_from(["grid", "choice"]))
+        values = draw(st.lists(_near(default), min_size=1, max_size=3), label="values")
+        data.setdefault("tune", {})["search_space"] = {key: {kind: values}}
+        data["tune"]["seeds"] = draw(st.sampled_from([1, 1, 2]))
+    if draw(st.booleans()):
+        data.setdefault("output", {})["root_dir"] = draw(ROOTS)
+    return data, written
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(generated=experiments())
+def test_a_generated_experiment_is_checked_and_built_or_refused_cleanly(generated, tmp_path_factory):
+    """Through the YAML reader as a file is read: refused with ExperimentError (its message naming a key), or it
+    passes what `spikeloop check` asks before the devices (the run checks, the fit, the sampling line) and
+    builds its RLlib config. Any other exception fails."""
+    from spikeloop.experiments.commands import check
+
+    data, written = generated
+    path = tmp_path_factory.mktemp("generated") / "experiment.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+    try:
+        experiment = load_experiment(path)
+        preflight(experiment, str(path))
+    except ExperimentError as exc:
+        message = str(exc)
+        assert "Traceback" not in message
+        assert re.search(r"^  \S", message, re.M) or "experiment.yaml: " in message, message
+        event("refused")
+        return
+    event("accepted")
+    plain = experiment.plain()
+    for key, value in written:
+        if isinstance(value, (str, bool)) and experiment.protocol is None:  # text and switches: never converted
+            kept = get_path(plain, key)
+            assert _same(kept, CANONICAL.get(key, lambda v: v)(value)) and type(kept) is type(
+                CANONICAL.get(key, lambda v: v)(value)
+            ), f"{key}: {value!r} was accepted as {kept!r}"
+    check.check_fit(experiment)
+    check.sampling_line(experiment)
+    assert experiment.algorithm_config() is not None
+
+
+def _default_of(key: str) -> object:
+    if key.startswith("env."):
+        return env_section_model().model_fields[key.removeprefix("env.")].default
+    return get_path(default_experiment_tree(), key)
+
+
+NUMBER_KEYS = sorted(
+    key for key in KEYS if isinstance(_default_of(key), (int, float)) and not isinstance(_default_of(key), bool)
+)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(key=st.sampled_from(NUMBER_KEYS), how=st.sampled_from(["text", "yes", "no", "point"]))
+def test_a_number_written_as_text_a_switch_or_a_point_is_refused_naming_its_key(key, how):
+    """`"20000"`, YAML's yes/no and 2.0 for a whole number were converted without a word (issue 51): every
+    number setting in a file refuses them, naming its key, and never holds the converted value."""
+    default = _default_of(key)
+    value = {"text": str(default), "yes": True, "no": False, "point": float(default)}[how]
+    if how == "point" and isinstance(default, float):
+        return  # a float setting takes 2.0
+    data: dict = {}
+    set_path(data, key, value, default_experiment_tree())
+    message = refused(data, key)
+    assert "a number, not" in message or "a whole number" in message, message

@@ -383,4 +383,4 @@ def test_check_prints_a_declared_settings_error_with_its_key_path_and_fix(capsys
         check.main([quickstart, "--set", "devices.0.collect_window_ms=-5"])
     assert info.value.code == 2
     err = capsys.readouterr().err
-    assert "devices.0.collect_window_ms=-5.0: must be a finite number >= 0 (ms)" in err, err
+    assert "devices.0.collect_window_ms=-5.0: must be a finite number >= 0 and <= 10000 (ms)" in err, err

@@ -144,6 +144,15 @@ def _num(value: float) -> str:
 _LOOP = "loop."
 _DEVICE = "devices.N."
 
+# Upper bounds of durations: a typo (1e7 for 1.0) must be refused, not slept through by `check` or a trial.
+MAX_WINDOW_MS = 10_000.0
+"""A device's windows and settle time, each: TIMEOUT_S's bound, past which no reply to a stimulation is awaited."""
+MAX_SAMPLE_TIMEOUT_S = 86_400.0
+"""`loop.sample_timeout_s`: RLlib's wait for one env runner's sample, at most a day (MAX_WAIT_S's bound)."""
+MAX_PROTOCOL_PHASE_S = 86_400.0
+"""Each length of a protocol session (`protocol.*_s`: its rests, its play and their parts): at most a day of
+culture time; the trial records, or plays, that long."""
+
 # --- how the bridge and the env runners treat a device (experiment section `loop`) -------------------------
 
 TIMEOUT_S = Setting(
@@ -217,6 +226,18 @@ REPLY_SPIN_MS = Setting(
     unit="ms",
     ge=0,
     le=20,
+)
+
+RESET_DELAY_S = Setting(
+    "reset_delay_s",
+    float,
+    0.0,
+    "the game waits this long before each episode, so that a living culture settles between episodes (check "
+    "resets once without it)",
+    ("env.reset_delay_s",),
+    unit="s",
+    ge=0,
+    le=60,
 )
 
 # --- one device, as the trainer reaches it (experiment section `devices`) ------------------------------------
@@ -314,6 +335,7 @@ ARTIFACT_WAIT_MS = Setting(
     (_DEVICE + "artifact_wait_ms", "spikeloop device --artifact-wait-ms"),
     unit="ms",
     ge=0,
+    le=MAX_WINDOW_MS,
     flag="--artifact-wait-ms",
 )
 COLLECT_WINDOW_MS = Setting(
@@ -324,6 +346,7 @@ COLLECT_WINDOW_MS = Setting(
     (_DEVICE + "collect_window_ms", "spikeloop device --collect-window-ms"),
     unit="ms",
     ge=0,
+    le=MAX_WINDOW_MS,
     flag="--collect-window-ms",
 )
 RANDOM_SPIKE_RATE_HZ = Setting(
@@ -345,6 +368,7 @@ FEEDBACK_SETTLE_MS = Setting(
     (_DEVICE + "feedback_settle_ms", "spikeloop device --feedback-settle-ms"),
     unit="ms",
     ge=0,
+    le=MAX_WINDOW_MS,
     flag="--feedback-settle-ms",
 )
 FEEDBACK_SETTLE_MAX_HOLD_MS = Setting(
@@ -404,6 +428,7 @@ SETTINGS: tuple[Setting, ...] = (
     ENVELOPE_POLICY,
     FAST_PATH,
     REPLY_SPIN_MS,
+    RESET_DELAY_S,
     BACKEND,
     REPLY_PORT,
     ALLOW_NETWORK_BIND,

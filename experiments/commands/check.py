@@ -150,7 +150,8 @@ def check_scenario(experiment: Experiment) -> str:
     """Build the env, reset, take one step, close; returns a one-line description."""
     from spikeloop.envs.doom_env import DoomEnv
 
-    env = DoomEnv(**experiment.env)
+    # The scenario is checked, not the pacing: no reset delay (env.reset_delay_s is bounded and shown in sampling).
+    env = DoomEnv(**(experiment.env | {"reset_delay_s": 0.0}))
     try:
         obs, _ = env.reset(seed=experiment.seed)
         _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
@@ -366,8 +367,13 @@ def device_limit_lines(
         ], []
     try:
         limits = device_envelope(status)
+        budget = dose_budget(status)
     except (TypeError, ValueError, KeyError) as exc:
-        return [], [f"{label}: its device_status cannot be read ({exc})"]
+        return [], [
+            f"{label}: its device_status cannot be read ({exc}); docs/protocol.md (Device status) gives its "
+            "shape: the device program answering must be fixed, or run with status_requests: false and compare "
+            "its limits by hand"
+        ]
     failures = []
     for key, ours in dataclasses.asdict(envelope).items():
         theirs = getattr(limits, key)
@@ -394,7 +400,6 @@ def device_limit_lines(
                 f"safety.{key}={ours:g} is below {label}'s lowest (its {flag} is {theirs:g}): the device refuses "
                 f"such commands; set safety.{key} to {theirs:g} or more"
             )
-    budget = status.get("dose_budget") or {}
     line = (
         f"[{'ok' if not failures else 'FAIL':<4}] {label}: its own envelope is {limits.describe()}; dose budget per "
         f"electrode {budget.get('nc_per_min')} nC/min, {budget.get('nc_per_session')} nC/session (None: no limit)"
@@ -402,14 +407,42 @@ def device_limit_lines(
     return [line], failures
 
 
-def device_envelope(status: dict[str, Any]) -> SafetyEnvelope:
-    """The SafetyEnvelope a device_status reports (ValueError, TypeError or KeyError if it is not one)."""
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def device_envelope(status: Any) -> SafetyEnvelope:
+    """The SafetyEnvelope a device_status reports (ValueError, TypeError or KeyError if it is not one).
+
+    A device is a program of someone else's: every value is checked for its type before it is compared."""
+    if not isinstance(status, dict):
+        raise ValueError(f"a JSON object was expected, got {type(status).__name__}")
+    if "envelope" not in status:
+        raise ValueError("it has no 'envelope'")
     reported = status["envelope"]
+    if not isinstance(reported, dict):
+        raise ValueError(f"its 'envelope' must be a JSON object, got {type(reported).__name__}")
     fields = {f.name for f in dataclasses.fields(SafetyEnvelope)}
     unknown = set(reported) - fields
     if unknown:
         raise ValueError(f"unknown envelope keys {sorted(unknown)}")
+    for key, value in reported.items():
+        if key == "forbidden_electrodes":
+            if not isinstance(value, list) or not all(isinstance(e, int) and not isinstance(e, bool) for e in value):
+                raise ValueError(f"its envelope's forbidden_electrodes must be a list of electrodes, got {value!r}")
+        elif not _is_number(value):
+            raise ValueError(f"its envelope's {key} must be a number, got {value!r}")
     return SafetyEnvelope(**reported)
+
+
+def dose_budget(status: dict[str, Any]) -> dict[str, Any]:
+    """The dose budget a device_status reports ({} if none; ValueError if it is not a mapping of numbers)."""
+    budget = status.get("dose_budget")
+    if budget is None:
+        return {}
+    if not isinstance(budget, dict) or not all(v is None or _is_number(v) for v in budget.values()):
+        raise ValueError(f"its 'dose_budget' must be a JSON object of numbers or nulls, got {budget!r}")
+    return budget
 
 
 # --- what the replies say: reply discipline, causality, latency ------------------------

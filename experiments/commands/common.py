@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from spikeloop.experiments.schema import Experiment, ExperimentError, check_before_run, load_experiment
+from spikeloop.experiments.preflight import preflight
+from spikeloop.experiments.schema import Experiment, ExperimentError, load_experiment
 
 
 def add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,7 +28,7 @@ def load_or_exit(args: argparse.Namespace) -> Experiment:
     """The validated experiment, or a clear message and exit status 2."""
     try:
         experiment = load_experiment(args.experiment, args.overrides)
-        check_before_run(experiment, args.experiment)
+        preflight(experiment, args.experiment)
         return experiment
     except ExperimentError as exc:
         print(f"spikeloop: invalid experiment\n{exc}", file=sys.stderr)

@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from spikeloop.bridge.wire.settings import MAX_PROTOCOL_PHASE_S
 from spikeloop.models.closed_loop.feedback import FeedbackSettings
 from spikeloop.models.closed_loop.settings import DeviceSettings
 
@@ -74,16 +75,32 @@ class ProtocolSection(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     design: Literal["rest-play-rest"] = DESIGN
     condition: Condition = Field("feedback", description="feedback | no_feedback | stimulus_only | no_cells")
-    rest_before_s: float = Field(300.0, gt=0, description="spontaneous activity recorded before play")
-    play_s: float = Field(1200.0, gt=0, description="play with the game (whole training iterations: rounded up)")
-    rest_after_s: float = Field(300.0, gt=0, description="spontaneous activity recorded after play")
-    early_s: float = Field(300.0, gt=0, description="episodes within the first early_s of play: early play")
-    late_s: float = Field(900.0, gt=0, description="episodes within the last late_s of play: late play")
+    rest_before_s: float = Field(
+        300.0, gt=0, le=MAX_PROTOCOL_PHASE_S, description="spontaneous activity recorded before play"
+    )
+    play_s: float = Field(
+        1200.0, gt=0, le=MAX_PROTOCOL_PHASE_S, description="play with the game (whole training iterations: rounded up)"
+    )
+    rest_after_s: float = Field(
+        300.0, gt=0, le=MAX_PROTOCOL_PHASE_S, description="spontaneous activity recorded after play"
+    )
+    early_s: float = Field(
+        300.0, gt=0, le=MAX_PROTOCOL_PHASE_S, description="episodes within the first early_s of play: early play"
+    )
+    late_s: float = Field(
+        900.0, gt=0, le=MAX_PROTOCOL_PHASE_S, description="episodes within the last late_s of play: late play"
+    )
     rest_settle_s: float = Field(
-        10.0, ge=0, description="the start of each rest, recorded but left out of the statistics: play's after-effects"
+        10.0,
+        ge=0,
+        le=MAX_PROTOCOL_PHASE_S,
+        description="the start of each rest, recorded but left out of the statistics: play's after-effects",
     )
     rest_block_s: float = Field(
-        5.0, gt=0, description="block length of the rest bootstrap: longer than the activity's memory"
+        5.0,
+        gt=0,
+        le=MAX_PROTOCOL_PHASE_S,
+        description="block length of the rest bootstrap: longer than the activity's memory",
     )
     bootstrap_resamples: int = Field(10000, ge=1000, le=1_000_000)
 
