@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from spikeloop.bridge.device.loopback_device import PLAN_FAULTS
 from spikeloop.bridge.trainer.core import BridgeConfig, BridgeCore
 from spikeloop.bridge.wire.address import DeviceAddress
 from spikeloop.bridge.wire.ports import free_port
+from tests.support.faulty_device import start_faulty_device
 
 TIMEOUT_S = 0.05
 LATE_GRACE_S = 0.05  # horizon 0.1 s
@@ -38,41 +38,9 @@ TICK_S = 0.005  # replies leave on the device's ticks, 5-10 ms after the stimula
 
 def start_device(spike_port: int, record: Path, seed: int) -> tuple[subprocess.Popen, DeviceAddress]:
     """The faulty own-clock device in its own process; returns it and where it listens."""
-    stim_port = free_port()
-    args = [
-        sys.executable,
-        "-m",
-        "spikeloop.bridge.device.loopback_device",
-        "--spike-port",
-        str(spike_port),
-        "--stim-port",
-        str(stim_port),
-        "--clock-offset-s",
-        "-37.5",
-        "--clock-drift-ppm",
-        "200",
-        "--tick-s",
-        str(TICK_S),
-        "--late-s",
-        f"{TIMEOUT_S + 0.005},{TIMEOUT_S + LATE_GRACE_S - 0.005}",
-        "--very-late-s",
-        f"{TIMEOUT_S + LATE_GRACE_S + 0.01},0.4",
-        "--seed",
-        str(seed),
-        "--record",
-        str(record),
-    ]
-    for kind in PLAN_FAULTS:
-        args += ["--fault", f"{kind}={FAULT_RATE}"]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
-    ports = dict(item.split("=") for item in proc.stdout.readline().split())
-    address = DeviceAddress(
-        spike_port=spike_port,
-        stim_port=stim_port,
-        feedback_port=int(ports["feedback_port"]),
-        event_port=int(ports["event_port"]),
-    )
-    return proc, address
+    faults = {kind: FAULT_RATE for kind in PLAN_FAULTS}
+    clock = ("--clock-offset-s", "-37.5", "--clock-drift-ppm", "200", "--tick-s", str(TICK_S))
+    return start_faulty_device(spike_port, record, seed, faults, *clock, timeout_s=TIMEOUT_S, late_grace_s=LATE_GRACE_S)
 
 
 # The long tier: the device program shares the machine with the test, and at load averages of 13 to 19 on two

@@ -15,8 +15,6 @@ refused, and after a write-off a reply later than the device answers, or beside 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,8 +22,8 @@ import numpy as np
 import pytest
 
 from spikeloop.bridge.trainer.core import BridgeConfig, BridgeCore
-from spikeloop.bridge.wire.address import DeviceAddress
 from spikeloop.bridge.wire.ports import free_port
+from tests.support.faulty_device import start_faulty_device
 
 TIMEOUT_S = 0.05
 LATE_GRACE_S = 0.05  # horizon 0.1 s
@@ -41,36 +39,7 @@ CASES = {
 
 def start_device(spike_port: int, record: Path, clock: list[str], faults: dict[str, float], seed: int):
     """The faulty device in its own process, its clock repeating; returns it and where it listens."""
-    stim_port = free_port()
-    args = [
-        sys.executable,
-        "-m",
-        "spikeloop.bridge.device.loopback_device",
-        "--spike-port",
-        str(spike_port),
-        "--stim-port",
-        str(stim_port),
-        *clock,
-        "--late-s",
-        f"{TIMEOUT_S + 0.005},{TIMEOUT_S + LATE_GRACE_S - 0.005}",
-        "--very-late-s",
-        f"{TIMEOUT_S + LATE_GRACE_S + 0.01},0.4",
-        "--seed",
-        str(seed),
-        "--record",
-        str(record),
-    ]
-    for kind, rate in faults.items():
-        args += ["--fault", f"{kind}={rate}"]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
-    ports = dict(item.split("=") for item in proc.stdout.readline().split())
-    address = DeviceAddress(
-        spike_port=spike_port,
-        stim_port=stim_port,
-        feedback_port=int(ports["feedback_port"]),
-        event_port=int(ports["event_port"]),
-    )
-    return proc, address
+    return start_faulty_device(spike_port, record, seed, faults, *clock, timeout_s=TIMEOUT_S, late_grace_s=LATE_GRACE_S)
 
 
 @pytest.mark.parametrize("case", list(CASES))
