@@ -25,14 +25,10 @@ def loopback_node() -> Iterator[dict[str, str]]:
     test's cluster, keeps Ray's default).
     tests/test_exposure.py lists the sockets of the processes to show it.
     """
-    from ray._private import ray_constants
+    from spikeloop.models.ray_internals import single_machine_mode
 
-    saved = ray_constants.ENABLE_RAY_CLUSTER
-    ray_constants.ENABLE_RAY_CLUSTER = False
-    try:
+    with single_machine_mode():
         yield {"_node_ip_address": LOOPBACK_HOST}
-    finally:
-        ray_constants.ENABLE_RAY_CLUSTER = saved
 
 
 def init_ray(resources: dict[str, float] | None = None) -> None:

@@ -7,6 +7,9 @@ upgrade that moves them fails there, by name, instead of deep inside a run.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 # RLlib's type of its `NotProvided` sentinel (only the instance is public); AlgorithmConfig subclasses that add
 # keyword settings in RLlib's style need it to annotate them.
 from ray.rllib.utils.from_config import _NotProvided as NotProvidedType  # noqa: F401  (re-exported)
@@ -18,7 +21,23 @@ PRIVATE_NAMES: tuple[tuple[str, str], ...] = (
     ("ray.experimental.internal_kv", "_internal_kv_put"),
     ("ray.experimental.internal_kv", "_internal_kv_get"),
     ("ray.experimental.internal_kv", "_internal_kv_list"),
+    ("ray._private.ray_constants", "ENABLE_RAY_CLUSTER"),
 )
+
+
+@contextlib.contextmanager
+def single_machine_mode() -> Iterator[None]:
+    """Ray's single-machine mode for a `ray.init` inside the block: its servers then bind the node address given
+    (127.0.0.1) instead of every interface (no public API; experiments/ray_session.py says why). The driver read
+    the constant when it imported Ray, so it is switched for the block only: a `ray start` later keeps the default."""
+    from ray._private import ray_constants
+
+    saved = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved
 
 
 def ray_cpu_count() -> int:

@@ -110,5 +110,5 @@ def test_the_yaml_keeps_the_address_flat():
     assert experiment_from_dict(e.plain(), source="again") == e
     with pytest.raises(ExperimentError, match=r"devices\.0\.address: unknown key; write host, stim_port"):
         experiment_from_dict({"devices": [{"address": {"host": "10.0.0.7"}}]}, source="t")
-    with pytest.raises(ExperimentError, match=r"devices\.0\.spike_port: Input should be a valid integer"):
+    with pytest.raises(ExperimentError, match=r"devices\.0\.spike_port: a number, not text"):
         experiment_from_dict({"devices": [{"spike_port": "x"}]}, source="t")

@@ -42,7 +42,10 @@ def private_imports(source: str) -> list[str]:
 @pytest.mark.parametrize(("module", "name"), PRIVATE_NAMES, ids=[f"{m}.{n}" for m, n in PRIVATE_NAMES])
 def test_each_private_name_exists_in_the_installed_ray(module: str, name: str) -> None:
     found = getattr(importlib.import_module(module), name, None)
-    assert callable(found), f"Ray {ray.__version__} has no {module}.{name}: update models/ray_internals.py"
+    # A function, or a switch (a module constant ray_internals sets for a while): a bool is what Ray reads there.
+    assert callable(found) or isinstance(found, bool), (
+        f"Ray {ray.__version__} has no {module}.{name}: update models/ray_internals.py"
+    )
 
 
 def test_the_cpu_count_is_what_this_machine_offers() -> None:
