@@ -1,16 +1,16 @@
 """Stimulation dose: the charge a device delivers per electrode, and the lab's budget on it.
 
-The device (`spikeloop device`) books every stimulation and feedback burst it applies: per electrode, the charge
-in one phase polarity (`spikeloop.bridge.device.backends.stim_charge_nc` and `burst_charge_nc`; every pulse is biphasic and
-charge-balanced, so both phases move twice this), over the last minute (a sliding 60 s on the device's clock) and
-over the session (since the device program started). A burst is booked whole when it starts; when an interrupt
-or a newer burst on its electrode cuts it short (bridge/device/pulse_rate.py), the pulses it never gave are taken
-back. A command is checked against the budget before that, as if everything already booked ran to its end: the
-safe side.
+The device (`spikeloop device`) books every stimulation and feedback burst it applies: per electrode, the charge in
+one phase polarity (`spikeloop.bridge.device.backends.stim_charge_nc` and `burst_charge_nc`; every pulse is biphasic
+and charge-balanced, so both phases move twice this), over the last minute (60 s on the device's clock, kept in
+whole seconds: `DOSE_BIN_S`) and over the session (since the device program started). A burst is booked whole when
+it starts; when an interrupt or a newer burst on its electrode cuts it short (bridge/device/pulse_rate.py), the
+pulses it never gave are taken back. A command is checked against the budget before that, as if everything already
+booked ran to its end: the safe side.
 
-A budget (`--dose-budget-nc-per-min`, on by default, and `--dose-budget-nc-per-session`, per electrode) refuses
-any command that would take one of its electrodes past either limit. Refused whole rather than clamped: a command with some
-electrodes turned down is a stimulus the agent never chose, and the trainer could not tell which; the device's
+A budget (`--dose-budget-nc-per-min`, on by default, and `--dose-budget-nc-per-session`, per electrode) refuses any
+command that would take one of its electrodes past either limit. Refused whole rather than clamped: a command with
+some electrodes turned down is a stimulus the agent never chose, and the trainer could not tell which; the device's
 envelope refuses the same way, and a refused stimulation is still answered, so the loop keeps its timing.
 """
 

@@ -80,9 +80,12 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+import numpy as np
 
 from spikeloop.bridge.device.backends import Backend, make_backend
 from spikeloop.bridge.device.dose import DoseBudget, DoseMeter, DoseRefusal, feedback_charges_nc, stim_charges_nc
@@ -98,7 +101,6 @@ from spikeloop.bridge.wire.protocol import (
     FeedbackType,
     ProtocolError,
     SpikeCounts,
-    StimCommand,
     decode_event,
     decode_feedback,
     decode_stim,
@@ -224,11 +226,11 @@ class DeviceConfig:
     culture: SimulatedCultureConfig | None = None
     """The sim backend's culture knobs (None: the defaults); refused for other backends."""
     feedback_settle_ms: float = FEEDBACK_SETTLE_MS.default
-    feedback_settle_max_hold_ms: float = FEEDBACK_SETTLE_MAX_HOLD_MS.default
-    """The longest a stimulation is held for feedback to settle (its windows then start, whatever still pulses)."""
     """0: a stimulation is applied when it arrives. > 0: a stimulation that arrives while feedback is still being
     delivered, or less than this long after its last pulse, is held until then (its windows start then), so that
     no feedback pulse and none of its immediate echo falls in a collection window (docs/architecture.md)."""
+    feedback_settle_max_hold_ms: float = FEEDBACK_SETTLE_MAX_HOLD_MS.default
+    """The longest a stimulation is held for feedback to settle (its windows then start, whatever still pulses)."""
     stim_mode: Literal["burst", "reference"] = STIM_MODE.default
     """What one stimulation command does (spikeloop.bridge.wire.settings.STIM_MODE): `burst`, a burst lasting one tick per
     encoding electrode; `reference`, the reference device's: interrupt every stimulable electrode, then one pulse
@@ -608,17 +610,24 @@ class Device:
             return now + self._max_hold_s
         return self._feedback_clear_s
 
-    def _paced_stim(self, cmd: StimCommand, at_s: float) -> tuple[float, list[Burst], tuple[int, ...]]:
-        """When the stimulation may start under the pulse-rate ceiling (`at_s`, or a few ms later), its bursts then,
-        and the electrodes it interrupts."""
-        mode, tick_hz = self.config.stim_mode, self.config.tick_frequency_hz
-        bursts, interrupted = stim_bursts(cmd, at_s, self.backend.burst_timing, tick_hz, mode)
-        delay_s = self.pulses.plan(at_s, bursts, interrupted, "stimulation")
-        if delay_s > 0:
-            self.counters["rate_deferred_stim"] += 1
+    def _under_ceiling(
+        self, at_s: float, bursts_at: Callable[[float], tuple[list[Burst], tuple[int, ...]]], kind: str, what: str
+    ) -> tuple[float, list[Burst], tuple[int, ...]]:
+        """When a command may start under the pulse-rate ceiling (`at_s`, or up to one period later: counted as
+        `rate_deferred_<kind>`), with its bursts and interrupted electrodes then (`bursts_at(start)`)."""
+        bursts, interrupted = bursts_at(at_s)
+        delay_s = self.pulses.plan(at_s, bursts, interrupted, what)
+        if delay_s > 0:  # a burst just cut or replaced pulsed a moment ago: this one starts a period after it
+            self.counters[f"rate_deferred_{kind}"] += 1
             at_s += delay_s
-            bursts, interrupted = stim_bursts(cmd, at_s, self.backend.burst_timing, tick_hz, mode)
+            bursts, interrupted = bursts_at(at_s)
         return at_s, bursts, interrupted
+
+    def _book(self, at_s: float, charges: np.ndarray, bursts: list[Burst], interrupted: tuple[int, ...]) -> None:
+        """Book an applied command: its charge whole, then back what the bursts it cut short will never give."""
+        self.dose.deliver(at_s, charges)
+        for cut in self.pulses.deliver(at_s, bursts, interrupted):
+            self.dose.refund(cut.electrode, cut.booked_at_s, cut.charge_nc)
 
     def _on_stim(self, data: bytes) -> None:
         received = time.monotonic()  # the windows start when the command is taken in, before decoding it
@@ -636,7 +645,10 @@ class Device:
         interrupted: tuple[int, ...] = ()
         try:
             self.config.envelope.check_stim(cmd, "raise")
-            at_s, bursts, interrupted = self._paced_stim(cmd, at_s)
+            mode, tick_hz = self.config.stim_mode, self.config.tick_frequency_hz
+            at_s, bursts, interrupted = self._under_ceiling(
+                at_s, lambda t: stim_bursts(cmd, t, self.backend.burst_timing, tick_hz, mode), "stim", "stimulation"
+            )
             self.dose.check(at_s, charges, "stimulation")
         except SafetyViolation as exc:  # DoseRefusal and PulseRateRefusal included
             refused = exc
@@ -659,9 +671,7 @@ class Device:
         }
         if refused is None:
             self.backend.stimulate(at_s, cmd.frequencies_hz, cmd.amplitudes_ua)
-            self.dose.deliver(at_s, charges)
-            for cut in self.pulses.deliver(at_s, bursts, interrupted):
-                self.dose.refund(cut.electrode, cut.booked_at_s, cut.charge_nc)
+            self._book(at_s, charges, bursts, interrupted)
         else:
             self.backend.record("stim", entry | {"refused": str(refused)})
             raise type(refused)(f"{refused} (not stimulated; answered)")
@@ -703,13 +713,15 @@ class Device:
             safe, _ = self.config.envelope.check_feedback(cmd, policy)
             charges = feedback_charges_nc(safe) if safe is not None else None
             if safe is not None and charges is not None:
-                bursts, interrupted = feedback_bursts(safe, at_s, self.backend.burst_timing)
-                delay_s = self.pulses.plan(at_s, bursts, interrupted, f"feedback {cmd.event_name!r}")
-                if delay_s > 0:  # a burst just cut pulsed a moment ago: this one starts a ceiling period after it
-                    self.counters["rate_deferred_feedback"] += 1
-                    at_s += delay_s
-                    bursts, interrupted = feedback_bursts(safe, at_s, self.backend.burst_timing)
-                    entry["deferred_ms"] = delay_s * 1e3
+                asked_s = at_s
+                at_s, bursts, interrupted = self._under_ceiling(
+                    at_s,
+                    lambda t: feedback_bursts(safe, t, self.backend.burst_timing),
+                    "feedback",
+                    f"feedback {cmd.event_name!r}",
+                )
+                if at_s > asked_s:
+                    entry["deferred_ms"] = (at_s - asked_s) * 1e3
                 self.dose.check(at_s, charges, f"feedback {cmd.event_name!r}")
         except SafetyViolation as exc:  # DoseRefusal and PulseRateRefusal included
             self.backend.record("feedback", entry | {"refused": str(exc)})
@@ -717,9 +729,7 @@ class Device:
         self.backend.advance_to(at_s)
         if safe is not None and charges is not None:  # None: nothing to stimulate (no pulses, frequency or amplitude)
             self.backend.feedback(at_s, safe)
-            self.dose.deliver(at_s, charges)
-            for cut in self.pulses.deliver(at_s, bursts, interrupted):
-                self.dose.refund(cut.electrode, cut.booked_at_s, cut.charge_nc)
+            self._book(at_s, charges, bursts, interrupted)
             if self.config.feedback_settle_ms > 0 and safe.feedback_type != FeedbackType.INTERRUPT:
                 last_pulse_s = self.backend.last_pulse_s(at_s, safe.frequency_hz, int(safe.pulses))
                 self._feedback_clear_s = max(

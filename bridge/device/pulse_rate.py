@@ -74,14 +74,20 @@ class PulseBook:
         self._pulse_nc = [0.0] * N_ELECTRODES  # that burst's charge per pulse
         self._booked_at_s = [0.0] * N_ELECTRODES  # when the dose book booked it (whole)
 
-    def _last_pulse_s(self, electrode: int, t_s: float) -> float:
-        """The last pulse on `electrode` at or before `t_s` (-inf: none)."""
+    def _given(self, electrode: int, t_s: float) -> int:
+        """How many pulses of the burst on `electrode` come at or before `t_s`."""
         start, pulses = self._start_s[electrode], self._pulses[electrode]
         if pulses == 0 or start > t_s + EPS_S:
-            return self._before_s[electrode]
+            return 0
         interval = self._interval_s[electrode]
-        k = pulses - 1 if interval <= 0 else min(pulses - 1, int(math.floor((t_s - start) / interval + EPS_S)))
-        return start + k * interval
+        return pulses if interval <= 0 else min(pulses, max(0, math.floor((t_s - start) / interval + EPS_S)) + 1)
+
+    def _last_pulse_s(self, electrode: int, t_s: float) -> float:
+        """The last pulse on `electrode` at or before `t_s` (-inf: none)."""
+        given = self._given(electrode, t_s)
+        if given == 0:
+            return self._before_s[electrode]
+        return self._start_s[electrode] + (given - 1) * self._interval_s[electrode]
 
     def busy_until_s(self, electrode: int) -> float:
         """The last pulse the running burst on `electrode` will give (-inf: none running)."""
@@ -132,16 +138,10 @@ class PulseBook:
 
     def _cut(self, e: int, at_s: float) -> Cancelled | None:
         """End the burst on `e` at `at_s` (pulses up to it count as given); what it would still have given."""
-        start, interval, pulses = self._start_s[e], self._interval_s[e], self._pulses[e]
+        pulses = self._pulses[e]
         if pulses == 0:
             return None
-        given = (
-            0
-            if start > at_s + EPS_S
-            else pulses
-            if interval <= 0
-            else min(pulses, int((at_s - start) / interval + EPS_S) + 1)
-        )
+        given = self._given(e, at_s)
         self._before_s[e] = self._last_pulse_s(e, at_s)
         self._pulses[e] = 0
         if given == pulses:
