@@ -2,15 +2,16 @@
 ceiling, its memory flat, and answers every stimulation.
 
 `spikeloop device --backend sim --realtime` runs as its own process with a recording. For `--duration-s` seconds a
-client on loopback sends it every command it can: stimulations inside the envelope (random frequency and
-amplitude on every encoding electrode), and feedback as the trainer sends it, positive bursts on their own and
-negative ones after an interrupt, each inside the envelope alone. Every second it samples the device's resident
-memory. At the end it stops the device and rebuilds, from the device's recording, every pulse the simulated culture
-gave: each applied command as the culture applies it (a burst starts on the first whole millisecond and replaces
-the one running on its electrode; an interrupt, or a stimulation entry that is off, ends it). The result holds the
-fastest any electrode was pulsed (closest two pulses, most pulses in any one second), the memory samples and their
-growth after a warm-up, the device's counters, and pass/fail against the targets: no two pulses on an electrode
-closer than 1 / ceiling, memory growth under `MAX_RSS_GROWTH_MB`, every stimulation the device took in answered (loopback drops what its socket cannot hold).
+client on loopback sends it every command it can: stimulations inside the envelope (random frequency and amplitude
+on every encoding electrode), and feedback as the trainer sends it, positive bursts on their own and negative ones
+after an interrupt, each inside the envelope alone. Every second it samples the device's resident memory. At the end
+it stops the device and rebuilds, from the device's recording, every pulse the simulated culture gave: each applied
+command as the culture applies it (a burst starts on the first whole millisecond and replaces the one running on its
+electrode; an interrupt, or a stimulation entry that is off, ends it). The result holds the fastest any electrode
+was pulsed (closest two pulses, most pulses in any one second), the memory samples and their growth after a warm-up,
+the device's counters, and pass/fail against the targets: no two pulses on an electrode closer than 1 / ceiling,
+memory growth under `MAX_RSS_GROWTH_MB`, every stimulation the device took in answered (loopback drops what its
+socket cannot hold).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from spikeloop.bridge.wire.protocol import (
 )
 from spikeloop.bridge.wire.settings import MAX_PULSE_RATE_HZ, TICK_FREQUENCY_HZ
 from spikeloop.experiments.benchmarks.record import provenance, write_result
+from spikeloop.experiments.benchmarks.soak import memory_kb
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/flood.json")
 MAX_RSS_GROWTH_MB = 20.0
@@ -55,11 +57,8 @@ SEND_PAUSE_S = 0.0005
 
 def device_rss_mb(pid: int) -> float | None:
     """Resident memory of process `pid` in MB (None once it is gone)."""
-    try:
-        with open(f"/proc/{pid}/statm", encoding="ascii") as statm:
-            return int(statm.read().split()[1]) * (4096 / 2**20)
-    except (OSError, ValueError, IndexError):
-        return None
+    rss_kb, _ = memory_kb(pid)
+    return rss_kb / 1024 if rss_kb else None
 
 
 def pulses_from_recording(path: Path, stim_mode: str, tick_frequency_hz: float) -> list[np.ndarray]:
@@ -72,8 +71,7 @@ def pulses_from_recording(path: Path, stim_mode: str, tick_frequency_hz: float) 
         given[e].extend(start + k * interval for k in range(n) if start + k * interval < t_ms)
         running[e] = (0.0, 0.0, 0)
 
-    def start(e: int, t_s: float, hz: float, n: int) -> None:
-        t_ms = math.ceil(t_s * 1000.0 - 1e-9)
+    def start(e: int, t_ms: float, hz: float, n: int) -> None:
         end(e, t_ms)
         running[e] = (t_ms, max(1, round(1000.0 / hz)), n)
 
@@ -82,23 +80,24 @@ def pulses_from_recording(path: Path, stim_mode: str, tick_frequency_hz: float) 
             entry = json.loads(line)
             if "refused" in entry or entry["kind"] not in ("stim", "feedback"):
                 continue
-            t_s = entry["t_s"] + entry.get("deferred_ms", 0.0) / 1000.0
+            # The culture applies a command on the first whole millisecond at or after it.
+            t_ms = math.ceil((entry["t_s"] + entry.get("deferred_ms", 0.0) / 1000.0) * 1000.0 - 1e-9)
             if entry["kind"] == "stim":
                 if stim_mode == "reference":
                     for e in STIMULABLE_ELECTRODES:
-                        end(e, math.ceil(t_s * 1000.0 - 1e-9))
+                        end(e, t_ms)
                 for e, hz, ua in zip(ENCODING_ELECTRODES, entry["frequencies_hz"], entry["amplitudes_ua"]):
                     n = stim_pulses(hz, tick_frequency_hz, stim_mode) if hz > 0 and ua > 0 else 0
                     if n:
-                        start(e, t_s, hz, n)
+                        start(e, t_ms, hz, n)
                     else:
-                        end(e, math.ceil(t_s * 1000.0 - 1e-9))
+                        end(e, t_ms)
             elif entry["type"] == "interrupt":
                 for e in entry["channels"]:
-                    end(e, math.ceil(t_s * 1000.0 - 1e-9))
+                    end(e, t_ms)
             elif entry["frequency_hz"] > 0 and entry["amplitude_ua"] > 0 and entry["pulses"] >= 1:
                 for e in dict.fromkeys(entry["channels"]):
-                    start(e, t_s, entry["frequency_hz"], int(entry["pulses"]))
+                    start(e, t_ms, entry["frequency_hz"], int(entry["pulses"]))
     for e in range(N_ELECTRODES):
         end(e, math.inf)
     return [np.sort(np.asarray(times)) / 1000.0 for times in given]

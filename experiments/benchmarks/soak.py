@@ -118,7 +118,7 @@ def process_tree(leader: int) -> set[int]:
     return {pid for pid in found if pid in table}
 
 
-def _memory_kb(pid: int) -> tuple[int, int]:
+def memory_kb(pid: int) -> tuple[int, int]:
     """(RSS, PSS) of one process in kB; PSS shares pages among their users, so a tree's PSS counts them once."""
     try:
         rows = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:])
@@ -152,7 +152,7 @@ def measure_tree(pid: int | None) -> dict[str, Any] | None:
         return None
     totals = {"processes": 0, "rss_kb": 0, "pss_kb": 0, "open_files": 0, "sockets": 0}
     for p in process_tree(pid):
-        rss, pss = _memory_kb(p)
+        rss, pss = memory_kb(p)
         files, sockets = _descriptors(p)
         totals["processes"] += 1
         totals["rss_kb"] += rss
