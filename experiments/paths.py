@@ -77,3 +77,27 @@ def root_path_problem(root_dir: str, experiment_name: str) -> tuple[str, str] | 
             f"limit of {path_max} (PATH_MAX); give a shorter path"
         )
     return None
+
+
+def output_root_problem(root_dir: str) -> str | None:
+    """What keeps runs from being written under `root_dir` (None: it is a writable directory or can be made)."""
+    path = Path(root_dir).expanduser()
+    if path.exists() and not path.is_dir():
+        return f"{root_dir!r} is an existing file, not a directory; give a directory for the runs (e.g. runs)"
+    existing = _nearest_existing(path)
+    if existing != path and not existing.is_dir():
+        return f"{root_dir!r} cannot be made: {existing} is a file; give a directory for the runs (e.g. runs)"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = "is not writable" if existing == path else f"cannot be made: {existing} is not writable"
+        return f"{root_dir!r} {what} by this user; give a directory you can write to"
+    return None
+
+
+def runs_root_problem(root_dir: str, experiment_name: str) -> tuple[str, str] | None:
+    """(key, problem and fix) for what keeps runs from being written under `root_dir`: what the file system would
+    refuse about its paths, then a file in the way or no permission to write; None if runs can be written there."""
+    refused = root_path_problem(root_dir, experiment_name)
+    if refused is not None:
+        return refused
+    problem = output_root_problem(root_dir)
+    return None if problem is None else ("output.root_dir", problem)

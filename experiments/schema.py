@@ -22,7 +22,6 @@ import functools
 import inspect
 import json
 import math
-import os
 import re
 import typing
 from pathlib import Path
@@ -308,7 +307,7 @@ class OutputSection(BaseModel):
     root_dir: str = Field(
         "runs",
         min_length=1,
-        description="a writable directory, or one that can be made (checked by output_root_problem)",
+        description="a writable directory, or one that can be made (checked by experiments/paths.py)",
     )
     step_log: bool = Field(False, description="write the compact per-step stim/spike log")
     record: bool = Field(
@@ -723,22 +722,6 @@ def _check_trials(tune: TuneSection) -> None:
         )
 
 
-def output_root_problem(root_dir: str) -> str | None:
-    """What keeps runs from being written under `root_dir` (None: it is a writable directory or can be made)."""
-    path = Path(root_dir).expanduser()
-    if path.exists() and not path.is_dir():
-        return f"{root_dir!r} is an existing file, not a directory; give a directory for the runs (e.g. runs)"
-    existing = path
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if existing != path and not existing.is_dir():
-        return f"{root_dir!r} cannot be made: {existing} is a file; give a directory for the runs (e.g. runs)"
-    if not os.access(existing, os.W_OK | os.X_OK):
-        what = "is not writable" if existing == path else f"cannot be made: {existing} is not writable"
-        return f"{root_dir!r} {what} by this user; give a directory you can write to"
-    return None
-
-
 def check_before_run(experiment: Experiment, source: str = "experiment") -> None:
     """What a run can only be checked for where it starts: `output.root_dir` writable, seeds with room to grow.
 
@@ -746,13 +729,11 @@ def check_before_run(experiment: Experiment, source: str = "experiment") -> None
     validates its experiment again on whichever node runs it, where the driver's directory need not exist,
     and with its seed already moved on by its sweep seed number.
     """
-    from spikeloop.experiments.paths import root_path_problem
+    from spikeloop.experiments.paths import runs_root_problem
 
-    refused = root_path_problem(experiment.output.root_dir, experiment.name)
-    problem = output_root_problem(experiment.output.root_dir) if refused is None else refused[1]
-    if problem:
-        key = "output.root_dir" if refused is None else refused[0]
-        raise ExperimentError(f"{source}: 1 problem(s):\n  {key}: {problem}")
+    refused = runs_root_problem(experiment.output.root_dir, experiment.name)
+    if refused:
+        raise ExperimentError(f"{source}: 1 problem(s):\n  {refused[0]}: {refused[1]}")
     seeds = [("seed", experiment.seed)] + [(f"devices.{i}.seed", d.seed) for i, d in enumerate(experiment.devices)]
     for key, seed in seeds:
         if seed + experiment.tune.seeds - 1 > MAX_SEED:
