@@ -90,17 +90,23 @@ def test_check_refuses_a_bind_beyond_loopback_without_the_key(
     assert "devices.0.allow_network_bind is not set" in out and advice in out, out
 
 
+def check_against_a_device(tmp_path: Path, experiment: Path, ports: DevicePorts) -> str:
+    """`spikeloop check` of `experiment` against a device program on `ports`; its output, once it passed."""
+    device = DeviceProgram(DEVICE + ports.device_flags(), tmp_path / "device.log")
+    try:
+        result = check([str(experiment), *ports.experiment_sets(), *GENEROUS])
+    finally:
+        device.stop()
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
 def test_check_prints_what_listens_where_when_the_bind_is_acknowledged(tmp_path: Path) -> None:
     """A wildcard bind with the key: check says what every interface exposes, then probes through it."""
     ports = DevicePorts()
-    device = DeviceProgram(DEVICE + ports.device_flags(), tmp_path / "device.log")
-    path = experiment_file(tmp_path, CL1, bind_host="0.0.0.0", allow_network_bind=True)
-    try:
-        result = check([str(path), *ports.experiment_sets(), *GENEROUS])
-    finally:
-        device.stop()
-    out = result.stdout
-    assert result.returncode == 0, out + result.stderr
+    out = check_against_a_device(
+        tmp_path, experiment_file(tmp_path, CL1, bind_host="0.0.0.0", allow_network_bind=True), ports
+    )
     assert (
         f"[info] network: devices.0: the trainer's UDP spike port {ports.spike} for device 'cl1-a' on every "
         "interface of the trainer's machine (0.0.0.0); replies are taken only from 127.0.0.1" in out
@@ -114,13 +120,7 @@ def test_check_prints_what_listens_where_when_the_bind_is_acknowledged(tmp_path:
 def test_the_shipped_cl1_binds_the_interface_facing_a_loopback_device_on_loopback(tmp_path: Path) -> None:
     """cl1.yaml as shipped (bind_host auto), pointed at a device on this machine: everything stays on loopback."""
     ports = DevicePorts()
-    device = DeviceProgram(DEVICE + ports.device_flags(), tmp_path / "device.log")
-    try:
-        result = check([str(CL1), *ports.experiment_sets(), *GENEROUS])
-    finally:
-        device.stop()
-    out = result.stdout
-    assert result.returncode == 0, out + result.stderr
+    out = check_against_a_device(tmp_path, CL1, ports)
     assert (
         f"[ok]   network: devices.0: the trainer's UDP spike port {ports.spike} for device 'cl1-a' on 127.0.0.1 "
         "(the trainer's interface that faces 127.0.0.1 (bind_host: auto)" in out
