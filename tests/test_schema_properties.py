@@ -427,6 +427,8 @@ def experiments(draw: st.DrawFn) -> tuple[dict, list[tuple[str, object]]]:
     data: dict = {"stop": {"iterations": 1}}
     written: list[tuple[str, object]] = []
     for key in draw(st.lists(st.sampled_from(KEYS), max_size=4, unique=True)):
+        if any(key.startswith(f"{k}.") or k.startswith(f"{key}.") for k, _ in written):
+            continue  # `env` and `env.frame_skip` in one file: the second would write into a value
         try:
             default = get_path(defaults, key)
         except KeyError:
