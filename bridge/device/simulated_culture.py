@@ -632,6 +632,8 @@ class SimulatedCulture:
         self._init_synapses(rng)
         self._init_electrodes()
         self.step = 0
+        self.culture_seed: int | None = None
+        """Which dish this is, when drawn by culture_variation.varied_culture (None: knobs as given)."""
         self._rule: Plasticity = "stdp"  # maturation: every culture develops under STDP, whatever rule it is used with
         self.plasticity_enabled = True
         """Runtime switch: tests freeze weights while probing, so that measuring does not train (dopamine_stdp:
