@@ -76,6 +76,8 @@ PROGRAM_FIELDS = {
     "stim_mode": declared.STIM_MODE,
     "max_pulse_rate_hz": declared.MAX_PULSE_RATE_HZ,
     "feedback_settle_max_hold_ms": declared.FEEDBACK_SETTLE_MAX_HOLD_MS,
+    "culture_seed": declared.CULTURE_SEED,
+    "culture_state": declared.CULTURE_STATE,
 }
 PROGRAM_ONLY_FLAGS = {"dose_budget_nc_per_min"}
 """Declared flags held by a part of DeviceConfig (its DoseBudget), checked on their own."""

@@ -112,6 +112,8 @@ from spikeloop.bridge.wire.safety import Policy, SafetyEnvelope, SafetyViolation
 from spikeloop.bridge.wire.settings import (
     ARTIFACT_WAIT_MS,
     COLLECT_WINDOW_MS,
+    CULTURE_SEED,
+    CULTURE_STATE,
     DEVICE_BACKEND,
     DEVICE_REALTIME,
     DOSE_BUDGET_NC_PER_MIN,
@@ -225,6 +227,14 @@ class DeviceConfig:
     """Fault: besides the replies, send one spike datagram per tick that answers no stimulation."""
     culture: SimulatedCultureConfig | None = None
     """The sim backend's culture knobs (None: the defaults); refused for other backends."""
+    culture_seed: int | None = CULTURE_SEED.default
+    """sim: which culture (bridge/device/culture_variation.py): the knobs not in `culture_fixed` are drawn from it,
+    and so is the wiring (`seed` is then not used)."""
+    culture_fixed: frozenset[str] = frozenset()
+    """The culture knobs set explicitly: a culture seed leaves them alone; a saved culture must agree with them."""
+    culture_state: Path | None = CULTURE_STATE.default
+    """sim: loaded from this file if it exists, else built; saved to it when the device closes
+    (bridge/device/culture_state.py)."""
     feedback_settle_ms: float = FEEDBACK_SETTLE_MS.default
     """0: a stimulation is applied when it arrives. > 0: a stimulation that arrives while feedback is still being
     delivered, or less than this long after its last pulse, is held until then (its windows start then), so that
@@ -269,6 +279,13 @@ class DeviceConfig:
                 f"device culture settings are for the sim backend's simulated culture; backend {self.backend!r} "
                 "has none (remove them, or use --backend sim)"
             )
+        CULTURE_SEED.require(self.culture_seed, "device culture_seed")
+        for setting in (CULTURE_SEED, CULTURE_STATE):
+            if getattr(self, setting.name) is not None and self.backend != "sim":
+                raise ValueError(
+                    f"{setting.flag} is for the sim backend's simulated culture; backend {self.backend!r} has none "
+                    f"(remove {setting.flag}, or use --backend sim)"
+                )
         FEEDBACK_SETTLE_MS.require(self.feedback_settle_ms, "device feedback_settle_ms")
         FEEDBACK_SETTLE_MAX_HOLD_MS.require(self.feedback_settle_max_hold_ms, "device feedback_settle_max_hold_ms")
         if self.feedback_settle_ms > 0 and (self.tick_quantised or self.backend == "cl"):
@@ -315,6 +332,9 @@ class Device:
             max_pulses=config.envelope.max_pulses,
             culture=config.culture,
             stim_mode=config.stim_mode,
+            culture_seed=config.culture_seed,
+            culture_fixed=config.culture_fixed,
+            culture_state=config.culture_state,
         )
         self.counters: collections.Counter[str] = collections.Counter()
         self.dose = DoseMeter(config.dose_budget)
@@ -968,6 +988,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--culture-help", action=_CultureHelp, help="list the culture knobs (default, range, meaning) and exit"
     )
+    CULTURE_SEED.add_flag(p, "--culture knobs are kept as given", metavar="N")
+    CULTURE_STATE.add_flag(p, "it must agree with --culture-seed and --culture knobs given", metavar="PATH")
     FEEDBACK_SETTLE_MS.add_flag(p, "sim, random, zero and transparent only", metavar="MS")
     FEEDBACK_SETTLE_MAX_HOLD_MS.add_flag(p, metavar="MS")
     p.add_argument(
@@ -1096,6 +1118,18 @@ class _CultureHelp(argparse.Action):
 
 def culture_from_args(pairs: list[str], path: Path | None) -> SimulatedCultureConfig | None:
     """The culture knobs of `--culture-file` and `--culture KNOB=VALUE` (None: neither given)."""
+    return _culture_config(culture_values(pairs, path))
+
+
+def _culture_config(values: dict[str, Any] | None) -> SimulatedCultureConfig | None:
+    try:
+        return None if values is None else SimulatedCultureConfig.from_mapping(values)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"--culture: {exc}") from None
+
+
+def culture_values(pairs: list[str], path: Path | None) -> dict[str, Any] | None:
+    """The culture knobs `--culture-file` and `--culture KNOB=VALUE` set, unchecked (None: neither given)."""
     if not pairs and path is None:
         return None
     # Imported only here: a device program that sets no culture knob runs without PyYAML (as in cl-sdk's venv).
@@ -1118,10 +1152,7 @@ def culture_from_args(pairs: list[str], path: Path | None) -> SimulatedCultureCo
             values[key.strip()] = yaml.safe_load(raw)
         except yaml.YAMLError as exc:
             raise ValueError(f"--culture {pair!r}: the value is not YAML: {exc}") from None
-    try:
-        return SimulatedCultureConfig.from_mapping(values)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"--culture: {exc}") from None
+    return values
 
 
 ENVELOPE_FLAGS = {
@@ -1178,9 +1209,15 @@ def config_from_args(args: argparse.Namespace) -> DeviceConfig:
     except ValueError as exc:
         field_name, _, rest = str(exc).partition("=")
         raise ValueError(f"{ADDRESS_FLAGS.get(field_name, field_name)} {rest}") from None
-    culture = culture_from_args(args.culture, args.culture_file)
+    culture_set = culture_values(args.culture, args.culture_file)
+    culture = _culture_config(culture_set)
+    if args.culture_seed is not None and args.seed != SEED.default:
+        raise ValueError(
+            f"--seed {args.seed} with --culture-seed {args.culture_seed}: the culture seed names the whole culture, "
+            "its wiring too (one dish); drop --seed"
+        )
     try:
-        return _device_config(args, address, envelope, dose_budget, culture)
+        return _device_config(args, address, envelope, dose_budget, culture, frozenset(culture_set or ()))
     except ValueError as exc:  # a declared setting's check names its field: say which flag sets it
         field_name = str(exc).removeprefix("device ").partition("=")[0]
         setting_flag = SETTING_FLAGS.get(field_name)
@@ -1197,6 +1234,7 @@ def _device_config(
     envelope: SafetyEnvelope,
     dose_budget: DoseBudget,
     culture: SimulatedCultureConfig | None,
+    culture_fixed: frozenset[str],
 ) -> DeviceConfig:
     return DeviceConfig(
         address=address,
@@ -1220,6 +1258,9 @@ def _device_config(
         answer_previous=args.answer_previous,
         chatty=args.chatty,
         culture=culture,
+        culture_seed=args.culture_seed,
+        culture_fixed=culture_fixed,
+        culture_state=args.culture_state,
         feedback_settle_ms=args.feedback_settle_ms,
         feedback_settle_max_hold_ms=args.feedback_settle_max_hold_ms,
         stim_mode=args.stim_mode,
@@ -1236,7 +1277,11 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         print(f"spikeloop device: {exc}", file=sys.stderr)
         return 2
-    device = Device(config)
+    try:
+        device = Device(config)
+    except ValueError as exc:  # the backend refuses what only it can check (a saved culture's file, its knobs)
+        print(f"spikeloop device: {exc}", file=sys.stderr)
+        return 2
     previous = signal.signal(signal.SIGTERM, lambda *_: device.stop("SIGTERM"))
     try:
         device.serve_forever()

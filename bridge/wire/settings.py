@@ -51,6 +51,8 @@ class Setting:
     """Other field names a holder gives it (BridgeConfig's `device_reply_port` for `reply_port`)."""
     flag: str | None = None
     """The `spikeloop device` flag that sets it, if any."""
+    optional: bool = False
+    """None (unset) is allowed too: a setting that is off unless given (its default is then None)."""
 
     def __post_init__(self) -> None:
         # A declaration is itself checked: a default outside its own bounds would fail every holder at once.
@@ -64,6 +66,9 @@ class Setting:
 
     def allowed(self) -> str:
         """What values are allowed, in words: `0 < x <= 10`, `zeros / raise`, `true / false`."""
+        return ("unset / " if self.optional else "") + self._allowed_values()
+
+    def _allowed_values(self) -> str:
         if self.allowed_text:
             return self.allowed_text
         if self.choices:
@@ -92,6 +97,8 @@ class Setting:
 
     def problem(self, value: Any, upper: bool = True) -> str | None:
         """What is wrong with `value` ("must be ..."), or None; `upper` False checks the lower bound only."""
+        if value is None and self.optional:
+            return None
         if self.choices:
             return None if value in self.choices else f"must be {self.rule()}"
         if self.type is bool:
@@ -419,6 +426,30 @@ DOSE_BUDGET_NC_PER_MIN = Setting(
     flag="--dose-budget-nc-per-min",
 )
 
+CULTURE_SEED = Setting(
+    "culture_seed",
+    int,
+    None,
+    "sim: which culture (dish): its varied knobs (bridge/device/culture_variation.py) and its wiring come from this "
+    "seed, so --seed is not used; unset: the knobs as given, wired by --seed",
+    ("spikeloop device --culture-seed",),
+    ge=0,
+    lt=SEED_LIMIT,
+    optional=True,
+    flag="--culture-seed",
+)
+CULTURE_STATE = Setting(
+    "culture_state",
+    Path,
+    None,
+    "sim: a file the culture is loaded from if it exists (else built) and saved to when the program stops (SIGTERM, "
+    "Ctrl-C, training_complete), so the next program continues the same culture",
+    ("spikeloop device --culture-state",),
+    allowed_text="a file path",
+    optional=True,
+    flag="--culture-state",
+)
+
 SETTINGS: tuple[Setting, ...] = (
     TIMEOUT_S,
     TIMEOUT_POLICY,
@@ -446,6 +477,8 @@ SETTINGS: tuple[Setting, ...] = (
     STIM_MODE,
     MAX_PULSE_RATE_HZ,
     DOSE_BUDGET_NC_PER_MIN,
+    CULTURE_SEED,
+    CULTURE_STATE,
 )
 """Every declaration, in the docs table's order."""
 
@@ -459,6 +492,8 @@ DOCS_END = "<!-- settings-table: end -->"
 
 
 def _cell(value: Any) -> str:
+    if value is None:
+        return "unset"
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, float):

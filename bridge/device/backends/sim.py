@@ -11,13 +11,14 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from spikeloop.bridge.device.backends.base import Backend, group_matrix, stim_pulses
-from spikeloop.bridge.device.simulated_culture import DT_MS, SimulatedCulture, SimulatedCultureConfig
+from spikeloop.bridge.device.culture_state import device_culture, save_culture
+from spikeloop.bridge.device.simulated_culture import DT_MS, SimulatedCultureConfig
 from spikeloop.bridge.wire.channels import (
     ENCODING_ELECTRODES,
     FORBIDDEN_ELECTRODES,
@@ -25,7 +26,7 @@ from spikeloop.bridge.wire.channels import (
     STIMULABLE_ELECTRODES,
 )
 from spikeloop.bridge.wire.protocol import FeedbackCommand, FeedbackType
-from spikeloop.bridge.wire.settings import STIM_MODE
+from spikeloop.bridge.wire.settings import CULTURE_SEED, CULTURE_STATE, STIM_MODE
 
 log = logging.getLogger(__name__)
 
@@ -45,17 +46,33 @@ class SimBackend(Backend):
         realtime: bool,
         culture_config: SimulatedCultureConfig | None = None,
         stim_mode: str = STIM_MODE.default,
+        culture_seed: int | None = CULTURE_SEED.default,
+        culture_fixed: Collection[str] = (),
+        culture_state: Path | None = CULTURE_STATE.default,
     ) -> None:
         super().__init__(tick_frequency_hz)
         stim_pulses(1.0, tick_frequency_hz, stim_mode)  # refuses an unknown mode here, not at the first stimulation
         self.stim_mode = stim_mode
         """`burst` or `reference` (spikeloop.bridge.device.backends.base.STIM_MODES)."""
         self.paced = realtime
-        self.culture = SimulatedCulture(culture_config, seed=seed)
+        self.culture = device_culture(culture_config, seed, culture_seed, culture_fixed, culture_state)
+        self.culture_state = culture_state
+        """Where the culture is saved when the backend closes (None: nowhere)."""
         self._history = np.zeros((HISTORY_STEPS, N_ELECTRODES), dtype=np.int32)
         self._groups = group_matrix()
         self._t0 = time.monotonic()
         self.skipped_forbidden = 0
+
+    def close(self) -> None:
+        """Close the recording, then save the culture to `culture_state` (a later program continues it)."""
+        super().close()
+        if self.culture_state is not None:
+            try:
+                save_culture(self.culture, self.culture_state)
+            except OSError as exc:
+                log.error("culture state NOT saved to %s: %s", self.culture_state, exc)
+            else:
+                log.info("culture saved to %s at culture time %.3f s", self.culture_state, self.culture.time_ms / 1e3)
 
     def open(self, recording_dir: Path | None) -> None:
         """Warm the kernel up (compile) so the first reply is not late, then pin the clock."""
