@@ -169,7 +169,9 @@ def _check_arrays(stored: dict[str, np.ndarray], n: int, where: str) -> None:
     for name, (dtype, shape) in _ARRAYS.items():
         array, want = stored[name], tuple(sizes[d] if isinstance(d, str) else d for d in shape)
         if array.dtype != dtype or array.shape != want:
-            raise ValueError(f"{where}: array {name} is {array.dtype} {array.shape}, a culture's is {want} {dtype}")
+            raise ValueError(
+                f"{where}: array {name} is {array.dtype} {array.shape}, a culture's is {np.dtype(dtype)} {want}"
+            )
         if array.dtype.kind == "f" and not np.isfinite(array).all():
             raise ValueError(f"{where}: array {name} holds a value that is not finite")
 

@@ -13,7 +13,7 @@ knob's own bounds (SimulatedCultureConfig).
 The ranges keep a culture in a plausible regime: measured with `python -m spikeloop.bridge.device.culture_variation`
 (docs/architecture.md, "Cultures that differ as dishes do"), 1,000-neuron cultures from the defaults plus the
 variation fire 2.7-6.2 Hz per electrode spontaneously (culture seeds 0-11; the defaults: 4.3 Hz), and with every
-varied knob at the bottom or the top of its range 2.5 or 8-10 Hz.
+varied knob at the bottom or the top of its range 2.5 or 7.7-10.4 Hz.
 """
 
 from __future__ import annotations
