@@ -149,6 +149,7 @@ def test_a_damaged_or_foreign_file_is_refused_naming_it_and_the_problem(tmp_path
         truncated: "not a culture state file",
         _resaved(good, tmp_path / "v99.npz", version=99): "format version 99, this spikeloop reads version 1",
         _resaved(good, tmp_path / "other.npz", format="other"): f"not {FORMAT!r}",
+        _resaved(good, tmp_path / "step.npz", step=-1): "its header is damaged",
         _resaved(good, tmp_path / "index.npz", out_target=bad_target): "array out_target holds an index outside",
         _resaved(
             good, tmp_path / "short.npz", plastic=culture.plastic[:-1]

@@ -151,7 +151,7 @@ def _header(raw: np.ndarray | None, where: str) -> dict[str, Any]:
         or not isinstance(header["config"], dict)
         or isinstance(step, bool)
         or not isinstance(step, int)
-        or step < 0
+        or not 0 <= step < 2**62  # culture time in ms, an int64 in the kernel: no culture runs 10^11 years
         or rule not in PLASTICITY_RULES
         or not isinstance(enabled, bool)
         or not (seed is None or (isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0))
