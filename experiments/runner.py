@@ -42,6 +42,8 @@ from typing import Any
 
 import yaml
 
+from spikeloop.experiments.design.block import Block
+from spikeloop.experiments.design.sequence import DESIGN_CULTURE
 from spikeloop.experiments.ray_session import init_ray
 from spikeloop.experiments.run_log import DEVICE_LOST, FINISHED, NOTHING_TRAINED, SETUP_ERROR
 from spikeloop.experiments.schema import Experiment, experiment_from_dict, set_path
@@ -168,9 +170,12 @@ def score_of(tune_config_or_experiment: dict[str, Any] | Experiment) -> tuple[st
 
 
 def sweep_trials(experiment: Experiment) -> int:
-    """How many trials `spikeloop tune` runs: grid points (less those that repeat another) x seeds x samples."""
+    """How many trials `spikeloop tune` runs: grid points (less those that repeat another) x seeds x samples;
+    with a design, one per culture."""
     from spikeloop.experiments.analysis.plan import configurations_run
 
+    if experiment.design is not None:
+        return len(experiment.design.cultures)
     return configurations_run(experiment) * experiment.tune.seeds * experiment.tune.num_samples
 
 
@@ -201,6 +206,9 @@ def train_trial(tune_config: dict[str, Any]) -> None:
 
     from spikeloop.models.closed_loop.link import DeviceLost
 
+    if DESIGN_CULTURE in tune_config:
+        _train_sequence(tune_config)
+        return
     start = tune.get_checkpoint()
     # iterations: reported to Tune; trained: returned from algo.train() (a stop can come between the two).
     progress: dict[str, Any] = {"iterations": 0, "trained": 0, "device_lost": False}
@@ -225,6 +233,47 @@ def train_trial(tune_config: dict[str, Any]) -> None:
         return
     if not progress["device_lost"]:
         ended.write_text(json.dumps({"reason": "stopped", "iterations_this_driver": progress["iterations"]}) + "\n")
+
+
+def _train_sequence(tune_config: dict[str, Any]) -> None:
+    """A design's trial: one culture's blocks in order (experiments/design/sequence.py), each trained by `_train`.
+
+    A lost device ends the trial with its block unfinished, for `--resume` to start again; a failure before any
+    block trained is a setup error, as in `train_trial`; later failures are Tune's to retry, and the retry goes
+    on from the first block not in the culture's record.
+    """
+    from ray import tune
+
+    from spikeloop.experiments.design.sequence import run_sequence
+    from spikeloop.models.closed_loop.link import DeviceLost
+
+    trial_dir = _trial_dir()
+    ended = trial_dir / ENDED_FILE
+    if ended.exists():
+        print(f"trial ended before ({ended.read_text().strip()}): nothing to resume", flush=True)
+        return
+    score, _, worst = score_of(tune_config)
+    trained = {"blocks": 0}
+
+    def train_block(block_config: dict[str, Any], block, progress: dict[str, Any]) -> None:
+        _train(block_config, None, progress, block)
+        trained["blocks"] += progress["trained"] > 0
+
+    try:
+        complete = run_sequence(tune_config, trial_dir, train_block)
+    except DeviceLost as exc:  # lost before a block's first iteration: nothing to save
+        print(f"DeviceLost: {exc}", file=sys.stderr, flush=True)
+        tune.report({DEVICE_LOST: str(exc), score: worst, FINISHED: True})
+        return
+    except Exception as exc:
+        if trained["blocks"] or (trial_dir / "sequence.json").exists():
+            raise
+        traceback.print_exc()
+        tune.report({SETUP_ERROR: f"{type(exc).__name__}: {exc}", score: worst, FINISHED: True})
+        ended.write_text(json.dumps({"reason": SETUP_ERROR}) + "\n")
+        return
+    if complete:
+        ended.write_text(json.dumps({"reason": "sequence complete"}) + "\n")
 
 
 TUNE_OWN_FILES = ("checkpoint_", "params.", "result.json", "progress.csv", "error.")
@@ -271,7 +320,14 @@ def _restart_if_repeatable(tune_config: dict[str, Any], start, trial_dir: Path):
     return None
 
 
-def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None:
+def _train(
+    tune_config: dict[str, Any],
+    start,
+    progress: dict[str, int],
+    block: Block | None = None,
+) -> None:
+    """Build, (restore,) train to the stop, log, checkpoint, finish: one trial, or one block of a design's
+    sequence (`block`: its directory, what to do before play, and whether it is the sequence's last)."""
     import ray
     from ray import tune
 
@@ -292,7 +348,7 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
 
     experiment = _trial_experiment(tune_config)
     score, _, worst = score_of(experiment)
-    trial_dir = _trial_dir()
+    trial_dir = block.directory if block is not None else _trial_dir()
     (trial_dir / RESOLVED_FILE).write_text(experiment.to_yaml())
     # Episodes are numbered across the trial's env runners and resumes (episode_end events, episodes.jsonl).
     first_episode = last_episode_index(trial_dir / EPISODES_FILE) + 1
@@ -350,6 +406,8 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
     try:
         if protocol is not None and not finished:
             protocol.before_play(algo, resumed=start is not None)
+        if block is not None:
+            block.before_play(algo)
         while not finished:
             result = _train_iteration(algo)
             progress["trained"] += 1
@@ -375,7 +433,7 @@ def _train(tune_config: dict[str, Any], start, progress: dict[str, int]) -> None
             # The tune.metric key is in every report (its worst value until it has one): Tune ranks checkpoints
             # and trials by it.
             metrics = (
-                {score: worst, FINISHED: done, "episodes_logged": log.episodes_logged}
+                {score: worst, FINISHED: done and (block is None or block.last), "episodes_logged": log.episodes_logged}
                 | trained
                 | {EPISODE_STEPS_LOGGED: log.steps_logged}
                 | {metric_key(k): v for k, v in values.items()}
@@ -515,6 +573,39 @@ def _resources(experiment: Experiment):
     return config.algo_class.default_resource_request(config)
 
 
+def _culture_resources(tune_config: dict[str, Any]):
+    """A design trial's request: its culture's block, holding the whole of the culture's device while it runs,
+    so that the cultures on one device take turns (its env runner asks a share of it; the trial the rest)."""
+    from ray.tune import PlacementGroupFactory
+
+    from spikeloop.bridge.trainer.actor import DEVICE_RESOURCE_SHARE
+    from spikeloop.experiments.design.sequence import culture_block
+
+    block = culture_block(tune_config["experiment"], tune_config[DESIGN_CULTURE])
+    request = _resources(block)
+    hardware = block.culture_settings().hardware
+    if not hardware:
+        return request
+    head, *rest = request.bundles
+    return PlacementGroupFactory(
+        [head | {hardware[0].resource: 1.0 - DEVICE_RESOURCE_SHARE}, *rest], strategy=request.strategy
+    )
+
+
+def _design_trial_name(trial) -> str:
+    from spikeloop.experiments.design.sequence import trial_name
+
+    return trial_name(trial)
+
+
+def _design_blocks(experiment: Experiment) -> list[Experiment]:
+    """One block experiment per culture of the design: what each of its trials asks of Ray."""
+    from spikeloop.experiments.design.plan import design_schedule
+    from spikeloop.experiments.design.sequence import culture_block
+
+    return [culture_block(experiment.plain(), c) for c in design_schedule(experiment).cultures]
+
+
 def _tell_hardware(experiment: Experiment, reason: str, results) -> None:
     """The run is over: tell each hardware device `training_complete` (its program stops its recording and exits)."""
     culture = experiment.culture_settings()
@@ -622,12 +713,16 @@ def run(
         refuse_old(earlier)  # before Ray: a run written before `spikeloop.*` is upgraded first, not half restored
 
     rllib_notices.quiet_tune_output()
-    check_fit(experiment)
+    design = experiment.design is not None and sweep
+    blocks = _design_blocks(experiment) if design else [experiment]
+    for each in blocks:
+        check_fit(each)
     culture = experiment.culture_settings()
     started_ray = not ray.is_initialized()
     init_ray(resources=culture.node_resources())  # this machine owns the devices when no cluster is named
-    _check_cluster_fit(experiment)
-    trainable = tune.with_resources(train_trial, _resources(experiment))
+    for each in blocks:
+        _check_cluster_fit(each)
+    trainable = tune.with_resources(train_trial, _culture_resources if design else _resources(experiment))
     score, mode, _ = score_of(experiment)
     root = Path(experiment.output.root_dir).resolve()
     if resume:
@@ -650,6 +745,13 @@ def run(
         param_space: dict[str, Any] = {"experiment": experiment.plain()}
         if start_from is not None:
             param_space[START_FROM] = str(start_from)
+        if design:
+            from spikeloop.experiments.design.plan import design_schedule
+            from spikeloop.experiments.design.sequence import SCHEDULE_FILE
+
+            plan = design_schedule(experiment)
+            (run_dir / SCHEDULE_FILE).write_text(json.dumps(plan.to_json(), indent=2) + "\n")
+            param_space[DESIGN_CULTURE] = tune.grid_search(plan.cultures)
         if sweep and experiment.tune.search_space:
             param_space["sweep"] = _search_space(experiment, run_dir)
         if sweep and experiment.tune.seeds > 1:
@@ -663,6 +765,7 @@ def run(
                 max_concurrent_trials=t.max_concurrent_trials if sweep else 1,
                 metric=score,
                 mode=mode,
+                trial_dirname_creator=_design_trial_name if design else None,
             ),
             run_config=tune.RunConfig(
                 name=run_name,

@@ -57,6 +57,7 @@ from spikeloop.bridge.wire.settings import (
     Setting,
 )
 from spikeloop.experiments import exposure
+from spikeloop.experiments.design.settings import DesignSection
 from spikeloop.experiments.dotted import get_path
 from spikeloop.experiments.live_view.progress import RunBudget
 from spikeloop.experiments.live_view.settings import ViewSettings
@@ -384,6 +385,9 @@ class Experiment(BaseModel):
     protocol: protocol_settings.ProtocolSection | None = Field(
         None, description="a rest-play-rest session per trial, with the stimulation-to-action mapping fixed"
     )
+    design: DesignSection | None = Field(
+        None, description="cultures as the units, each taking every condition in turn (experiments/design)"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -507,8 +511,43 @@ class Experiment(BaseModel):
                     f"{self.seed + self.tune.seeds - 1}; sweep the seed with one or the other"
                 )
         _check_trials(self.tune)
+        saved = [i for i, d in enumerate(self.devices) if d.culture_state is not None]
+        if saved and (self.resources.num_env_runners > 1 or self.tune.seeds > 1 or self.tune.search_space):
+            raise ValueError(
+                f"devices.{saved[0]}.culture_state: one file holds one culture, and this experiment would start "
+                "several from it (env runners, sweep seeds or configurations); use one env runner and no sweep "
+                "(a design gives each culture a file of its own)"
+            )
+        if self.design is not None:
+            self._check_design()
         self.sample_pace().check(self.loop.sample_timeout_s)
         return self
+
+    def _check_design(self) -> None:
+        """A design's cultures sit on devices of the experiment, and its conditions are settings of it."""
+        assert self.design is not None
+        if self.tune.search_space or self.tune.seeds > 1:
+            raise ValueError(
+                "design: a design sweeps its own conditions over cultures; leave tune.search_space empty and "
+                "tune.seeds at 1 (a seed is not a culture)"
+            )
+        devices = {d.device_id: d for d in self.devices}
+        for i, culture in enumerate(self.design.cultures):
+            device = devices.get(culture.device)
+            if device is None:
+                raise ValueError(
+                    f"design.cultures.{i}.device: {culture.device!r} is not a device_id of `devices:` "
+                    f"({', '.join(devices)})"
+                )
+            if culture.culture_seed is not None and not device.simulated:
+                raise ValueError(
+                    f"design.cultures.{i}.culture_seed: device {culture.device!r} is a {device.backend} device, "
+                    "whose dish is real; give culture_seed only for simulated devices"
+                )
+        for key, values in self.design.conditions.items():
+            if key.split(".")[0] == "design":
+                raise ValueError(f"design.conditions.{key}: a condition sets the experiment, not the design")
+            _check_search_entry(self, key, {"grid": values}, section="design.conditions")
 
     def _protocol_stop(self) -> None:
         """The run stops when the protocol's play is over: env steps for play_s of culture time per culture."""
@@ -867,8 +906,8 @@ def _check_reach(experiment: Experiment) -> None:
                 ) from None
 
 
-def _check_search_entry(experiment: Experiment, key: str, spec: Any) -> None:
-    where = f"tune.search_space.{shown(key)}"
+def _check_search_entry(experiment: Experiment, key: str, spec: Any, section: str = "tune.search_space") -> None:
+    where = f"{section}.{shown(key)}"
     if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in SEARCH_KINDS:
         raise ValueError(f"{where}: use exactly one of {', '.join(SEARCH_KINDS)}, e.g. {{grid: [0.1, 0.2]}}")
     kind, arg = next(iter(spec.items()))
@@ -911,6 +950,7 @@ def _check_search_entry(experiment: Experiment, key: str, spec: Any) -> None:
     for value in values:
         data = experiment.plain()
         data["tune"]["search_space"] = {}
+        data["design"] = None
         set_path(data, key, value)
         try:
             _validated(data)

@@ -39,6 +39,9 @@ def trial_label(config: dict[str, Any]) -> str:
     """A sweep trial's swept settings and seed, short key names (`use_reward_feedback=true, ..., seed 3`)."""
     from spikeloop.experiments.analysis.sweep import format_value, short_names
 
+    culture = config.get("design_culture")
+    if culture:  # a design's trial is one culture's sequence (experiments/design/sequence.py)
+        return f"culture {culture['culture_id']} on {culture['device']}"
     swept = config.get("sweep") or {}
     names = short_names(list(swept))
     parts = [f"{names[key]}={format_value(value)}" for key, value in swept.items()]

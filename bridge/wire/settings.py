@@ -432,7 +432,7 @@ CULTURE_SEED = Setting(
     None,
     "sim: which culture (dish): its varied knobs (bridge/device/culture_variation.py) and its wiring come from this "
     "seed, so --seed is not used; unset: the knobs as given, wired by --seed",
-    ("spikeloop device --culture-seed",),
+    (_DEVICE + "culture_seed", "spikeloop device --culture-seed"),
     ge=0,
     lt=SEED_LIMIT,
     optional=True,
@@ -444,7 +444,7 @@ CULTURE_STATE = Setting(
     None,
     "sim: a file the culture is loaded from if it exists (else built) and saved to when the program stops (SIGTERM, "
     "Ctrl-C, training_complete), so the next program continues the same culture",
-    ("spikeloop device --culture-state",),
+    (_DEVICE + "culture_state", "spikeloop device --culture-state"),
     allowed_text="a file path",
     optional=True,
     flag="--culture-state",

@@ -94,9 +94,14 @@ def main(argv: list[str]) -> int:
     if args.source is None:
         print("spikeloop analyze: give a run directory or a benchmark file (see --help)", file=sys.stderr)
         return 2
-    from spikeloop.experiments.analysis import report, sweep
+    from spikeloop.experiments.analysis import design_run, report, sweep
 
+    source = Path(args.source)
+    if source.is_dir() and design_run.is_design_run(source):
+        return _culture_level(args, source, None)
     data = sweep.load(args.source, include_unfinished=args.include_unfinished)
+    if source.is_dir() and design_run.on_real_cultures(source):
+        return _culture_level(args, source, data)
     if args.export is not None:
         if not Path(args.source).is_dir():
             print(f"spikeloop analyze: --export reads a run directory, not the file {args.source}", file=sys.stderr)
@@ -122,6 +127,27 @@ def main(argv: list[str]) -> int:
             print(f"spikeloop analyze: {exc}", file=sys.stderr)
             return 2
         print(f"{args.update_docs}: {'updated' if changed else 'already up to date'}")
+    return 0
+
+
+def _culture_level(args: argparse.Namespace, run_dir: Path, data) -> int:
+    """A design's run, or a sweep on real dishes: the culture is the unit (experiments/analysis/design_run.py)."""
+    from spikeloop.experiments.analysis import design_run
+
+    if args.export is not None or args.update_docs is not None or args.baseline:
+        print(
+            "spikeloop analyze: --export, --update-docs and --baseline are for sweeps over seeds; a run whose unit "
+            "is the culture compares every condition with the design's first (C0)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        plan, analyses, notes = design_run.analyse_run(run_dir, data, args.include_unfinished, args.alpha)
+    except ValueError as exc:
+        print(f"spikeloop analyze: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(design_run.report(plan, analyses, notes)))
+    print(f"wrote {design_run.write(run_dir, plan, analyses, notes, args.output_dir)}")
     return 0
 
 

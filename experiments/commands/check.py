@@ -230,6 +230,10 @@ def sweep_lines(experiment: Experiment) -> list[str]:
     from spikeloop.experiments import fit
     from spikeloop.experiments.analysis import plan
 
+    if experiment.design is not None:
+        from spikeloop.experiments.design import plan as design_plan
+
+        return design_plan.lines(experiment)
     return plan.lines(experiment, cpus=fit.local_resources(experiment)["CPU"])
 
 

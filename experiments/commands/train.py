@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from spikeloop.experiments.commands.common import (
     add_experiment_arguments,
@@ -35,6 +36,13 @@ def main(argv: list[str]) -> int:
     """Run `spikeloop train`."""
     args = build_parser().parse_args(argv)
     experiment = load_or_exit(args)
+    if experiment.design is not None:
+        print(
+            "spikeloop train: the experiment has a design (cultures taking conditions in turn), which runs one "
+            "trial per culture: use `spikeloop tune` for it",
+            file=sys.stderr,
+        )
+        return 2
     start_from = start_or_exit(args, experiment)
     from spikeloop.experiments.runner import run
 

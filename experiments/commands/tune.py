@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from spikeloop.experiments.commands.common import (
     add_experiment_arguments,
@@ -35,10 +36,20 @@ def main(argv: list[str]) -> int:
     """Run `spikeloop tune`."""
     args = build_parser().parse_args(argv)
     experiment = load_or_exit(args)
-    if not experiment.tune.search_space and not args.resume:
-        print("spikeloop tune: the experiment has no tune.search_space; use `spikeloop train` for a single run")
+    if not experiment.tune.search_space and experiment.design is None and not args.resume:
+        print(
+            "spikeloop tune: the experiment has no tune.search_space and no design; use `spikeloop train` for a "
+            "single run"
+        )
         return 2
     start_from = start_or_exit(args, experiment)
+    if start_from is not None and experiment.design is not None:
+        print(
+            "spikeloop tune: --from with a design: each block starts a fresh learner on its culture "
+            "(design.fresh: learner), so a checkpoint's weights have no block to go to; leave out --from",
+            file=sys.stderr,
+        )
+        return 2
     from spikeloop.experiments.runner import run
 
     command = " ".join(["spikeloop", "tune", *argv])

@@ -8,7 +8,8 @@ and each env runner's `CultureLink` reads them.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Literal
 
 from spikeloop.bridge.device.simulated_culture import SimulatedCultureConfig
@@ -21,6 +22,8 @@ from spikeloop.bridge.wire.settings import (
     ARTIFACT_WAIT_MS,
     BACKEND,
     COLLECT_WINDOW_MS,
+    CULTURE_SEED,
+    CULTURE_STATE,
     ENVELOPE_POLICY,
     FAST_PATH,
     FEEDBACK_SETTLE_MS,
@@ -92,6 +95,13 @@ class DeviceSettings:
     culture: SimulatedCultureConfig | None = None
     """backend sim only: the simulated culture's knobs (`spikeloop.bridge.device.simulated_culture.SimulatedCultureConfig`, listed
     in docs/architecture.md); absent: the defaults. Other backends hold None and refuse a section that sets a knob."""
+    culture_seed: int | None = CULTURE_SEED.default
+    """backend sim only: which simulated dish (spikeloop.bridge.device.culture_variation): the knobs `culture` leaves
+    at their defaults are drawn from it, and so is the wiring (`seed` is then not used). Env runner i > 1 gets
+    culture_seed + i - 1; absent: every culture from the default knobs, wired by `seed`."""
+    culture_state: str | None = CULTURE_STATE.default
+    """backend sim only, one env runner: the culture is loaded from this file if it exists and saved to it when its
+    device closes, so that it carries over into the next run (a design's blocks set it: experiments/design)."""
     feedback_settle_ms: float = FEEDBACK_SETTLE_MS.default
     """Simulated devices: hold each stimulation until this long after the last pulse of the feedback before it, so
     the decoder never reads feedback-evoked spikes (0: off; see `spikeloop.bridge.device.program.DeviceConfig`)."""
@@ -149,6 +159,15 @@ class DeviceSettings:
                 f"culture: backend {self.backend} has no simulated culture; the culture settings are for backend "
                 "sim (remove them here)"
             )
+        for name in ("culture_seed", "culture_state"):
+            if getattr(self, name) is not None and self.backend != "sim":
+                raise ValueError(
+                    f"{name}: backend {self.backend} has no simulated culture; a cl1 device's program takes "
+                    f"--{name.replace('_', '-')} itself (`spikeloop device --backend sim`)"
+                )
+        CULTURE_SEED.require(self.culture_seed)
+        if self.culture_state is not None and not (isinstance(self.culture_state, str) and self.culture_state):
+            raise ValueError(f"culture_state={self.culture_state!r}: give a file path")
         if self.feedback_settle_ms > 0 and not self.simulated:
             raise ValueError(
                 "feedback_settle_ms: a cl1 device is a program of its own; start it with "
@@ -198,10 +217,20 @@ class DeviceSettings:
             collect_window_ms=self.collect_window_ms,
             random_spike_rate_hz=self.random_spike_rate_hz,
             culture=self.culture,
+            culture_seed=self.culture_seed,
+            culture_fixed=self._culture_fixed(),
+            culture_state=Path(self.culture_state) if self.culture_state is not None else None,
             feedback_settle_ms=self.feedback_settle_ms,
             stim_mode=self.stim_mode,
             exit_on_error_complete=True,  # it ends with its trial, whatever the trial's end
         )
+
+    def _culture_fixed(self) -> frozenset[str]:
+        """The knobs a culture seed leaves alone: those the experiment moved off their defaults."""
+        if self.culture is None or self.culture_seed is None:
+            return frozenset()
+        default = SimulatedCultureConfig()
+        return frozenset(f.name for f in fields(default) if getattr(self.culture, f.name) != getattr(default, f.name))
 
 
 @dataclass(frozen=True)
@@ -228,7 +257,10 @@ class CultureSettings:
     def simulated_device_for(self, runner_index: int) -> DeviceSettings:
         """The simulated culture of env runner `runner_index`: the template with its own id and seed."""
         base = self.devices[0]
-        return replace(base, device_id=f"{base.device_id}-{runner_index}", seed=base.seed + runner_index)
+        culture_seed = None if base.culture_seed is None else base.culture_seed + max(0, runner_index - 1)
+        return replace(
+            base, device_id=f"{base.device_id}-{runner_index}", seed=base.seed + runner_index, culture_seed=culture_seed
+        )
 
     def devices_on_node(self, node_resources: dict[str, float]) -> list[DeviceSettings]:
         """The hardware devices whose node resource the given node advertises."""

@@ -1,0 +1,101 @@
+"""What `spikeloop check` says about a design before it runs: the schedule, the device time, what it can show."""
+
+from __future__ import annotations
+
+from spikeloop.experiments.design.schedule import Schedule, balance_line, schedule, timing
+from spikeloop.experiments.design.simulate import POWER, detectable_effect
+from spikeloop.experiments.protocol.settings import tick_s
+
+ALPHA = 0.05
+SHOWN_CULTURES = 24
+"""Cultures listed one per line; the rest are counted."""
+
+
+def design_schedule(experiment) -> Schedule:
+    """The experiment's design as it will run (simulated devices named, so their cultures get culture seeds)."""
+    assert experiment.design is not None
+    return schedule(experiment.design, simulated_devices(experiment))
+
+
+def simulated_devices(experiment) -> set[str]:
+    return {d.device_id for d in experiment.devices if d.simulated}
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+
+
+def lines(experiment) -> list[str]:
+    design = experiment.design
+    plan = design_schedule(experiment)
+    k = len(plan.conditions)
+    blocks = design.blocks_per_culture()
+    out = [
+        f"design: {len(plan.cultures)} culture(s) x {k} conditions x {design.repeats} pass(es) = "
+        f"{blocks * len(plan.cultures)} blocks; the culture is the unit (order {design.order}, seed {design.seed})"
+    ]
+    out += [f"  C{c.index}: {c.label}" for c in plan.conditions]
+    for culture in plan.cultures[:SHOWN_CULTURES]:
+        seed = f" (culture seed {culture['culture_seed']})" if culture["culture_seed"] is not None else ""
+        order = " > ".join(f"C{c}" for c in culture["sequence"])
+        out.append(f"  {culture['culture_id']} on {culture['device']}{seed}: {order}")
+    if len(plan.cultures) > SHOWN_CULTURES:
+        out.append(f"  ... and {len(plan.cultures) - SHOWN_CULTURES} more culture(s)")
+    out.append("  " + balance_line(plan))
+    rounds = experiment.model.same_frame_rounds
+    exchange_s = tick_s(experiment.devices)
+    span = timing(design, exchange_s, rounds, simulated_devices(experiment))
+    budget = (
+        f"{design.block_env_steps:,} env steps"
+        if design.block_env_steps is not None
+        else f"{design.block_minutes:g} min"
+    )
+    out.append(
+        f"  each block: {budget} = {span.block_s / 60:.1f} min of culture time ({exchange_s * 1000:.0f} ms per "
+        f"exchange); {design.rest_s:g} s rest between blocks; fresh each block: {design.fresh}; the culture carries over"
+    )
+    out.append(
+        f"  culture time: {_hours(span.per_culture_s)} per culture; {span.device_hours:.1f} device-hours in all; "
+        f"{_hours(span.wall_s)} with the devices side by side (the cultures on one device take turns)"
+    )
+    out.append("  " + _detectable_line(plan, experiment))
+    return out
+
+
+def _detectable_line(plan: Schedule, experiment) -> str:
+    spread = experiment.design.spread
+    family = len(plan.conditions) - 1
+    if spread is None:
+        return (
+            "smallest effect it can show: give design.spread (within_culture, between_culture: `spikeloop analyze` "
+            "prints them for a pilot design) to see it"
+        )
+    effect = detectable_effect(plan, spread.within_culture, ALPHA)
+    what = f"{POWER:.0%} power at alpha {ALPHA} (Holm over {family} comparison(s) against C0, randomisation test)"
+    if effect is None:
+        return (
+            f"smallest effect it can show: none: {len(plan.cultures)} culture(s) give too few orderings for a "
+            f"randomisation p below {ALPHA / family:.3g}; add cultures"
+            + (f" ({_cultures_needed(plan, experiment)})" if plan.order == "williams" else "")
+        )
+    return (
+        f"smallest effect it can show with {what}: {effect:.3g} in the metric's units "
+        f"({effect / spread.within_culture:.2f} within-culture s.d.; the between-culture spread of "
+        f"{spread.between_culture:g} cancels, as every culture takes every condition)"
+    )
+
+
+def _cultures_needed(plan: Schedule, experiment) -> str:
+    """The fewest cultures (whole sets of orders) at which an effect can be shown at all."""
+    design = experiment.design
+    rows = len(plan.rows)
+    for sets in range(1, 9):
+        count = rows * sets
+        if count <= len(plan.cultures):
+            continue
+        cultures = [{"culture_id": f"c{i}", "device": design.cultures[0].device} for i in range(count)]
+        bigger = type(design).model_validate({**design.model_dump(), "cultures": cultures})
+        trial = schedule(bigger, simulated_devices(experiment))
+        if detectable_effect(trial, design.spread.within_culture, ALPHA) is not None:
+            return f"{count} cultures can"
+    return f"more than {rows * 8} cultures"
