@@ -43,12 +43,18 @@ from typing import Any
 import yaml
 
 from spikeloop.experiments.design.block import Block
-from spikeloop.experiments.design.sequence import DESIGN_CULTURE
 from spikeloop.experiments.ray_session import init_ray
 from spikeloop.experiments.run_log import DEVICE_LOST, FINISHED, NOTHING_TRAINED, SETUP_ERROR
 from spikeloop.experiments.schema import Experiment, experiment_from_dict, set_path
 from spikeloop.experiments.stop_signals import sigterm_as_ctrl_c
-from spikeloop.experiments.trial_files import PROVENANCE_FILE, REPEATS_FILE, SEED_INDEX
+from spikeloop.experiments.trial_files import (
+    ABANDONED_PREFIX,
+    DESIGN_CULTURE,
+    PROVENANCE_FILE,
+    REPEATS_FILE,
+    SEED_INDEX,
+    SEQUENCE_FILE,
+)
 from spikeloop.models import rllib_notices
 
 rllib_notices.install()  # in a trial's process too, before Tune's actor logs its setup time
@@ -266,7 +272,7 @@ def _train_sequence(tune_config: dict[str, Any]) -> None:
         tune.report({DEVICE_LOST: str(exc), score: worst, FINISHED: True})
         return
     except Exception as exc:
-        if trained["blocks"] or (trial_dir / "sequence.json").exists():
+        if trained["blocks"] or (trial_dir / SEQUENCE_FILE).exists():
             raise
         traceback.print_exc()
         tune.report({SETUP_ERROR: f"{type(exc).__name__}: {exc}", score: worst, FINISHED: True})
@@ -278,8 +284,6 @@ def _train_sequence(tune_config: dict[str, Any]) -> None:
 
 TUNE_OWN_FILES = ("checkpoint_", "params.", "result.json", "progress.csv", "error.")
 """Name prefixes of what Tune keeps in a trial directory (its checkpoints and logs): left where Tune expects them."""
-ABANDONED_PREFIX = "abandoned-"
-"""In a trial directory: what an attempt of a repeatable trial wrote before it was started again from the start."""
 
 
 def _restart_if_repeatable(tune_config: dict[str, Any], start, trial_dir: Path):
@@ -573,12 +577,16 @@ def _resources(experiment: Experiment):
     return config.algo_class.default_resource_request(config)
 
 
+DEVICE_HOLD = 0.9
+"""The share of its culture's device resource a design trial holds: over half, so no two trials hold one device;
+the rest for the tiny shares the device's bridge, the trial's env runner and the driver's last task ask."""
+
+
 def _culture_resources(tune_config: dict[str, Any]):
-    """A design trial's request: its culture's block, holding the whole of the culture's device while it runs,
-    so that the cultures on one device take turns (its env runner asks a share of it; the trial the rest)."""
+    """A design trial's request: its culture's block, holding most of the culture's device while it runs, so
+    that the cultures on one device take turns."""
     from ray.tune import PlacementGroupFactory
 
-    from spikeloop.bridge.trainer.actor import DEVICE_RESOURCE_SHARE
     from spikeloop.experiments.design.sequence import culture_block
 
     block = culture_block(tune_config["experiment"], tune_config[DESIGN_CULTURE])
@@ -587,9 +595,7 @@ def _culture_resources(tune_config: dict[str, Any]):
     if not hardware:
         return request
     head, *rest = request.bundles
-    return PlacementGroupFactory(
-        [head | {hardware[0].resource: 1.0 - DEVICE_RESOURCE_SHARE}, *rest], strategy=request.strategy
-    )
+    return PlacementGroupFactory([head | {hardware[0].resource: DEVICE_HOLD}, *rest], strategy=request.strategy)
 
 
 def _design_trial_name(trial) -> str:
@@ -747,7 +753,7 @@ def run(
             param_space[START_FROM] = str(start_from)
         if design:
             from spikeloop.experiments.design.plan import design_schedule
-            from spikeloop.experiments.design.sequence import SCHEDULE_FILE
+            from spikeloop.experiments.trial_files import SCHEDULE_FILE
 
             plan = design_schedule(experiment)
             (run_dir / SCHEDULE_FILE).write_text(json.dumps(plan.to_json(), indent=2) + "\n")

@@ -31,3 +31,13 @@ SEED_INDEX = "sweep_seed_index"
 Tune varies grid keys in the sorted order of their paths, the first fastest; this name sorts after every
 `sweep` key, so the seed varies slowest: every configuration runs seed 0 before any runs seed 1, and drift of
 the machine's load hits all configurations alike."""
+
+ABANDONED_PREFIX = "abandoned-"
+"""In a trial directory: what an attempt wrote before it was started again (runner.py), or a design's block that a
+stop cut short (design/sequence.py)."""
+DESIGN_CULTURE = "design_culture"
+"""Tune config key of a design's trial: the culture it runs (its row of the schedule)."""
+SCHEDULE_FILE = "schedule.json"
+"""In a design's run directory: its schedule as dealt (design/schedule.py), what the analysis permutes over."""
+SEQUENCE_FILE = "sequence.json"
+"""In a design's trial directory: the culture's finished blocks and their figures (design/sequence.py)."""

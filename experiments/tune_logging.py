@@ -15,7 +15,7 @@ from typing import Any
 from ray.tune import Callback
 from ray.tune.logger import TBXLoggerCallback
 
-from spikeloop.experiments.trial_files import ENDED_SHORT, SEED_INDEX
+from spikeloop.experiments.trial_files import DESIGN_CULTURE, ENDED_SHORT, SEED_INDEX
 
 
 class NoTuneTensorBoard(TBXLoggerCallback):
@@ -39,7 +39,7 @@ def trial_label(config: dict[str, Any]) -> str:
     """A sweep trial's swept settings and seed, short key names (`use_reward_feedback=true, ..., seed 3`)."""
     from spikeloop.experiments.analysis.sweep import format_value, short_names
 
-    culture = config.get("design_culture")
+    culture = config.get(DESIGN_CULTURE)
     if culture:  # a design's trial is one culture's sequence (experiments/design/sequence.py)
         return f"culture {culture['culture_id']} on {culture['device']}"
     swept = config.get("sweep") or {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -201,3 +202,33 @@ def test_check_says_when_too_few_cultures_can_show_nothing(tmp_path):
     out = _check(tmp_path, data).stdout
     assert "smallest effect it can show: none: 4 culture(s) give too few orderings" in out
     assert "(8 cultures can)" in out
+
+
+def test_a_sweep_on_one_real_dish_is_read_at_the_dish_level_with_no_per_trial_tests(tmp_path):
+    """A hardware sweep's seeds are trials on one dish, one after another: never counted as cultures."""
+    import numpy as np
+
+    from tests.support.spikeloop_cli import run_spikeloop
+    from tests.support.sweep_runs import BASE, write_sweep
+
+    end = "env.reward_settings.end_health_per_hp"
+
+    def episodes(point: dict, seed: int) -> list[tuple[float, bool]]:
+        rng = np.random.default_rng(seed)
+        return [(-480 + (40 if point[end] == -4.0 else 0) + rng.normal(0, 5), True) for _ in range(120)]
+
+    base = BASE | {
+        "devices": [{"device_id": "cl1-a", "backend": "cl1", "host": "10.0.0.5"}],
+        "resources": {"num_env_runners": 1},
+    }
+    run = write_sweep(tmp_path / "run", {end: {"grid": [-5.0, -4.0]}}, 6, episodes, base=base)
+    done = run_spikeloop(["analyze", str(run)], timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    # The seed-paired table would call a 40-point effect over six "seeds" significant; none of it is printed.
+    assert "| configuration | seeds |" not in out and "signed-rank over cultures" not in out
+    assert "cultures: 1 (the unit); blocks: 12" in out
+    assert "every trial ran on the same dish(es) (cl1-a)" in out
+    assert "one culture: no test across cultures" in out and "no randomisation test" in out
+    written = json.loads((run / "analysis.json").read_text())
+    assert written["unit"] == "culture"

@@ -143,12 +143,12 @@ def assignments(plan: Schedule, rng: np.random.Generator) -> tuple[list[list[lis
     observed = [c["sequence"] for c in plan.cultures]
     if plan.order != "williams":
         return [observed], True
-    k, n = len(plan.conditions), len(plan.cultures)
-    if deal_count(k, n) <= MAX_EXACT_ASSIGNMENTS:
-        every = list(every_deal(k, n))
+    k, n, passes = len(plan.conditions), len(plan.cultures), plan.repeats
+    if deal_count(k, n, passes) <= MAX_EXACT_ASSIGNMENTS:
+        every = list(every_deal(k, n, passes))
         every.remove(observed)
         return [observed, *every], True
-    return [observed, *random_deals(k, n, SAMPLED_ASSIGNMENTS, rng)], False
+    return [observed, *random_deals(k, n, SAMPLED_ASSIGNMENTS, rng, passes)], False
 
 
 def _layout(plan: Schedule) -> tuple[np.ndarray, np.ndarray]:
@@ -163,7 +163,7 @@ def weights_per_assignment(plan: Schedule, orders_list: list[list[list[int]]], t
     least-squares estimate of j - 0 under that outcome's orders (NaN rows: not estimable there)."""
     k = len(plan.conditions)
     culture, period = _layout(plan)
-    conditions = np.array([[c for order in orders for c in order * plan.repeats] for orders in orders_list])
+    conditions = np.array([[c for order in orders for c in order] for orders in orders_list])
     x = model_matrices(culture, period, conditions, k, terms)
     pinv = np.linalg.pinv(x)  # outcomes x columns x blocks
     n_c, n_p = int(culture.max()) + 1, int(period.max()) + 1

@@ -21,7 +21,7 @@ import yaml
 
 from spikeloop.experiments.analysis.crossover import Analysis, Blocks, analyse, lines
 from spikeloop.experiments.design.schedule import Condition, Schedule
-from spikeloop.experiments.design.sequence import SCHEDULE_FILE, SEQUENCE_FILE
+from spikeloop.experiments.trial_files import SCHEDULE_FILE, SEQUENCE_FILE
 
 METRICS = {"final_return": "final return (last 100 episodes of the block)", "final_kill_rate": "kill rate"}
 ANALYSIS_FILE = "analysis.json"
@@ -46,7 +46,7 @@ def design_blocks(run_dir: Path, metric: str, include_unfinished: bool = False) 
     for path in run_dir.glob(f"*/{SEQUENCE_FILE}"):
         record = json.loads(path.read_text())
         records[record["culture_id"]] = record
-    expected = len(plan.cultures[0]["sequence"]) * plan.repeats
+    expected = len(plan.cultures[0]["sequence"])
     missing = []
     for culture in plan.cultures:
         done = len(records.get(culture["culture_id"], {}).get("blocks", []))

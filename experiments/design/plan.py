@@ -80,8 +80,8 @@ def _detectable_line(plan: Schedule, experiment) -> str:
         )
     return (
         f"smallest effect it can show with {what}: {effect:.3g} in the metric's units "
-        f"({effect / spread.within_culture:.2f} within-culture s.d.; the between-culture spread of "
-        f"{spread.between_culture:g} cancels, as every culture takes every condition)"
+        f"({effect / spread.within_culture:.2f} within-culture s.d.; the between-culture spread cancels, as every "
+        "culture takes every condition)"
     )
 
 

@@ -50,7 +50,8 @@ class Schedule:
     seed: int
     conditions: list[Condition]
     cultures: list[dict[str, Any]]
-    """Per culture: culture_id, device, culture_seed (simulated) and `sequence`, its order of condition indices."""
+    """Per culture: culture_id, device, culture_seed (simulated) and `sequence`: its conditions in order, every
+    pass (an order of its own each) one after another."""
     repeats: int
     rows: list[list[int]] = field(default_factory=list)
     """The orders the design deals from (Williams rows, labels applied): the analysis's randomisation set."""
@@ -59,17 +60,18 @@ class Schedule:
         out = []
         for culture in self.cultures:
             previous = None
-            for period, condition in enumerate(culture["sequence"] * self.repeats):
+            for period, condition in enumerate(culture["sequence"]):
                 out.append(Block(culture["culture_id"], culture["device"], period, condition, previous))
                 previous = condition
         return out
 
     def balanced(self) -> bool:
-        """Every order dealt equally often and the orders balanced for first-order carry-over."""
+        """In every pass, every order dealt equally often; the orders balanced for first-order carry-over."""
         if self.order != "williams":
             return False
-        sequences = [c["sequence"] for c in self.cultures]
-        per_row = [sequences.count(row) for row in self.rows]
+        k = len(self.conditions)
+        passes = [[c["sequence"][p * k : (p + 1) * k] for c in self.cultures] for p in range(self.repeats)]
+        per_row = [orders.count(row) for orders in passes for row in self.rows]
         return len(set(per_row)) == 1 and is_balanced(self.rows)
 
     def to_json(self) -> dict[str, Any]:
@@ -101,9 +103,9 @@ def schedule(design: DesignSection, simulated: Set[str] = frozenset()) -> Schedu
     k = len(conditions)
     if design.order == "fixed":
         rows = [list(range(k))]
-        sequences = [list(range(k)) for _ in design.cultures]
+        sequences = [list(range(k)) * design.repeats for _ in design.cultures]
     else:
-        rows, sequences = deal(k, len(design.cultures), design.seed)
+        rows, sequences = deal(k, len(design.cultures), design.seed, design.repeats)
     cultures = [
         {
             "culture_id": c.culture_id,

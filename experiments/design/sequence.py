@@ -26,14 +26,10 @@ from typing import Any
 
 from spikeloop.experiments.design.block import Block
 from spikeloop.experiments.design.settings import DesignSection
+from spikeloop.experiments.trial_files import ABANDONED_PREFIX, DESIGN_CULTURE, SEQUENCE_FILE
 
-DESIGN_CULTURE = "design_culture"
-"""Tune config key: the culture a trial runs (its row of the schedule)."""
-SEQUENCE_FILE = "sequence.json"
 CULTURE_FILE = "culture.npz"
 """In a trial directory: a simulated culture's state between its blocks (bridge/device/culture_state.py)."""
-SCHEDULE_FILE = "schedule.json"
-"""In the run directory: the design's schedule as dealt (experiments/design/schedule.py)."""
 
 
 def trial_name(trial) -> str:
@@ -104,8 +100,6 @@ def _write_sequence(trial_dir: Path, record: dict[str, Any]) -> None:
 
 def _set_aside(trial_dir: Path, directory: Path, record: dict[str, Any], period: int) -> None:
     """A block a stop cut short: its files kept under abandoned-<time>/, the cut named in the record."""
-    from spikeloop.experiments.runner import ABANDONED_PREFIX
-
     aside = trial_dir / f"{ABANDONED_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-{directory.name}"
     directory.rename(aside)
     record["abandoned"].append({"period": period, "directory": aside.name, "set_aside_at": time.time()})
@@ -152,7 +146,7 @@ def run_sequence(tune_config: dict[str, Any], trial_dir: Path, train_block) -> b
     record = read_sequence(trial_dir)
     record.update({"culture_id": culture["culture_id"], "device": culture["device"], "order": culture["sequence"]})
     record.setdefault("culture_seed", culture.get("culture_seed"))
-    order = culture["sequence"] * design.repeats
+    order = culture["sequence"]
     done = {b["period"] for b in record["blocks"]}
     for period, condition in enumerate(order):
         if period in done:

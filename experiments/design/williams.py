@@ -61,52 +61,60 @@ def is_balanced(rows: list[list[int]]) -> bool:
     return len(pairs) == k * (k - 1) and len(set(pairs.values())) == 1
 
 
-def deal(k: int, n_cultures: int, seed: int) -> tuple[list[list[int]], list[list[int]]]:
-    """(the orders, one order per culture) for k conditions, from a recorded seed.
+def deal(k: int, n_cultures: int, seed: int, passes: int = 1) -> tuple[list[list[int]], list[list[int]]]:
+    """(the orders, one sequence per culture) for k conditions, from a recorded seed.
 
     The conditions' labels are shuffled first, so no condition is always first in row 0; those labelled
-    Williams rows are the orders. They are dealt out in a random order, a fresh shuffle for each pass through
+    Williams rows are the orders. They are dealt out in a random order, a fresh shuffle for each round through
     them, so with a number of cultures that is a multiple of the row count every order is used equally often,
-    and which culture gets which order is random.
+    and which culture gets which order is random. With several passes, each pass deals again: a culture's
+    sequence is its orders one after another.
     """
     rng = np.random.default_rng(seed)
     labels = [int(v) for v in rng.permutation(k)]
-    rows = williams_rows(k)
-    picks: list[int] = []
-    while len(picks) < n_cultures:
-        picks += [int(i) for i in rng.permutation(len(rows))]
-    return _labelled(rows, labels), [_labelled(rows, labels)[i] for i in picks[:n_cultures]]
+    rows = _labelled(williams_rows(k), labels)
+    sequences: list[list[int]] = [[] for _ in range(n_cultures)]
+    for _ in range(passes):
+        picks: list[int] = []
+        while len(picks) < n_cultures:
+            picks += [int(i) for i in rng.permutation(len(rows))]
+        for culture, pick in enumerate(picks[:n_cultures]):
+            sequences[culture] += rows[pick]
+    return rows, sequences
 
 
 def _labelled(rows: list[list[int]], labels: Sequence[int]) -> list[list[int]]:
     return [[labels[c] for c in row] for row in rows]
 
 
-def deal_count(k: int, n_cultures: int) -> int:
-    """How many equally likely outcomes `deal` has: label shuffles x each pass's shuffle of the rows."""
+def deal_count(k: int, n_cultures: int, passes: int = 1) -> int:
+    """How many equally likely outcomes `deal` has: label shuffles x each round's shuffle of the rows, per pass."""
     rows = len(williams_rows(k))
     full, last = divmod(n_cultures, rows)
-    return math.factorial(k) * math.factorial(rows) ** full * math.perm(rows, last)
+    return math.factorial(k) * (math.factorial(rows) ** full * math.perm(rows, last)) ** passes
 
 
-def every_deal(k: int, n_cultures: int) -> Iterator[list[list[int]]]:
+def every_deal(k: int, n_cultures: int, passes: int = 1) -> Iterator[list[list[int]]]:
     """Every outcome of `deal`'s draws (one order per culture per outcome): each draw is equally likely, so a
     randomisation test over them is exact. One set of orders can come from two draws (a label shuffle can map
     the rows onto each other), and is then listed twice, as its chance is twice."""
     rows = williams_rows(k)
     full, last = divmod(n_cultures, len(rows))
     shuffles = list(itertools.permutations(range(len(rows))))
-    passes = [shuffles] * full + [list(itertools.permutations(range(len(rows)), last))]
+    rounds = [shuffles] * full + [list(itertools.permutations(range(len(rows)), last))]
+    one_pass = [[i for part in picks for i in part] for picks in itertools.product(*rounds)]
     for labels in itertools.permutations(range(k)):
         labelled = _labelled(rows, labels)
-        for picks in itertools.product(*passes):
-            yield [labelled[i] for part in picks for i in part]
+        for picks in itertools.product(one_pass, repeat=passes):
+            yield [[c for pick in picks for c in labelled[pick[culture]]] for culture in range(n_cultures)]
 
 
-def random_deals(k: int, n_cultures: int, count: int, rng: np.random.Generator) -> list[list[list[int]]]:
+def random_deals(
+    k: int, n_cultures: int, count: int, rng: np.random.Generator, passes: int = 1
+) -> list[list[list[int]]]:
     """`count` outcomes of `deal`, drawn as `deal` draws them."""
     seeds = rng.integers(0, 2**63, size=count)
-    return [deal(k, n_cultures, int(s))[1] for s in seeds]
+    return [deal(k, n_cultures, int(s), passes)[1] for s in seeds]
 
 
 def rows_needed(k: int) -> int:
