@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -189,6 +190,25 @@ def test_check_prints_the_schedule_the_device_time_and_what_it_can_show(tmp_path
     # 4 blocks of 300 s and 3 rests of 120 s per culture; 4 cultures per device, taking turns.
     assert "culture time: 26 min per culture; 3.5 device-hours in all; 1.7 h with the devices side by side" in out
     assert "smallest effect it can show with 80% power" in out and "within-culture s.d." in out
+    assert "checked on 400 made-up runs of this design: with nothing planted" in out
+    assert "(the model takes it out)" in out
+
+
+def test_check_shows_what_a_fixed_order_cannot_do():
+    from spikeloop.experiments.design import plan as design_plan
+
+    data = _experiment(
+        {
+            "order": "fixed",
+            "conditions": {"feedback.enabled": [True, False], "feedback.surprise.enabled": [True, False]},
+            "spread": {"within_culture": 10.0},
+        },
+        resources={"num_env_runners": 2},
+    )
+    text = "\n".join(design_plan.lines(experiment_from_dict(data)))
+    assert "order: fixed, every culture the same order" in text
+    assert "nothing can come out significant (no randomisation to test by)" in text
+    assert re.search(r"moves an estimate by (0.9\d|1.0\d) s.d. at most \(the order confounds it\)", text), text
 
 
 def test_check_says_when_too_few_cultures_can_show_nothing(tmp_path):

@@ -90,8 +90,11 @@ class DesignSection(BaseModel):
     rest_s: float = Field(
         300.0, ge=0, le=MAX_PROTOCOL_PHASE_S, description="between blocks: no stimulation, activity recorded"
     )
-    fresh: Literal["learner", "nothing"] = Field(
-        "learner", description="learner: each block trains a new agent; the culture always carries over"
+    fresh: Literal["learner"] = Field(
+        "learner",
+        description="what starts fresh in each block: the learner (a new agent from the experiment's seed); the "
+        "culture always carries over. A learner carried across blocks is not offered: it would carry one "
+        "condition's training into the next, a carry-over the design could not balance",
     )
     spread: Spread | None = Field(None, description="what `check` uses for the smallest detectable effect")
 
