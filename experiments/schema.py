@@ -531,6 +531,11 @@ class Experiment(BaseModel):
                 "design: a design sweeps its own conditions over cultures; leave tune.search_space empty and "
                 "tune.seeds at 1 (a seed is not a culture)"
             )
+        if self.protocol is not None:
+            raise ValueError(
+                "design: a design's blocks and rests are its culture's sessions, and protocol: would give each block "
+                "a session of its own; use one or the other"
+            )
         devices = {d.device_id: d for d in self.devices}
         for i, culture in enumerate(self.design.cultures):
             device = devices.get(culture.device)

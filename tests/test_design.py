@@ -127,6 +127,8 @@ def test_timing_counts_rests_and_lets_cultures_on_one_device_take_turns():
         ({}, {"tune": {"search_space": {"ppo.lr": {"grid": [0.1, 0.2]}}}}, "leave tune.search_space empty"),
         ({"cultures": [{"culture_id": "a b", "device": "cl1-a"}]}, {}, "design.cultures.0.culture_id"),
         ({"rest_s": -1}, {}, "design.rest_s"),
+        ({}, {"protocol": "rest-play-rest"}, "use one or the other"),
+        ({"fresh": "nothing"}, {}, "design.fresh"),
     ],
 )
 def test_a_design_no_lab_can_run_is_refused_naming_its_key(design, extra, message):
