@@ -19,14 +19,16 @@ def build_parser() -> argparse.ArgumentParser:
         prog="spikeloop tune",
         description="Sweep settings (tune.search_space: dotted keys -> grid/choice/uniform/loguniform/randint) with "
         "Ray Tune. Each trial gets its own directory, checkpoints and TensorBoard files; failed trials are retried "
-        "from their last checkpoint (tune.max_failures).",
+        "from their last checkpoint (tune.max_failures). With a `design:` section, one trial per culture instead: "
+        "its blocks in the order the design dealt it, a rest before each, `sequence.json` as it goes.",
     )
     add_experiment_arguments(parser)
     parser.add_argument(
         "--resume",
         action="store_true",
         help="resume the newest sweep of this experiment's name (e.g. after the driver was killed); "
-        "unfinished and errored trials, and those a lost device stopped, continue from their checkpoints",
+        "unfinished and errored trials, and those a lost device stopped, continue from their checkpoints (a "
+        "design's culture: at the block it stopped in, which starts again)",
     )
     add_start_argument(parser)
     return parser
