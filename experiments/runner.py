@@ -43,6 +43,7 @@ from typing import Any
 import yaml
 
 from spikeloop.experiments.design.block import Block
+from spikeloop.experiments.design.sequence import culture_block, run_sequence, trial_name
 from spikeloop.experiments.ray_session import init_ray
 from spikeloop.experiments.run_log import DEVICE_LOST, FINISHED, NOTHING_TRAINED, SETUP_ERROR
 from spikeloop.experiments.schema import Experiment, experiment_from_dict, set_path
@@ -52,6 +53,7 @@ from spikeloop.experiments.trial_files import (
     DESIGN_CULTURE,
     PROVENANCE_FILE,
     REPEATS_FILE,
+    SCHEDULE_FILE,
     SEED_INDEX,
     SEQUENCE_FILE,
 )
@@ -250,7 +252,6 @@ def _train_sequence(tune_config: dict[str, Any]) -> None:
     """
     from ray import tune
 
-    from spikeloop.experiments.design.sequence import run_sequence
     from spikeloop.models.closed_loop.link import DeviceLost
 
     trial_dir = _trial_dir()
@@ -587,8 +588,6 @@ def _culture_resources(tune_config: dict[str, Any]):
     that the cultures on one device take turns."""
     from ray.tune import PlacementGroupFactory
 
-    from spikeloop.experiments.design.sequence import culture_block
-
     block = culture_block(tune_config["experiment"], tune_config[DESIGN_CULTURE])
     request = _resources(block)
     hardware = block.culture_settings().hardware
@@ -596,20 +595,6 @@ def _culture_resources(tune_config: dict[str, Any]):
         return request
     head, *rest = request.bundles
     return PlacementGroupFactory([head | {hardware[0].resource: DEVICE_HOLD}, *rest], strategy=request.strategy)
-
-
-def _design_trial_name(trial) -> str:
-    from spikeloop.experiments.design.sequence import trial_name
-
-    return trial_name(trial)
-
-
-def _design_blocks(experiment: Experiment) -> list[Experiment]:
-    """One block experiment per culture of the design: what each of its trials asks of Ray."""
-    from spikeloop.experiments.design.plan import design_schedule
-    from spikeloop.experiments.design.sequence import culture_block
-
-    return [culture_block(experiment.plain(), c) for c in design_schedule(experiment).cultures]
 
 
 def _tell_hardware(experiment: Experiment, reason: str, results) -> None:
@@ -720,7 +705,14 @@ def run(
 
     rllib_notices.quiet_tune_output()
     design = experiment.design is not None and sweep
-    blocks = _design_blocks(experiment) if design else [experiment]
+    plan = None
+    blocks = [experiment]
+    if design:  # each culture's trial asks Ray for what its first block needs
+        from spikeloop.experiments.design.plan import design_schedule
+
+        plan = design_schedule(experiment)
+        plain = experiment.plain()
+        blocks = [culture_block(plain, culture) for culture in plan.cultures]
     for each in blocks:
         check_fit(each)
     culture = experiment.culture_settings()
@@ -751,11 +743,7 @@ def run(
         param_space: dict[str, Any] = {"experiment": experiment.plain()}
         if start_from is not None:
             param_space[START_FROM] = str(start_from)
-        if design:
-            from spikeloop.experiments.design.plan import design_schedule
-            from spikeloop.experiments.trial_files import SCHEDULE_FILE
-
-            plan = design_schedule(experiment)
+        if plan is not None:
             (run_dir / SCHEDULE_FILE).write_text(json.dumps(plan.to_json(), indent=2) + "\n")
             param_space[DESIGN_CULTURE] = tune.grid_search(plan.cultures)
         if sweep and experiment.tune.search_space:
@@ -771,7 +759,7 @@ def run(
                 max_concurrent_trials=t.max_concurrent_trials if sweep else 1,
                 metric=score,
                 mode=mode,
-                trial_dirname_creator=_design_trial_name if design else None,
+                trial_dirname_creator=trial_name if design else None,
             ),
             run_config=tune.RunConfig(
                 name=run_name,

@@ -72,6 +72,11 @@ BENCH_BASELINE = "zero"
 CURVE_POINTS = 200
 
 
+def killed(kill_counts: np.ndarray) -> np.ndarray:
+    """Per episode: 1.0 with a kill, 0.0 without, NaN where the record has no kill count."""
+    return np.where(np.isfinite(kill_counts), (kill_counts > 0).astype(np.float64), np.nan)
+
+
 def final_window(returns: np.ndarray, kills: np.ndarray) -> tuple[float, float]:
     """(mean return, kill rate) over the last `FINAL_EPISODES` episodes that have a return; NaN without any."""
     returns = np.asarray(returns, dtype=np.float64)
@@ -247,13 +252,12 @@ def load_run(run_dir: Path, include_unfinished: bool = False) -> SweepData:
     units = []
     for i, trial in enumerate(trials):
         arrays = episode_arrays(trial, ["episode_reward", "kill_count", ENV_STEPS_AT_END])
-        kills = arrays["kill_count"]
         units.append(
             Unit(
                 configuration=tuple(values[k][i] for k in factors),
                 seed=trial.seed,
                 returns=arrays["episode_reward"],
-                kills=np.where(np.isfinite(kills), (kills > 0).astype(np.float64), np.nan),
+                kills=killed(arrays["kill_count"]),
                 env_steps=arrays[ENV_STEPS_AT_END],
                 source=str(trial.path),
                 drawn={k: _value_or_none(trial.experiment, k) for k in drawn_keys},

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from spikeloop.experiments.design.block import Block
+from spikeloop.experiments.design.schedule import conditions_of
 from spikeloop.experiments.design.settings import DesignSection
 from spikeloop.experiments.trial_files import ABANDONED_PREFIX, DESIGN_CULTURE, SEQUENCE_FILE
 
@@ -42,11 +43,11 @@ def block_name(period: int, condition: int) -> str:
 
 
 def block_experiment(
-    base: dict[str, Any], culture: dict[str, Any], values: dict[str, Any], steps: int, state: Path | None = None
+    base: dict[str, Any], culture: dict[str, Any], values: dict[str, Any], state: Path | None = None
 ) -> dict:
-    """The experiment one block trains: the culture's device alone, one env runner, the condition's values,
-    the block's budget as the stop, no design or sweep of its own. A simulated culture gets its culture seed and
-    `state`, the file it is kept in from block to block (carry-over, as in a dish)."""
+    """The experiment one block trains, but for its stop (the default until the block's budget is known): the
+    culture's device alone, one env runner, the condition's values, no design or sweep of its own. A simulated
+    culture gets its culture seed and `state`, the file it is kept in from block to block (carry-over)."""
     from spikeloop.experiments.schema import set_path
 
     data = copy.deepcopy(base)
@@ -59,7 +60,7 @@ def block_experiment(
             device["culture_state"] = str(state)
     data["devices"] = [device]
     data.setdefault("resources", {})["num_env_runners"] = 1
-    data["stop"] = {"env_steps": steps}
+    data.pop("stop", None)
     for key, value in values.items():
         set_path(data, key, value)
     return data
@@ -67,13 +68,12 @@ def block_experiment(
 
 def culture_block(base: dict[str, Any], culture: dict[str, Any]):
     """The experiment of the culture's first block (its device, one env runner): what a trial asks Ray for."""
-    from spikeloop.experiments.design.schedule import conditions_of
     from spikeloop.experiments.schema import experiment_from_dict
 
     design = DesignSection.model_validate(base["design"])
     first = conditions_of(design)[culture["sequence"][0]].values
     return experiment_from_dict(
-        block_experiment(base, culture, first, 1), source=f"design culture {culture['culture_id']}"
+        block_experiment(base, culture, first), source=f"design culture {culture['culture_id']}"
     )
 
 
@@ -107,16 +107,12 @@ def _set_aside(trial_dir: Path, directory: Path, record: dict[str, Any], period:
 
 def block_outcome(directory: Path) -> dict[str, Any]:
     """The block's final-window return and kill rate, and its episodes, from its episodes.jsonl."""
-    import numpy as np
 
     from spikeloop.experiments.analysis.runs import episode_arrays
-    from spikeloop.experiments.analysis.sweep import final_window
+    from spikeloop.experiments.analysis.sweep import final_window, killed
 
     arrays = episode_arrays(directory, ["episode_reward", "kill_count"])
-    kills = arrays["kill_count"]
-    final_return, kill_rate = final_window(
-        arrays["episode_reward"], np.where(np.isfinite(kills), (kills > 0).astype(np.float64), np.nan)
-    )
+    final_return, kill_rate = final_window(arrays["episode_reward"], killed(arrays["kill_count"]))
 
     def number(value: float) -> float | None:  # JSON has no NaN: a block without episodes has no figure
         return None if math.isnan(value) else value
@@ -140,8 +136,6 @@ def run_sequence(tune_config: dict[str, Any], trial_dir: Path, train_block) -> b
     base = tune_config["experiment"]
     design = DesignSection.model_validate(base["design"])
     culture = tune_config[DESIGN_CULTURE]
-    from spikeloop.experiments.design.schedule import conditions_of
-
     conditions = conditions_of(design)
     record = read_sequence(trial_dir)
     record.update({"culture_id": culture["culture_id"], "device": culture["device"], "order": culture["sequence"]})
@@ -156,8 +150,9 @@ def run_sequence(tune_config: dict[str, Any], trial_dir: Path, train_block) -> b
             _set_aside(trial_dir, directory, record, period)
             _write_sequence(trial_dir, record)
         directory.mkdir()
-        data = block_experiment(base, culture, conditions[condition].values, 0, trial_dir / CULTURE_FILE)
-        resolved = experiment_from_dict({**data, "stop": {"iterations": 1}}, source="block")
+        data = block_experiment(base, culture, conditions[condition].values, trial_dir / CULTURE_FILE)
+        # Resolved once for the exchange's culture time, which the condition could change (its windows, its rounds).
+        resolved = experiment_from_dict(data, source=f"block {period + 1} of {culture['culture_id']}")
         exchange_s, rounds = tick_s(resolved.devices), resolved.model.same_frame_rounds
         data["stop"] = {"env_steps": block_env_steps(design, exchange_s, rounds)}
         rest_ticks = whole(design.rest_s / exchange_s) if period > 0 and design.rest_s > 0 else 0
