@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from spikeloop.experiments.analysis.crossover import Blocks, Terms, analyse, lines
+from spikeloop.experiments.analysis.crossover import Blocks, Terms, analyse, lines, randomisation
 from spikeloop.experiments.design.schedule import schedule
 from spikeloop.experiments.design.settings import DesignSection
 from spikeloop.experiments.design.simulate import Planted, detectable_effect, run, simulate_values
@@ -60,7 +60,10 @@ def test_a_planted_carry_over_biases_a_fixed_order_and_not_a_balanced_one():
     assert fixed.mean_estimate[2] == pytest.approx(2.0, abs=0.1)
     assert fixed.rejected == {1: 0.0, 2: 0.0, 3: 0.0}  # and nothing can be tested: no randomisation
     # Balanced orders need the carry-over term too: without it the balance only spreads the bias.
-    without = run(_plan("williams"), planted, draws=DRAWS, terms=Terms(period=True, carry_over=False))
+    plan = _plan("williams")
+    without = run(
+        plan, planted, draws=DRAWS, randomised=randomisation(plan, terms=Terms(period=True, carry_over=False))
+    )
     assert without.mean_estimate[1] == pytest.approx(-0.5, abs=0.1)
 
 

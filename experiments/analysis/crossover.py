@@ -197,11 +197,39 @@ def standardised(w: np.ndarray) -> np.ndarray:
     return w / np.where(norm > 0, norm, np.nan)
 
 
-def randomisation_p(stats: np.ndarray) -> float:
-    """Two-sided p: the share of outcomes whose statistic is at least as far from 0 as the dealt one's (row 0)."""
-    observed = abs(stats[0])
-    finite = stats[np.isfinite(stats)]
-    return float(np.mean(np.abs(finite) >= observed - 1e-9 * max(1.0, observed)))
+def randomisation_p(stats: np.ndarray) -> np.ndarray:
+    """Two-sided p per column of (outcomes x runs) statistics: the share of the outcomes whose statistic is at least
+    as far from 0 as the dealt one's (row 0), among those that are estimable."""
+    observed = np.abs(stats[0])
+    finite = np.isfinite(stats)
+    extreme = (np.abs(stats) >= observed - 1e-9 * np.maximum(1.0, observed)) & finite
+    return extreme.sum(axis=0) / finite.sum(axis=0)
+
+
+@dataclass(frozen=True)
+class Randomisation:
+    """What the test permutes over, worked out once per design: the model's terms, the outcomes the design could
+    have dealt (the dealt one first) and, per condition j >= 1, each outcome's least-squares weights for j - 0."""
+
+    terms: Terms
+    outcomes: int
+    exact: bool
+    weights: dict[int, np.ndarray]
+
+    def statistics(self, values: np.ndarray) -> dict[int, np.ndarray]:
+        """Per condition: (outcomes x runs) standardised statistics of (runs x blocks) values."""
+        return {j: standardised(w) @ np.atleast_2d(values).T for j, w in self.weights.items()}
+
+    def estimates(self, values: np.ndarray) -> dict[int, np.ndarray]:
+        """Per condition: the dealt outcome's least-squares estimate of j - 0 for each run of (runs x blocks)."""
+        return {j: w[0] @ np.atleast_2d(values).T for j, w in self.weights.items()}
+
+
+def randomisation(plan: Schedule, seed: int = 0, terms: Terms | None = None) -> Randomisation:
+    """The design's randomisation (`terms` None: the terms `analyse` fits; `seed`: the sample, where there is one)."""
+    terms = terms or terms_for(plan)
+    orders_list, exact = assignments(plan, np.random.default_rng(seed))
+    return Randomisation(terms, len(orders_list), exact, weights_per_assignment(plan, orders_list, terms))
 
 
 def analyse(plan: Schedule, blocks: Blocks, alpha: float = 0.05, seed: int = 0) -> Analysis:
@@ -209,7 +237,8 @@ def analyse(plan: Schedule, blocks: Blocks, alpha: float = 0.05, seed: int = 0) 
     `Schedule.blocks` order (Blocks.from_schedule)."""
     k = len(plan.conditions)
     n_cultures = len(blocks.culture_ids)
-    terms = terms_for(plan)
+    randomised = randomisation(plan, seed)
+    terms = randomised.terms
     notes: list[str] = []
     if plan.order == "fixed":
         notes.append(
@@ -220,23 +249,22 @@ def analyse(plan: Schedule, blocks: Blocks, alpha: float = 0.05, seed: int = 0) 
         notes.append(f"first-order carry-over cannot be told apart from {k} conditions' effects: estimates assume none")
     if n_cultures < 2:
         notes.append("one culture: no test across cultures; its blocks are repeated measures of one dish")
-    orders_list, exact = assignments(plan, np.random.default_rng(seed))
-    weights = weights_per_assignment(plan, orders_list, terms)
+    statistics = randomised.statistics(blocks.value)
+    estimates = randomised.estimates(blocks.value)
     comparisons = []
     for j in range(1, k):
-        w = weights[j]
-        stats = standardised(w) @ blocks.value
-        tested = len(orders_list) > 1 and bool(np.isfinite(stats[0]))
+        stats = statistics[j][:, 0]
+        tested = randomised.outcomes > 1 and bool(np.isfinite(stats[0]))
         per_culture = _per_culture(blocks, j, 0)
         rank = signed_rank_test(per_culture) if len(per_culture) > 1 else None
         comparisons.append(
             Comparison(
                 a=j,
                 b=0,
-                estimate=float(w[0] @ blocks.value),
-                randomisation_p=randomisation_p(stats) if tested else math.nan,
-                assignments=len(orders_list),
-                exact=exact,
+                estimate=float(estimates[j][0]),
+                randomisation_p=float(randomisation_p(stats[:, None])[0]) if tested else math.nan,
+                assignments=randomised.outcomes,
+                exact=randomised.exact,
                 per_culture=per_culture,
                 signed_rank_p=rank.p if rank is not None else math.nan,
                 smallest_signed_rank_p=smallest_signed_rank_p(n_cultures),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from spikeloop.experiments.analysis.crossover import Randomisation, randomisation
 from spikeloop.experiments.design.schedule import Schedule, balance_line, schedule, timing
 from spikeloop.experiments.design.simulate import POWER, Planted, detectable_effect, run
 from spikeloop.experiments.protocol.settings import tick_s
@@ -60,19 +61,24 @@ def lines(experiment) -> list[str]:
         f"  culture time: {_hours(span.per_culture_s)} per culture; {span.device_hours:.1f} device-hours in all; "
         f"{_hours(span.wall_s)} with the devices side by side (the cultures on one device take turns)"
     )
-    out.append("  " + _detectable_line(plan, experiment))
-    out.append("  " + _validation_line(plan, experiment))
+    randomised = randomisation(plan)
+    out.append("  " + _detectable_line(plan, experiment, randomised))
+    out.append("  " + _validation_line(plan, experiment, randomised))
     return out
 
 
-def _validation_line(plan: Schedule, experiment) -> str:
+def _validation_line(plan: Schedule, experiment, randomised: Randomisation) -> str:
     """The design and its analysis on made-up blocks: the null's error rate and what a carry-over does."""
     spread = experiment.design.spread
     sd = spread.within_culture if spread is not None else 1.0
     k = len(plan.conditions)
-    null = run(plan, Planted([0.0] * k, within_culture=sd), ALPHA, VALIDATION_RUNS)
+    null = run(plan, Planted([0.0] * k, within_culture=sd), ALPHA, VALIDATION_RUNS, randomised=randomised)
     carried = run(
-        plan, Planted([0.0] * k, carry_over=[0.0, sd] + [0.0] * (k - 2), within_culture=sd), ALPHA, VALIDATION_RUNS
+        plan,
+        Planted([0.0] * k, carry_over=[0.0, sd] + [0.0] * (k - 2), within_culture=sd),
+        ALPHA,
+        VALIDATION_RUNS,
+        randomised=randomised,
     )
     bias = max(abs(v) for v in carried.mean_estimate.values()) / sd
     tested = (
@@ -87,7 +93,7 @@ def _validation_line(plan: Schedule, experiment) -> str:
     )
 
 
-def _detectable_line(plan: Schedule, experiment) -> str:
+def _detectable_line(plan: Schedule, experiment, randomised: Randomisation) -> str:
     spread = experiment.design.spread
     family = len(plan.conditions) - 1
     if spread is None:
@@ -95,7 +101,7 @@ def _detectable_line(plan: Schedule, experiment) -> str:
             "smallest effect it can show: give design.spread (within_culture, between_culture: `spikeloop analyze` "
             "prints them for a pilot design) to see it"
         )
-    effect = detectable_effect(plan, spread.within_culture, ALPHA)
+    effect = detectable_effect(plan, spread.within_culture, ALPHA, randomised=randomised)
     what = f"{POWER:.0%} power at alpha {ALPHA} (Holm over {family} comparison(s) against C0, randomisation test)"
     if effect is None:
         return (

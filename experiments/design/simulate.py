@@ -17,14 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spikeloop.experiments.analysis.crossover import (
-    Terms,
-    assignments,
-    randomisation_p,
-    standardised,
-    terms_for,
-    weights_per_assignment,
-)
+from spikeloop.experiments.analysis.crossover import Randomisation, randomisation, randomisation_p
 from spikeloop.experiments.analysis.stats import holm
 from spikeloop.experiments.design.schedule import Schedule
 
@@ -88,31 +81,34 @@ def run(
     alpha: float = 0.05,
     draws: int = DRAWS,
     seed: int = 0,
-    terms: Terms | None = None,
+    randomised: Randomisation | None = None,
 ) -> Simulated:
-    """The analysis's verdicts over `draws` simulated runs of the design (terms None: as `analyse` fits)."""
-    rng = np.random.default_rng(seed)
-    terms = terms or terms_for(plan)
-    orders_list, _ = assignments(plan, rng)
-    weights = weights_per_assignment(plan, orders_list, terms)
-    values = simulate_values(plan, planted, rng, draws)
-    p = {j: np.array([randomisation_p(s) for s in (standardised(w) @ values.T).T]) for j, w in weights.items()}
-    estimates = {j: w[0] @ values.T for j, w in weights.items()}
-    if len(orders_list) < 2:  # a fixed order: nothing to permute, so nothing is ever shown
-        p = {j: np.full(draws, math.nan) for j in weights}
+    """The analysis's verdicts over `draws` simulated runs of the design (`randomised` None: as `analyse` works
+    it out; give it to run one design several times without working it out again)."""
+    randomised = randomised or randomisation(plan, seed)
+    values = simulate_values(plan, planted, np.random.default_rng(seed), draws)
+    p = {j: randomisation_p(stats) for j, stats in randomised.statistics(values).items()}
+    estimates = randomised.estimates(values)
+    if randomised.outcomes < 2:  # a fixed order: nothing to permute, so nothing is ever shown
+        p = {j: np.full(draws, math.nan) for j in p}
     adjusted = np.array([holm([p[j][d] for j in sorted(p)]) for d in range(draws)])
     rejected = {j: float(np.mean(adjusted[:, i] <= alpha)) for i, j in enumerate(sorted(p))}
     return Simulated(
         rejected,
         {j: float(np.mean(e)) for j, e in estimates.items()},
         float(np.mean((adjusted <= alpha).any(axis=1))),
-        terms.carry_over,
-        len(orders_list),
+        randomised.terms.carry_over,
+        randomised.outcomes,
     )
 
 
 def detectable_effect(
-    plan: Schedule, within_culture: float, alpha: float = 0.05, power: float = POWER, seed: int = 0
+    plan: Schedule,
+    within_culture: float,
+    alpha: float = 0.05,
+    power: float = POWER,
+    seed: int = 0,
+    randomised: Randomisation | None = None,
 ) -> float | None:
     """The smallest direct effect of one condition over the reference that the design shows (after Holm over
     its comparisons) in `power` of its runs; None when no effect can be shown (too few orderings to permute).
@@ -120,24 +116,18 @@ def detectable_effect(
     Only the within-culture spread enters: the model takes each culture's own level out, which is what a
     design with every culture under every condition buys.
     """
-    rng = np.random.default_rng(seed)
-    orders_list, _ = assignments(plan, rng)
-    if len(orders_list) < 2:
+    randomised = randomised or randomisation(plan, seed)
+    family = len(plan.conditions) - 1
+    if randomised.outcomes < 2 or 1.0 / randomised.outcomes > alpha / family:
         return None
-    k = len(plan.conditions)
-    family = k - 1
-    if 1.0 / len(orders_list) > alpha / family:
-        return None
-    w = standardised(weights_per_assignment(plan, orders_list, terms_for(plan))[1])
-    noise = rng.normal(0.0, within_culture, size=(DRAWS, w.shape[1]))
-    signal = w @ (np.array([b.condition == 1 for b in plan.blocks()], dtype=np.float64))
-    noise_stats = w @ noise.T  # assignments x draws
+    noise = np.random.default_rng(seed).normal(0.0, within_culture, size=(DRAWS, len(plan.blocks())))
+    # Statistics are linear in the values: the signal's part is worked out once, apart from the noise's.
+    signal = randomised.statistics(np.array([b.condition == 1 for b in plan.blocks()], dtype=np.float64))[1]
+    noise_stats = randomised.statistics(noise)[1]  # outcomes x draws
     # Holm's first step: the one comparison with an effect is tested at alpha / family when the others are null.
 
     def shown(effect: float) -> float:
-        stats = effect * signal[:, None] + noise_stats
-        p = np.mean(np.abs(stats) >= np.abs(stats[0])[None, :] - 1e-12, axis=0)
-        return float(np.mean(p <= alpha / family))
+        return float(np.mean(randomisation_p(effect * signal + noise_stats) <= alpha / family))
 
     low, high = 0.0, within_culture
     while shown(high) < power:
