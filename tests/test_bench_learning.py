@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from spikeloop.experiments.benchmarks import learning as bl
+from spikeloop.experiments.strict_json import json_safe
 
 EPISODES = 600
 EPISODES_PER_ITERATION = 10
@@ -282,7 +283,7 @@ def _result(runs: bl.Runs) -> dict:
         "base_experiment": {"env": {"scenario": "basic"}},
     }
     # Round trip through JSON, as from the file.
-    return json.loads(json.dumps(bl._json_safe(bl.build_result(settings, runs, {}, 12.0))))
+    return json.loads(json.dumps(json_safe(bl.build_result(settings, runs, {}, 12.0))))
 
 
 def test_result_layout_and_curves_round_trip():

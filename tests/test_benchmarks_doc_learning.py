@@ -637,10 +637,11 @@ def test_every_committed_statistic_is_what_its_runs_give_today(name: str) -> Non
     exact) fails here until the file is restated from its unchanged runs (its `restated` says when and why).
     """
     from spikeloop.experiments.benchmarks import learning as bl
+    from spikeloop.experiments.strict_json import json_safe
 
     result = json.loads((REPO / "docs" / "benchmarks" / name).read_text())
     runs, facts = bl.runs_from_result(result), bl.run_facts_from_result(result)
-    rebuilt = json.loads(json.dumps(bl._json_safe(bl.build_result(result["settings"], runs, facts, 0.0))))
+    rebuilt = json.loads(json.dumps(json_safe(bl.build_result(result["settings"], runs, facts, 0.0))))
     differences = [d for key in rebuilt if key != "wall_s" for d in _same_numbers(result.get(key), rebuilt[key], key)]
     assert not differences, f"{name} is not what its runs give today:\n" + "\n".join(differences[:20])
 

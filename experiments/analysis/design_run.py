@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import yaml
 
 from spikeloop.experiments.analysis.crossover import Analysis, Blocks, analyse, lines
 from spikeloop.experiments.design.schedule import Condition, Schedule
+from spikeloop.experiments.strict_json import json_safe
 from spikeloop.experiments.trial_files import SCHEDULE_FILE, SEQUENCE_FILE
 
 METRICS = {"final_return": "final return (last 100 episodes of the block)", "final_kill_rate": "kill rate"}
@@ -128,18 +130,7 @@ def write(run_dir: Path, plan: Schedule, analyses: dict[str, Analysis], notes: l
 
 
 def _plain(analysis: Analysis) -> dict[str, Any]:
-    def clean(value: Any) -> Any:
-        if isinstance(value, float):
-            return None if not math.isfinite(value) else value
-        if isinstance(value, dict):
-            return {str(k): clean(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [clean(v) for v in value]
-        return value
-
-    from dataclasses import asdict
-
-    return clean(asdict(analysis))
+    return json_safe(asdict(analysis))
 
 
 def analyse_run(run_dir: Path, data=None, include_unfinished: bool = False, alpha: float = 0.05):

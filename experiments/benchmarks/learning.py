@@ -77,6 +77,7 @@ from spikeloop.experiments.benchmarks.one_run import WINDOW, Episode, train_run
 from spikeloop.experiments.benchmarks.record import provenance, write_result
 from spikeloop.experiments.dotted import flatten
 from spikeloop.experiments.ray_session import private_ray
+from spikeloop.experiments.strict_json import json_safe
 
 DEFAULT_OUTPUT = Path("docs/benchmarks/learning.json")
 ALPHA = 0.01
@@ -789,19 +790,8 @@ def build_result(
 
 def _write_atomic(path: Path, result: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    write_result(tmp, _json_safe(result))
+    write_result(tmp, json_safe(result))
     os.replace(tmp, path)
-
-
-def _json_safe(value: Any) -> Any:
-    """NaN and infinities as null (JSON has no such numbers)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
 
 
 # --- the figure ---------------------------------------------------------------------

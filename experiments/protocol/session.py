@@ -19,6 +19,7 @@ import numpy as np
 from spikeloop.experiments.protocol.rest import PHASE_FILES, RestRecord, rest
 from spikeloop.experiments.protocol.settings import tick_s, whole
 from spikeloop.experiments.protocol.stats import early_late, rest_change
+from spikeloop.experiments.strict_json import json_safe
 
 PROTOCOL_FILE = "protocol.json"
 OUTCOME_TAGS = {
@@ -131,7 +132,7 @@ class ProtocolSession:
             ),
         }
         result["outcome"] = {tag: _at(result, path) for tag, path in OUTCOME_TAGS.items()}
-        (self.trial_dir / PROTOCOL_FILE).write_text(json.dumps(_json_safe(result), indent=2, allow_nan=False))
+        (self.trial_dir / PROTOCOL_FILE).write_text(json.dumps(json_safe(result), indent=2, allow_nan=False))
         for line in summary_lines(result):
             print(f"[protocol] {line}", flush=True)
         print(f"[protocol] statistics: {self.trial_dir / PROTOCOL_FILE}", flush=True)
@@ -215,16 +216,3 @@ def _at(tree: dict[str, Any], path: tuple[str, ...]) -> Any:
             return None
         node = node[part]
     return node
-
-
-def _json_safe(value: Any) -> Any:
-    """NaN and infinity become null: protocol.json stays strict JSON."""
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, np.integer):
-        return int(value)
-    return value
