@@ -1,8 +1,8 @@
 """A design's schedule: which culture takes which condition in which block, on which device, for how long.
 
 The schedule is fixed from the design and its seed before anything runs, so it can be printed by `spikeloop
-check`, recorded with the run, and read back by the analysis to know the randomisation the design made (the
-exact test of experiments/analysis/crossover.py permutes over exactly that).
+check`, recorded with the run, and read back by the analysis: what was dealt, and how (the order, the number of
+conditions, cultures and passes), which is what the exact test of experiments/analysis/crossover.py permutes over.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class Schedule:
     pass (an order of its own each) one after another."""
     repeats: int
     rows: list[list[int]] = field(default_factory=list)
-    """The orders the design deals from (Williams rows, labels applied): the analysis's randomisation set."""
+    """The orders the design dealt from (Williams rows with the labels its seed shuffled): what `balanced` counts."""
 
     def blocks(self) -> list[Block]:
         out = []
@@ -123,7 +123,6 @@ class Timing:
     """How long the design keeps its cultures and devices busy (culture time: wall time on a real device)."""
 
     block_s: float
-    rest_s: float
     per_culture_s: float
     per_device_s: dict[str, float]
 
@@ -154,7 +153,7 @@ def timing(design: DesignSection, exchange_s: float, rounds: int, simulated: Set
     for culture in design.cultures:
         where = f"{culture.device}:{culture.culture_id}" if culture.device in simulated else culture.device
         per_device[where] = per_device.get(where, 0.0) + per_culture
-    return Timing(block_s, design.rest_s, per_culture, per_device)
+    return Timing(block_s, per_culture, per_device)
 
 
 def balance_line(plan: Schedule) -> str:
