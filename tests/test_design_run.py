@@ -14,14 +14,13 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.support.hardware_rig import REPO, DevicePorts, DeviceProgram, spikeloop_argv
-from tests.support.process_tree import group_and_descendants, sigkill_all
+from tests.support.process_tree import sigkill_group_once
 from tests.support.spikeloop_cli import cli_env
 
 pytestmark = pytest.mark.slow
@@ -80,15 +79,13 @@ def test_the_shipped_design_runs_dish_by_dish_resumes_at_its_block_and_is_analys
             driver = subprocess.Popen(
                 command, cwd=REPO, env=cli_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
-        try:
-            deadline = time.monotonic() + 600
-            while not any(r["blocks"] for r in _sequences(_run_dir(root)).values()) if root.exists() else True:
-                assert driver.poll() is None, f"the design ended before it was killed:\n{first_log.read_text()[-6000:]}"
-                assert time.monotonic() < deadline, f"no block finished in time:\n{first_log.read_text()[-6000:]}"
-                time.sleep(0.2)
-        finally:
-            sigkill_all(group_and_descendants(driver.pid))
-            driver.wait(timeout=30)
+        sigkill_group_once(
+            driver,
+            lambda: root.exists() and any(r["blocks"] for r in _sequences(_run_dir(root)).values()),
+            first_log,
+            600,
+            "finished block",
+        )
         assert driver.returncode == -signal.SIGKILL
         run_dir = _run_dir(root)
         before = {cid: [dict(b) for b in r["blocks"]] for cid, r in _sequences(run_dir).items()}

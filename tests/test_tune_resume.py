@@ -22,13 +22,12 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.support.process_tree import group_and_descendants, sigkill_all
+from tests.support.process_tree import group_and_descendants, sigkill_all, sigkill_group_once
 from tests.support.spikeloop_cli import cli_env, recorded_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,16 +66,14 @@ def test_sweep_killed_mid_run_is_finished_by_resume_each_trial_whole(tmp_path: P
         driver = subprocess.Popen(
             cmd, cwd=REPO, env=cli_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while not recorded_checkpoint(sorted(root.glob("sweep_resume-*"))):
-            assert driver.poll() is None, f"the sweep ended before it was killed:\n{first_log.read_text()[-6000:]}"
-            assert time.monotonic() < deadline, f"no checkpoint recorded in time:\n{first_log.read_text()[-6000:]}"
-            time.sleep(0.5)
-    finally:
-        # Kill the driver and the local Ray it started (same process group), with no chance to clean up.
-        sigkill_all(group_and_descendants(driver.pid))
-        driver.wait(timeout=30)
+    # Kill the driver and the local Ray it started (same process group), with no chance to clean up.
+    sigkill_group_once(
+        driver,
+        lambda: recorded_checkpoint(sorted(root.glob("sweep_resume-*"))),
+        first_log,
+        STARTUP_TIMEOUT_S,
+        "checkpoint recorded",
+    )
     assert driver.returncode == -signal.SIGKILL
     run_dir = next(iter(sorted(root.glob("sweep_resume-*"))))
     assert "run directory:" not in first_log.read_text()

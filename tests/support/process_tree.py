@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -40,6 +42,23 @@ def sigkill_all(pids: set[int], wait_s: float = 30.0) -> None:
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline and any(proc_stat(pid) and not _zombie(pid) for pid in pids):
         time.sleep(0.2)
+
+
+def sigkill_group_once(
+    process: subprocess.Popen, ready: Callable[[], bool], log: Path, timeout_s: float, waiting_for: str
+) -> None:
+    """Wait until `ready()`, then SIGKILL `process`'s whole group (it, its local Ray, its trials): nothing gets to
+    clean up. Fails with the end of `log` if the process ends first or `waiting_for` does not come in time; the
+    group is killed whatever happens."""
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            assert process.poll() is None, f"it ended before it was killed:\n{log.read_text()[-6000:]}"
+            assert time.monotonic() < deadline, f"no {waiting_for} in time:\n{log.read_text()[-6000:]}"
+            time.sleep(0.2)
+    finally:
+        sigkill_all(group_and_descendants(process.pid))
+        process.wait(timeout=30)
 
 
 def _zombie(pid: int) -> bool:
