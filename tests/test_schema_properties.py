@@ -447,7 +447,9 @@ def experiments(draw: st.DrawFn) -> tuple[dict, list[tuple[str, object]]]:
         data.setdefault("tune", {})["search_space"] = {key: {kind: values}}
         data["tune"]["seeds"] = draw(st.sampled_from([1, 1, 2]))
     if draw(st.booleans()):
-        data.setdefault("output", {})["root_dir"] = draw(ROOTS)
+        root = draw(ROOTS)
+        data.setdefault("output", {})["root_dir"] = root  # replaces any root drawn above: record what was written
+        written = [(key, value) for key, value in written if key != "output.root_dir"] + [("output.root_dir", root)]
     return data, written
 
 
