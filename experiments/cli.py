@@ -80,6 +80,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "spikeloop.experiments.benchmarks.flood",
         "a device flooded with valid commands: the pulse-rate ceiling held, memory flat, every stimulation answered",
     ),
+    "design": (
+        "spikeloop.experiments.benchmarks.design",
+        "the culture design validated on simulated cultures' blocks: a planted effect, the null, a carry-over",
+    ),
     "soak": (
         "spikeloop.experiments.benchmarks.soak",
         "an hour of paced training with device faults and a device restart: memory, descriptors, lost episodes",

@@ -11,7 +11,7 @@ from spikeloop.experiments.preflight import preflight
 from spikeloop.experiments.schema import ExperimentError, experiment_from_dict, load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = sorted((ROOT / "experiments").glob("*.yaml"))
+EXAMPLES = sorted([*(ROOT / "experiments").glob("*.yaml"), *(ROOT / "experiments" / "validation").glob("*.yaml")])
 BROKEN = sorted((Path(__file__).parent / "broken_experiments").glob("*.yaml"))
 QUICKSTART = ROOT / "experiments" / "quickstart.yaml"
 

@@ -16,7 +16,8 @@ import pytest
 from spikeloop.experiments.schema import load_experiment
 from spikeloop.models.closed_loop.sampling import STEP_ALLOWANCE_S
 
-SHIPPED = sorted((Path(__file__).resolve().parents[1] / "experiments").glob("*.yaml"))
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+SHIPPED = sorted([*EXPERIMENTS.glob("*.yaml"), *(EXPERIMENTS / "validation").glob("*.yaml")])
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
@@ -43,8 +44,8 @@ def test_a_sample_timeout_shorter_than_the_device_pace_is_refused() -> None:
     from spikeloop.experiments.schema import ExperimentError
 
     with pytest.raises(ExperimentError, match=r"loop.sample_timeout_s: 60 s is not enough .* 1024 env steps"):
-        load_experiment(SHIPPED[0].parent / "cl1.yaml", ["loop.sample_timeout_s=60"])
-    experiment = load_experiment(SHIPPED[0].parent / "cl1.yaml", ["loop.sample_timeout_s=600"])
+        load_experiment(EXPERIMENTS / "cl1.yaml", ["loop.sample_timeout_s=60"])
+    experiment = load_experiment(EXPERIMENTS / "cl1.yaml", ["loop.sample_timeout_s=600"])
     assert experiment.algorithm_config().sample_timeout_s == 600
 
 
@@ -52,7 +53,7 @@ def test_with_device_loss_wait_rllib_waits_out_max_wait_s_too() -> None:
     """A sample paused for a lost device is the loop paused, not hung: RLlib must not give up on it meanwhile."""
     from spikeloop.experiments.schema import ExperimentError
 
-    cl1 = SHIPPED[0].parent / "cl1.yaml"
+    cl1 = EXPERIMENTS / "cl1.yaml"
     stop = load_experiment(cl1).algorithm_config().sample_timeout_s
     wait = load_experiment(cl1, ["loop.on_device_loss=wait", "loop.max_wait_s=300"]).algorithm_config()
     assert wait.sample_timeout_s == stop + 300
