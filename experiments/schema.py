@@ -366,7 +366,7 @@ class Experiment(BaseModel):
     feedback: FeedbackSettings = Field(default_factory=FeedbackSettings)
     env: dict[str, Any] = Field(default_factory=dict)
     model: ClosedLoopModelConfig = Field(default_factory=ClosedLoopModelConfig)
-    ablation: Literal["none", "zero", "random"] = "none"
+    ablation: Literal["none", "zero", "random", "shuffled"] = "none"
     policy: Literal["closed_loop", "direct"] = Field(
         "closed_loop", description="direct: features straight to actions, no culture (the no-neurons control)"
     )

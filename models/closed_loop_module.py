@@ -9,7 +9,7 @@ therefore never sees spikes when acting, only in `forward_train`, where the stor
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -28,6 +28,9 @@ from spikeloop.models.encoder import StimEncoder, features_and_screen, n_discret
 from spikeloop.models.feature_norm import FeatureNormalizer
 from spikeloop.models.module_config import ClosedLoopModelConfig
 from spikeloop.models.value import NormalizedValueNet
+
+if TYPE_CHECKING:
+    from spikeloop.models.closed_loop.shuffled_answers import ShuffledAnswers
 
 MODE_DEPENDENT_LAYERS = (
     nn.Dropout,
@@ -214,14 +217,24 @@ class ClosedLoopRLModule(TorchRLModule, ValueFunctionAPI):
         action = torch.multinomial(logp_all.exp(), 1).squeeze(-1) if explore else logp_all.argmax(-1)
         return action, logp_all.gather(-1, action.unsqueeze(-1)).squeeze(-1)
 
-    def ablate(self, spikes: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        """The decoder input under this module's ablation setting; store what this returns."""
+    def ablate(
+        self,
+        spikes: torch.Tensor,
+        generator: torch.Generator | None = None,
+        answers: ShuffledAnswers | None = None,
+    ) -> torch.Tensor:
+        """The decoder input under this module's ablation setting; store what this returns. "shuffled" draws
+        from `answers`, the env runner's pool of the culture's recent answers (and adds these to it)."""
         mode = self.settings.ablation
         spikes = torch.as_tensor(spikes, dtype=torch.float32)
         if mode == "none":
             return spikes
         if mode == "zero":
             return torch.zeros_like(spikes)
+        if mode == "shuffled":
+            if answers is None:
+                raise ValueError("ablation shuffled: the tick needs its env runner's pool of answers (answers=)")
+            return torch.from_numpy(answers.swap(spikes.numpy(), generator))
         rate = torch.full_like(spikes, self.settings.ablation_poisson_rate)
         return torch.poisson(rate, generator=generator)
 

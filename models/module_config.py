@@ -15,7 +15,7 @@ from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
 from spikeloop.bridge.wire.channels import STIM_AMPLITUDE_RANGE_UA, STIM_FREQUENCY_RANGE_HZ
 
-AblationMode = Literal["none", "zero", "random"]
+AblationMode = Literal["none", "zero", "random", "shuffled"]
 DecoderType = Literal["linear", "mlp"]
 DecoderInit = Literal["random", "motor_map"]
 ScreenCNNType = Literal["strided", "pooled"]
@@ -125,9 +125,12 @@ class ClosedLoopModelConfig:
 
     # Ablation of the decoder input (the spikes): the science's control conditions.
     ablation: AblationMode = "none"
-    """"none": real spikes; "zero": all zeros; "random": Poisson counts (ablation_poisson_rate)."""
+    """"none": real spikes; "zero": all zeros; "random": Poisson counts (ablation_poisson_rate); "shuffled": one of
+    the culture's own recent answers, to another stimulation (models/closed_loop/shuffled_answers.py)."""
     ablation_poisson_rate: float = 1.0
     """Mean spike count per group per tick when ablation is "random"."""
+    ablation_shuffle_pool: int = 256
+    """How many of the culture's latest answers "shuffled" draws from (about 25 s of a CL1 at 10 steps/s)."""
 
     # Running spike mean used to centre the decoder input.
     spike_mean_mode: SpikeMeanMode = "ema"
@@ -148,8 +151,10 @@ class ClosedLoopModelConfig:
         ):
             if not lo < hi:
                 raise ValueError(f"{name} must be (low, high) with low < high, got {(lo, hi)}")
-        if self.ablation not in ("none", "zero", "random"):
-            raise ValueError(f"ablation must be none, zero or random, got {self.ablation!r}")
+        if self.ablation not in ("none", "zero", "random", "shuffled"):
+            raise ValueError(f"ablation must be none, zero, random or shuffled, got {self.ablation!r}")
+        if not 1 <= self.ablation_shuffle_pool <= 1_000_000:
+            raise ValueError(f"ablation_shuffle_pool must be 1 to 1000000 answers, got {self.ablation_shuffle_pool}")
         if self.decoder_type not in ("linear", "mlp"):
             raise ValueError(f"decoder_type must be linear or mlp, got {self.decoder_type!r}")
         if self.decoder_nonnegative and self.decoder_type != "linear":

@@ -104,3 +104,30 @@ def test_the_decoder_sees_the_ablated_answer_and_the_batch_keeps_both(ablation: 
         assert not columns[SPIKES].any()
     else:
         assert not np.array_equal(columns[SPIKES], columns[RAW_SPIKES])
+
+
+def test_shuffled_gives_the_decoder_the_cultures_answer_to_another_stimulation() -> None:
+    """`ablation: shuffled`: each step the decoder reads one of the culture's earlier answers, drawn from the pool,
+    never the answer to its own stimulation; the batch keeps the real one. The same seed draws the same."""
+    from spikeloop.models.closed_loop.shuffled_answers import ShuffledAnswers
+
+    def run(seed: int) -> tuple[list[float], list[float]]:
+        mod, culture, answers = module(ablation="shuffled"), ScriptedCulture(), ShuffledAnswers(8)
+        generator = torch.Generator().manual_seed(seed)
+        seen, raw = [], []
+        for _ in range(40):
+            result = tick(mod, forward(mod, 1), culture, explore=True, generator=generator, answers=answers)
+            assert len(set(result.spikes[0].tolist())) == 1  # a whole answer, not a mix of answers
+            seen.append(float(result.spikes[0, 0]))
+            raw.append(float(result.raw_spikes[0, 0]))
+        return seen, raw
+
+    seen, raw = run(3)
+    assert raw == [i + 1.0 for i in range(40)]  # the culture answered stimulation i with counts i + 1
+    assert seen[0] == 0.0  # nothing to draw before the first answer
+    for step in range(1, 40):
+        assert seen[step] in raw[max(0, step - 8) : step], step  # an earlier answer, from the last 8
+    assert len(set(seen[9:])) > 4  # drawn, not a fixed lag
+    assert run(3) == (seen, raw) and run(4)[0] != seen
+    with pytest.raises(ValueError, match="pool of answers"):
+        tick(module(ablation="shuffled"), forward(module(), 1), ScriptedCulture(), explore=True)

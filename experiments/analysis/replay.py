@@ -260,8 +260,9 @@ def _decoder_input(raw_spikes: np.ndarray, ablation: str) -> tuple[np.ndarray, s
     if ablation == "zero":
         return np.zeros_like(raw_spikes), ""
     return raw_spikes, (
-        f"unavailable from the session record: under ablation {ablation!r} the decoder saw Poisson draws the "
-        "record does not keep; replay the step log (--source steps) if the trial kept one"
+        f"unavailable from the session record: under ablation {ablation!r} the decoder saw draws (Poisson "
+        "counts, or the culture's answers to other stimulations) the record does not keep; replay the step log "
+        "(--source steps) if the trial kept one"
     )
 
 

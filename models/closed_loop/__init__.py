@@ -8,6 +8,7 @@ Read in this order:
 * `link` - `CultureLink`, the env runner's culture: a device reached through its
   bridge, the one place feedback and events leave from.
 * `settings` - `DeviceSettings` and `CultureSettings`: which device, how it is reached.
+* `shuffled_answers` - the pool `ablation: shuffled` draws the decoder's input from.
 * `connector` - `CultureExchange`, the RLlib glue that calls `tick` in the
   module-to-env pipeline and writes the batch columns (`spikeloop.models.columns`).
 * `feedback` - the feedback policy: rewards, events and surprise into commands.

@@ -29,6 +29,7 @@ from ray.rllib.core.columns import Columns
 
 from spikeloop.bridge.wire.channels import N_SPIKE_GROUPS
 from spikeloop.models.closed_loop.link import CultureLink, close_link, current_link
+from spikeloop.models.closed_loop.shuffled_answers import ShuffledAnswers
 from spikeloop.models.closed_loop.step_feedback import log_step_feedback, step_feedback
 from spikeloop.models.closed_loop.tick import Tick, tick
 from spikeloop.models.columns import (
@@ -55,6 +56,7 @@ class CultureExchange(ConnectorV2):
         self._generator = torch.Generator()
         if seed is not None:
             self._generator.manual_seed(seed)
+        self._answers: ShuffledAnswers | None = None  # `ablation: shuffled`: this runner's culture's answers
 
     def __call__(self, *, rl_module, batch: dict[str, Any], episodes, explore=None, shared_data=None, **kwargs) -> Any:
         """Replace the module's encoder output with the tick's action, joint logp and replay columns."""
@@ -83,6 +85,9 @@ class CultureExchange(ConnectorV2):
             if link.meter is not None:
                 update_meter(link)  # the live information meter recomputes while the culture answers
 
+        settings = getattr(rl_module, "settings", None)
+        if self._answers is None and settings is not None and settings.ablation == "shuffled":
+            self._answers = ShuffledAnswers(settings.ablation_shuffle_pool)
         try:
             result = tick(
                 rl_module,
@@ -91,6 +96,7 @@ class CultureExchange(ConnectorV2):
                 explore=bool(explore),
                 generator=self._generator,
                 while_waiting=while_waiting,
+                answers=self._answers,
             )
         except BaseException:
             # Close the link before the error leaves (DeviceLost, a bridge failure): it releases the

@@ -26,6 +26,7 @@ import torch
 from ray.rllib.core.columns import Columns
 
 from spikeloop.bridge.trainer.core import SpikeReply
+from spikeloop.models.closed_loop.shuffled_answers import ShuffledAnswers
 from spikeloop.models.closed_loop_module import ClosedLoopRLModule
 from spikeloop.models.columns import (
     EXCHANGE_OK,
@@ -93,6 +94,7 @@ def tick(
     explore: bool,
     generator: torch.Generator | None = None,
     while_waiting: Callable[[], None] | None = None,
+    answers: ShuffledAnswers | None = None,
 ) -> Tick:
     """Stimulate the culture with this frame's encoding and decode its answer into the action."""
     # Encode: sample the stimulation (or take its mode) from the encoder's distribution.
@@ -122,7 +124,8 @@ def tick(
     stim_logp, spike_mean, spike_std = spike_stats
 
     raw_spikes = np.stack([np.concatenate([reply.counts for reply in row]) for row in replies])
-    spikes = module.ablate(torch.from_numpy(raw_spikes), generator=generator)  # what the decoder is allowed to see
+    # What the decoder is allowed to see (`answers`: the pool `ablation: shuffled` draws from).
+    spikes = module.ablate(torch.from_numpy(raw_spikes), generator=generator, answers=answers)
     action_logits = module.decode(spikes, spike_mean, spike_std)  # centred and scaled by the act-time statistics
     action, action_logp = module.act(action_logits, explore=explore)
     return Tick(
