@@ -826,3 +826,22 @@ def test_the_tuning_candidates_tables_are_their_files() -> None:
         label = f"`{key}={value}`"
         assert f"| {label} | {_candidate_row(base, candidate)} |" in section, name
     assert f"| none (the defaults, above) | {_candidate_row(base, base)} |" in section
+
+
+def _kill_range(name: str, condition: str) -> str:
+    per_seed = json.loads((REPO / "docs" / "benchmarks" / name).read_text())["summary"][condition]["final_kill_rate"]
+    values = per_seed["per_seed"].values()
+    return f"{min(values):.2f}-{max(values):.2f}"
+
+
+def test_the_kill_rate_ranges_quoted_in_prose_are_their_files() -> None:
+    """Ranges the README and the stim-mode reading quote from result files (each was once another file's)."""
+    import re
+
+    readme = " ".join((REPO / "README.md").read_text().split())
+    for name in ("learning-fresh.json", "learning-jobs2.json", "learning-amd-after.json"):
+        quoted = re.search(rf"(\d\.\d\d-\d\.\d\d)[^`]{{0,60}}\(`{re.escape(name)}`\)", readme)
+        assert quoted is not None, f"README quotes no kill-rate range from {name}"
+        assert quoted.group(1) == _kill_range(name, "sim"), name
+    doc = " ".join(DOC.read_text().split())
+    assert f"against `zero`'s {_kill_range('learning.json', 'zero')} in the learning benchmark" in doc
