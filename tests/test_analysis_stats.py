@@ -183,3 +183,21 @@ def test_docs_power_table_is_the_functions(tmp_path: Path) -> None:
     assert power_table.update_docs(copy, table) and power_table.docs_table(copy) == table
     assert not power_table.update_docs(copy, table)
     assert copy.read_text().startswith("text\n") and copy.read_text().endswith("more\n")
+
+
+def test_intervals_are_t_below_ten_seeds_and_bootstrap_from_there() -> None:
+    """With a handful of seeds the percentile bootstrap only resamples what it saw and runs narrow: below 10 the
+    interval is Student's t (Welch's for two groups); the method goes with it."""
+    few = [3.0, -1.0, 4.0, 1.0, 5.0, -2.0, 6.0, 2.0]
+    (low, high), method = stats.mean_interval(few)
+    assert method == "t" and (low, high) == pytest.approx(stats.mean_t_interval(few))
+    narrow = stats.bootstrap_mean_ci(few)
+    assert low < narrow[0] and high > narrow[1]  # the bootstrap's is narrower at 8 seeds
+    many = few + [0.0, 7.0, -3.0]
+    assert stats.mean_interval(many) == (stats.bootstrap_mean_ci(many), "bootstrap")
+
+    other = [v + 2.0 for v in few[:6]]
+    (low, high), method = stats.difference_interval(few, other)
+    reference = scipy_stats.ttest_ind(few, other, equal_var=False).confidence_interval(0.95)
+    assert method == "Welch t" and (low, high) == pytest.approx((reference.low, reference.high))
+    assert stats.difference_interval(many, many)[1] == "bootstrap"

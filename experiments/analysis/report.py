@@ -170,8 +170,9 @@ def markdown(result: dict[str, Any]) -> str:
         "is the mean of its trials with that seed. Tests: exact Wilcoxon signed-rank on per-seed differences "
         "where both sides ran the same seeds (paired), exact Mann-Whitney otherwise; "
         f"{sides[result['alternative']]}, alpha {result['alpha']:g}, Holm's correction over the comparisons of "
-        "each metric (main effects: a family of their own). Intervals: percentile bootstrap over seeds (10,000 "
-        "resamples), too narrow with few seeds. 'smallest p (Holm)': the p of the most extreme outcome these "
+        "each metric (main effects: a family of their own). Intervals (95%): Student's t below 10 seeds (Welch's "
+        "for unpaired differences), where the percentile bootstrap runs too narrow; percentile bootstrap over "
+        "seeds (10,000 resamples) from 10. 'smallest p (Holm)': the p of the most extreme outcome these "
         "seeds allow, after Holm; where it is not below alpha, no result could have been significant.",
     ]
     if result["drawn_keys"]:

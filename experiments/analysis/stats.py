@@ -7,8 +7,8 @@ Two families of tests, both exact:
 - the sweep analysis (`spikeloop analyze`): `signed_rank_test` on per-seed differences where
   seeds are paired, `rank_sum_test` (Mann-Whitney) where they are not. Both compute their null
   distribution exactly by counting (dynamic programming over doubled mid-ranks), so ties and
-  zero differences are handled exactly too; `holm` corrects a family of them, `bootstrap_*`
-  give percentile intervals, `pairing_spread` says how much pairing narrowed the differences.
+  zero differences are handled exactly too; `holm` corrects a family of them, `mean_interval` and
+  `difference_interval` give t intervals below 10 seeds and percentile bootstrap ones from there, `pairing_spread` says how much pairing narrowed the differences.
 
 A test's smallest reachable p depends only on the number of seeds (`smallest_p`,
 `smallest_signed_rank_p`): below alpha no outcome could ever be significant, and the verdicts
@@ -354,6 +354,44 @@ def mean_t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float
     mean = float(np.mean(values))
     half = float(stats.t.ppf(0.5 + level / 2, len(values) - 1)) * float(np.std(values, ddof=1)) / math.sqrt(len(values))
     return mean - half, mean + half
+
+
+T_BELOW_N = 10
+"""Below this many seeds an interval is Student's t (Welch's for two groups): the percentile bootstrap only
+resamples the seeds seen, and with a handful of them its intervals are too narrow."""
+
+
+def mean_interval(values: Sequence[float], level: float = 0.95) -> tuple[tuple[float, float], str]:
+    """(interval of the mean, its method: "t" below T_BELOW_N finite values, else "bootstrap")."""
+    x = [v for v in values if math.isfinite(v)]
+    if len(x) < T_BELOW_N:
+        return (mean_t_interval(x, level) or (math.nan, math.nan)), "t"
+    return bootstrap_mean_ci(x, level), "bootstrap"
+
+
+def difference_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> tuple[tuple[float, float], str]:
+    """(interval of mean(a) - mean(b) for unpaired groups, its method: "Welch t" when either has fewer than
+    T_BELOW_N finite values, else "bootstrap")."""
+    x = [v for v in a if math.isfinite(v)]
+    y = [v for v in b if math.isfinite(v)]
+    if min(len(x), len(y)) < T_BELOW_N:
+        return welch_t_interval(x, y, level), "Welch t"
+    return bootstrap_difference_ci(x, y, level), "bootstrap"
+
+
+def welch_t_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+    """Welch's t interval of mean(a) - mean(b) (unequal variances); NaN with fewer than 2 values on a side."""
+    from scipy import stats
+
+    if len(a) < 2 or len(b) < 2:
+        return (math.nan, math.nan)
+    va, vb = float(np.var(a, ddof=1)) / len(a), float(np.var(b, ddof=1)) / len(b)
+    difference = float(np.mean(a) - np.mean(b))
+    if va + vb == 0:
+        return (difference, difference)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    half = float(stats.t.ppf(0.5 + level / 2, df)) * math.sqrt(va + vb)
+    return (difference - half, difference + half)
 
 
 def bootstrap_mean_ci(

@@ -492,7 +492,7 @@ def _summary(values: dict[int, float]) -> dict[str, Any]:
     return {
         "mean": float(np.mean(finite)) if finite else None,
         "sd": float(np.std(finite, ddof=1)) if len(finite) > 1 else None,
-        "ci95": _pair(stats.bootstrap_mean_ci(finite)),
+        **_interval("ci95", stats.mean_interval(finite)),
         "per_seed": {str(k): _number(v) for k, v in values.items()},
     }
 
@@ -503,6 +503,12 @@ def _number(x: float) -> float | None:
 
 def _pair(pair: tuple[float, float]) -> list[float | None]:
     return [_number(pair[0]), _number(pair[1])]
+
+
+def _interval(key: str, interval: tuple[tuple[float, float], str]) -> dict[str, Any]:
+    """`key` (the 95% interval) and `key`_method: which interval it is (stats.mean_interval)."""
+    bounds, method = interval
+    return {key: _pair(bounds), f"{key}_method": method}
 
 
 # --- comparisons ------------------------------------------------------------------------
@@ -536,7 +542,7 @@ def compare_values(values: dict[int, float], base: dict[int, float], alternative
             "n": len(finite),
             "differences": {str(s): _number(d) for s, d in zip(seeds, diffs, strict=True)},
             "higher_lower_tied": [sum(d > 0 for d in finite), sum(d < 0 for d in finite), sum(d == 0 for d in finite)],
-            "difference_ci95": _pair(stats.bootstrap_mean_ci(finite)),
+            **_interval("difference_ci95", stats.mean_interval(finite)),
             "pairing": {
                 "sd_paired": _number(spread.sd_paired),
                 "sd_unpaired": _number(spread.sd_unpaired),
@@ -551,7 +557,7 @@ def compare_values(values: dict[int, float], base: dict[int, float], alternative
         out |= {
             "test": test.name,
             "n": test.n,
-            "difference_ci95": _pair(stats.bootstrap_difference_ci(a, b)),
+            **_interval("difference_ci95", stats.difference_interval(a, b)),
             "smallest_p": _number(test.smallest_p),
         }
     out |= {"statistic": _number(test.statistic), "p": _number(test.p), "exact": test.exact}
@@ -599,7 +605,8 @@ def verdict(row: dict[str, Any], name: str, baseline: str, metric: str, alpha: f
     if diff is None or row["p"] is None:
         return f"{name} vs {baseline}: nothing to test ({what}: a side has no finished episodes)."
     lo, hi = row["difference_ci95"]
-    interval = f", 95% bootstrap interval {lo:+.3g} to {hi:+.3g}" if lo is not None else ""
+    method = row.get("difference_ci95_method", "bootstrap")
+    interval = f", 95% {method} interval {lo:+.3g} to {hi:+.3g}" if lo is not None else ""
     figures = (
         f"{what} {diff:+.3g}{interval}; {row['test']} p={row['p']:.3g}, Holm p={row['p_holm']:.3g} over "
         f"{row['family_size']}; Cliff's delta {row['cliffs_delta']:+.2f}; {n_text}"
