@@ -121,3 +121,18 @@ def test_the_reading_quotes_reward_feedback_and_the_span(analysis: dict[str, Any
         f"means span {max(returns):.1f} to {min(returns):.1f} (kill rates {min(kills):.2f} to {max(kills):.2f})"
         in reading
     )
+
+
+def test_the_sweep_files_header_counts_the_family_the_analysis_tests(analysis: dict[str, Any]) -> None:
+    """experiments/sweep_feedback.yaml says how many comparisons Holm runs over and the fewest seeds that can
+    make one significant: both from the analysis (it once said 15 and 10, counting the repeats)."""
+    from spikeloop.experiments.analysis.stats import smallest_signed_rank_p
+
+    header = " ".join(
+        line.lstrip("# ") for line in (REPO / "experiments" / "sweep_feedback.yaml").read_text().splitlines()
+    )
+    rows = analysis["comparisons"]["final_return"]
+    (family,) = {row["family_size"] for row in rows}
+    fewest = next(n for n in range(2, 40) if smallest_signed_rank_p(n, "two-sided") <= analysis["alpha"] / family)
+    assert f"the {len(rows)} other points are {family} distinct comparisons" in header
+    assert f"with Holm over {family} no seed count below {fewest} can make one significant" in header
