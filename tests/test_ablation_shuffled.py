@@ -12,12 +12,14 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tests.support.spikeloop_cli import run_spikeloop
 
 POOL = 16
 
 
+@pytest.mark.long  # about 35 s of Ray and training; the tick-level case is in test_tick.py
 def test_a_shuffled_run_decodes_the_cultures_earlier_answers(tmp_path: Path) -> None:
     root = tmp_path / "runs"
     proc = run_spikeloop(
