@@ -108,6 +108,40 @@ def test_a_loaded_culture_goes_on_bit_for_bit_as_the_saved_one(tmp_path: Path, r
     assert original.dopamine == loaded.dopamine
 
 
+def test_a_culture_whose_neurons_overflowed_is_saved_and_goes_on_as_it_would(tmp_path: Path) -> None:
+    """A neuron driven far past its peak overflows the kernel's quadratic term and stays NaN from then on, in
+    every run. An over-excited culture under feedback bursts has such neurons within two seconds; it must save
+    and load (a design's culture carries over between blocks) and go on as the unsaved one does. A NaN weight is
+    still refused: the kernel adds weights into the input ring."""
+    from spikeloop.bridge.wire.channels import BAD_NEWS_ELECTRODES, ENCODING_ELECTRODES, GOOD_NEWS_ELECTRODES
+
+    config = SimulatedCultureConfig(n_neurons=400, plasticity="none", excitatory_weight_mv=6.0, maturation_ms=500.0)
+    culture = SimulatedCulture(config, seed=3)
+    rng = np.random.default_rng(0)
+    for tick in range(20):
+        for electrode in ENCODING_ELECTRODES:
+            if rng.uniform() < 0.5:
+                culture.stimulate(
+                    electrode, float(rng.uniform(1, 3)), int(rng.integers(1, 6)), float(rng.uniform(5, 40))
+                )
+        for every, electrodes in ((7, GOOD_NEWS_ELECTRODES), (11, BAD_NEWS_ELECTRODES)):
+            for electrode in electrodes if tick % every == 0 else ():
+                culture.stimulate(electrode, 2.0, 5, 100.0)  # feedback bursts
+        culture.advance(100)
+    overflowed = ~np.isfinite(culture.v)
+    assert overflowed.any(), "this culture no longer overflows: the case needs another drive"
+    save_culture(culture, tmp_path / "dish.npz")
+    loaded = load_culture(tmp_path / "dish.npz")
+    assert np.array_equal(loaded.v, culture.v, equal_nan=True) and np.array_equal(loaded.u, culture.u, equal_nan=True)
+    for each in (culture, loaded):
+        each.stimulate(10, 1.5, 30, 100.0)
+    assert np.array_equal(culture.advance(1000), loaded.advance(1000))
+    weights = loaded.weight.copy()
+    weights[0] = np.nan
+    with pytest.raises(ValueError, match="array weight holds a value that is not finite"):
+        load_culture(_resaved(tmp_path / "dish.npz", tmp_path / "nan-weight.npz", weight=weights))
+
+
 def test_a_piece_of_state_the_saver_does_not_know_is_refused(tmp_path: Path) -> None:
     culture = device_culture(SMALL, seed=0)
     culture.new_state = np.zeros(3)  # type: ignore[attr-defined]  # a later change that forgot culture_state

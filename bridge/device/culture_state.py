@@ -43,6 +43,11 @@ VERSION = 1
 """Raised whenever the saved state's meaning changes; a file of another version is refused, not guessed at."""
 
 _N, _N1, _SYN, _STIM = "n", "n+1", "synapses", "stim"
+_MEMBRANES = ("v", "u")
+"""May hold inf or NaN: a neuron driven far past its peak overflows the kernel's quadratic term and is NaN (silent)
+from then on, in every run, saved or not (docs/architecture.md, "Neurons that overflow"). A saved culture keeps
+them as they are, so it goes on as the unsaved one would; a membrane value is no index, so the kernel stays in
+bounds."""
 _ARRAYS: dict[str, tuple[type, tuple[str | int, ...]]] = {
     "positions": (np.float64, (_N, 2)),
     "excitatory": (np.bool_, (_N,)),
@@ -172,7 +177,7 @@ def _check_arrays(stored: dict[str, np.ndarray], n: int, where: str) -> None:
             raise ValueError(
                 f"{where}: array {name} is {array.dtype} {array.shape}, a culture's is {np.dtype(dtype)} {want}"
             )
-        if array.dtype.kind == "f" and not np.isfinite(array).all():
+        if array.dtype.kind == "f" and name not in _MEMBRANES and not np.isfinite(array).all():
             raise ValueError(f"{where}: array {name} holds a value that is not finite")
 
     def within(name: str, low: int, high: int, values: np.ndarray | None = None) -> None:
