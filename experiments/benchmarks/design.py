@@ -223,15 +223,17 @@ def _analysis_plain(plan: Schedule, analysis: Analysis) -> dict[str, Any]:
 
 def run_record(run_dir: Path, plan: Schedule, blocks: Blocks) -> dict[str, Any]:
     """Where a run's blocks came from, and the blocks themselves (culture, period, condition, value)."""
-    started = {}
+
+    def entry(raw: dict[str, Any] | None) -> dict[str, Any]:
+        raw = raw or {}
+        return {"command": raw.get("command"), "git": raw.get("git"), "at": raw.get("at")}
+
     path = run_dir / "provenance.json"
-    if path.is_file():
-        record = json.loads(path.read_text())
-        first = record.get("started") or {}
-        started = {"command": first.get("command"), "git": first.get("git"), "at": first.get("at")}
+    record = json.loads(path.read_text()) if path.is_file() else {}
     return {
         "run": run_dir.name,
-        "started": started,
+        "started": entry(record.get("started")),
+        "resumed": [entry(r) for r in record.get("resumed") or []],
         "schedule": plan.to_json(),
         "blocks": [
             {"culture": blocks.culture_ids[c], "period": int(p), "condition": int(k), METRIC: float(v)}
@@ -298,6 +300,10 @@ def readings(result: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _commit(entry: dict[str, Any] | None) -> str:
+    return str(((entry or {}).get("git") or {}).get("commit") or "?")[:7]
+
+
 def _row(cells: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
@@ -316,7 +322,9 @@ def render(result: dict[str, Any]) -> str:
         run = result["runs"][name]
         lines += [
             "",
-            f"**{name} run** (`{run['run']}`, commit {((run['started'] or {}).get('git') or {}).get('commit', '?')[:7]}):"
+            f"**{name} run** (`{run['run']}`, commit {_commit(run['started'])}"
+            + "".join(f", resumed at {_commit(r)}" for r in run.get("resumed", []))
+            + "):"
             f" {analysis['cultures']} cultures, {len(run['blocks'])} blocks; conditions "
             + "; ".join(f"C{i} `{c}`" for i, c in enumerate(analysis["conditions"])),
             "",
