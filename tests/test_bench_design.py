@@ -19,6 +19,7 @@ import pytest
 
 from spikeloop.experiments.analysis import doc_blocks
 from spikeloop.experiments.analysis.crossover import (
+    Blocks,
     Randomisation,
     analyse,
     assignments,
@@ -142,3 +143,57 @@ def test_bench_design_refuses_what_is_not_a_finished_design_run(tmp_path: Path) 
     assert done.returncode == 2 and "--null RUN" in done.stderr
     done = bench("--null", str(run), "--whole-analyses", "0")
     assert done.returncode == 2 and "--whole-analyses 0" in done.stderr
+
+
+def test_the_committed_validation_is_its_own_blocks_and_the_docs_are_its_tables() -> None:
+    """docs/benchmarks/design.json: every estimate recomputes from the blocks it holds, and docs/benchmarks.md
+    shows the tables generated from it."""
+    path = ROOT / "docs" / "benchmarks" / "design.json"
+    result = json.loads(path.read_text())
+    from spikeloop.experiments.design.schedule import Schedule
+
+    for name in ("effect", "null"):
+        run = result["runs"][name]
+        plan = Schedule.from_json(run["schedule"])
+        ids = [c["culture_id"] for c in plan.cultures]
+        by_place = {(b["culture"], b["period"]): b for b in run["blocks"]}
+        values = [by_place[(b.culture_id, b.period)]["final_return"] for b in plan.blocks()]
+        assert [by_place[(b.culture_id, b.period)]["condition"] for b in plan.blocks()] == [
+            b.condition for b in plan.blocks()
+        ]
+        again = analyse(plan, Blocks.from_schedule(plan, values))
+        for stored, now in zip(result[name]["analysis"]["comparisons"], again.comparisons, strict=True):
+            assert stored["estimate"] == pytest.approx(now.estimate, abs=1e-9)
+            assert stored["randomisation_p"] == pytest.approx(now.randomisation_p, abs=1e-12)
+        assert len(ids) == result[name]["analysis"]["cultures"]
+    assert doc_blocks.read(ROOT / "docs" / "benchmarks.md", DOCS_BLOCK) == render(result).strip()
+
+
+def test_the_reading_quotes_the_committed_figures() -> None:
+    """The prose under the generated tables quotes figures of docs/benchmarks/design.json; each is rebuilt here."""
+    result = json.loads((ROOT / "docs" / "benchmarks" / "design.json").read_text())
+    doc = (ROOT / "docs" / "benchmarks.md").read_text()
+    reading = " ".join(doc[doc.index(f"<!-- {DOCS_BLOCK}: end -->") :].split())
+    effect, null = result["effect"], result["null"]
+    first = effect["analysis"]["comparisons"][0]
+    per_culture = first["per_culture"]
+    quoted = [
+        f"fell by {-first['estimate']:.1f} (every one of the {effect['analysis']['cultures']} cultures lower: "
+        f"{max(per_culture):.1f} to {min(per_culture):.1f})",
+        f"randomisation p was {first['randomisation_p']:.4f} over all {first['deals']} deals",
+        f"within-culture spread was {effect['analysis']['spread']['within_culture']:.1f}, at which the design "
+        f"shows {effect['detectable_at_own_spread']:.1f}",
+        f"Over all {null['deals']:,} deals",
+        f"found a difference after Holm in {null['null']['randomisation_family_wise']['rate']:.1%}",
+        f"came to {null['null']['signed_rank_family_wise']['rate']:.1%} (of "
+        f"{null['null']['signed_rank_family_wise']['deals']} deals",
+        f"Wald p came to {null['null']['mixed_model_family_wise']['rate']:.1%}",
+        f"left C1's estimate {-null['carry_over']['balanced_without_term_mean_shift_sd']['1']:.2f} s.d. off",
+        f"the randomisation test stayed at {null['carry_over']['balanced_family_wise']['rate']:.1%}",
+        f"({null['power']['planted_effect']:.1f}, {null['within_culture']:.1f} within) was found in "
+        f"{null['power']['found']:.0%} of the deals",
+    ]
+    for text in quoted:
+        assert text in reading, text
+    assert max(per_culture) < 0  # "every one of the cultures lower"
+    assert null["carry_over"]["fixed_shift_sd"]["2"] == pytest.approx(1.0)  # "by exactly that s.d."
