@@ -44,6 +44,9 @@ SHORT = [
     "--set",
     "checkpoint.every_iterations=1",
 ]
+ONE_EPISODE = ["--set", "stop.episodes=1"]
+"""Iterations until an episode is recorded: a 64-step batch ends one only if the game does (a kill) within it,
+so `stop.iterations=1` sometimes left the trial without episodes.jsonl (long tier, 2026-12-07)."""
 GENEROUS = ["--set", "loop.timeout_s=1.0"]  # cl1.yaml's 0.35 s is for a quiet machine; a loaded one stalls the device
 MAX_TIMEOUTS = 3
 """A device program starved of CPU for seconds (a loaded 2-core test machine) may miss a stimulation or two; the
@@ -80,7 +83,8 @@ def test_train_then_watch_against_a_device_program_the_experiment_did_not_start(
             + ports.experiment_sets()
             + SHORT
             + GENEROUS
-            + ["--set", "stop.iterations=1", "--set", f"output.root_dir={root}"]
+            + ONE_EPISODE
+            + ["--set", f"output.root_dir={root}"]
         )
         output = train.stdout + train.stderr
         assert train.returncode == 0, output[-6000:]
@@ -132,7 +136,8 @@ def test_tune_two_trials_take_turns_on_one_third_party_device(tmp_path: Path) ->
             + ports.experiment_sets()
             + SHORT
             + GENEROUS
-            + ["--set", "stop.iterations=1", "--set", f"output.root_dir={root}"]
+            + ONE_EPISODE
+            + ["--set", f"output.root_dir={root}"]
         )
         output = tune.stdout + tune.stderr
         assert tune.returncode == 0, output[-6000:]
