@@ -18,15 +18,7 @@ import numpy as np
 import pytest
 
 from spikeloop.experiments.analysis import doc_blocks
-from spikeloop.experiments.analysis.crossover import (
-    Blocks,
-    Randomisation,
-    analyse,
-    assignments,
-    previous_of,
-    terms_for,
-    weights_per_assignment,
-)
+from spikeloop.experiments.analysis.crossover import Blocks, analyse, previous_of, randomisation
 from spikeloop.experiments.benchmarks.design import (
     DOCS_BLOCK,
     _conditions,
@@ -88,9 +80,8 @@ def test_each_deal_gets_the_p_its_own_analysis_would_give(tmp_path: Path) -> Non
     """The null rate is read over every deal at once; each deal's p must be the one `spikeloop analyze` would have
     printed had that deal been dealt, with the blocks as they would have come out under it."""
     plan, blocks = read_run(write_run(tmp_path / "run", 6, [1, 2, 3]))
-    orders, exact = assignments(plan, np.random.default_rng(0))
-    terms = terms_for(plan)
-    randomised = Randomisation(terms, len(orders), exact, weights_per_assignment(plan, orders, terms))
+    randomised = randomisation(plan)
+    orders = randomised.orders
     conditions = _conditions(orders)
     # Blocks that depend on the deal: a carry-over after condition 1 and an effect of condition 2.
     planted = blocks.value + 8.0 * (previous_of(blocks.culture, conditions) == 1) + 15.0 * (conditions == 2)
@@ -180,7 +171,7 @@ def test_the_reading_quotes_the_committed_figures() -> None:
     quoted = [
         f"fell by {-first['estimate']:.1f} (every one of the {effect['analysis']['cultures']} cultures lower: "
         f"{max(per_culture):.1f} to {min(per_culture):.1f})",
-        f"randomisation p was {first['randomisation_p']:.4f} over all {first['deals']} deals",
+        f"randomisation p was {first['randomisation_p']:.4f} over all {first['assignments']} deals",
         f"within-culture spread was {effect['analysis']['spread']['within_culture']:.1f}, at which the design "
         f"shows {effect['detectable_at_own_spread']:.1f}",
         f"Over all {null['deals']:,} deals",

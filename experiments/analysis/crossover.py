@@ -197,13 +197,20 @@ def standardised(w: np.ndarray) -> np.ndarray:
     return w / np.where(norm > 0, norm, np.nan)
 
 
-def randomisation_p(stats: np.ndarray) -> np.ndarray:
+def randomisation_p(stats: np.ndarray, dealt: np.ndarray | None = None) -> np.ndarray:
     """Two-sided p per column of (outcomes x runs) statistics: the share of the outcomes whose statistic is at least
-    as far from 0 as the dealt one's (row 0), among those that are estimable."""
-    observed = np.abs(stats[0])
+    as far from 0 as the dealt one's, among those that are estimable. The dealt outcome is row 0, or per column
+    the row `dealt` names (each run read as if that outcome had been dealt)."""
+    observed = np.abs(stats[0] if dealt is None else stats[dealt, np.arange(stats.shape[1])])
     finite = np.isfinite(stats)
     extreme = (np.abs(stats) >= observed - 1e-9 * np.maximum(1.0, observed)) & finite
     return extreme.sum(axis=0) / finite.sum(axis=0)
+
+
+def holm_per_run(p: dict[int, np.ndarray]) -> np.ndarray:
+    """(runs x comparisons) Holm-adjusted p from each comparison's p per run (comparisons in key order)."""
+    keys = sorted(p)
+    return np.array([holm([p[j][run] for j in keys]) for run in range(len(p[keys[0]]))])
 
 
 @dataclass(frozen=True)
@@ -215,6 +222,8 @@ class Randomisation:
     outcomes: int
     exact: bool
     weights: dict[int, np.ndarray]
+    orders: list[list[list[int]]]
+    """Each outcome's orders, one sequence per culture (the dealt one first)."""
 
     def statistics(self, values: np.ndarray) -> dict[int, np.ndarray]:
         """Per condition: (outcomes x runs) standardised statistics of (runs x blocks) values."""
@@ -229,7 +238,8 @@ def randomisation(plan: Schedule, seed: int = 0, terms: Terms | None = None) -> 
     """The design's randomisation (`terms` None: the terms `analyse` fits; `seed`: the sample, where there is one)."""
     terms = terms or terms_for(plan)
     orders_list, exact = assignments(plan, np.random.default_rng(seed))
-    return Randomisation(terms, len(orders_list), exact, weights_per_assignment(plan, orders_list, terms))
+    weights = weights_per_assignment(plan, orders_list, terms)
+    return Randomisation(terms, len(orders_list), exact, weights, orders_list)
 
 
 def analyse(plan: Schedule, blocks: Blocks, alpha: float = 0.05, seed: int = 0) -> Analysis:

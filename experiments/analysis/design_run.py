@@ -121,7 +121,7 @@ def write(run_dir: Path, plan: Schedule, analyses: dict[str, Analysis], notes: l
         "unit": "culture",
         "schedule": plan.to_json(),
         "notes": notes,
-        "metrics": {metric: _plain(analysis) for metric, analysis in analyses.items()},
+        "metrics": {metric: analysis_json(analysis) for metric, analysis in analyses.items()},
     }
     path = target / ANALYSIS_FILE
     path.write_text(json.dumps(data, indent=2, allow_nan=False, default=str) + "\n")
@@ -129,7 +129,8 @@ def write(run_dir: Path, plan: Schedule, analyses: dict[str, Analysis], notes: l
     return path
 
 
-def _plain(analysis: Analysis) -> dict[str, Any]:
+def analysis_json(analysis: Analysis) -> dict[str, Any]:
+    """An analysis as its JSON files hold it (analysis.json, docs/benchmarks/design.json)."""
     return json_safe(asdict(analysis))
 
 

@@ -32,14 +32,13 @@ from spikeloop.experiments.analysis.crossover import (
     Blocks,
     Randomisation,
     analyse,
-    assignments,
+    holm_per_run,
     previous_of,
-    standardised,
-    terms_for,
+    randomisation,
+    randomisation_p,
     weights_per_assignment,
 )
-from spikeloop.experiments.analysis.design_run import design_blocks, is_design_run
-from spikeloop.experiments.analysis.stats import holm
+from spikeloop.experiments.analysis.design_run import analysis_json, design_blocks, is_design_run
 from spikeloop.experiments.benchmarks.record import provenance, write_result
 from spikeloop.experiments.design.schedule import Schedule
 from spikeloop.experiments.design.simulate import detectable_effect
@@ -78,26 +77,15 @@ def _conditions(orders: list[list[list[int]]]) -> np.ndarray:
 
 def relabelled_p(randomised: Randomisation, values: np.ndarray) -> dict[int, np.ndarray]:
     """Per condition j >= 1: the randomisation p each deal would have got had it been the one dealt, where
-    `values` (deals x blocks) holds the blocks as they would have come out under each deal. Row b's p counts
-    the deals whose statistic on values[b] is at least as far from 0 as deal b's own."""
+    `values` (deals x blocks) holds the blocks as they would have come out under each deal: row b is read with
+    deal b as the dealt one."""
     out = {}
-    for j, w in randomised.weights.items():
-        ws = standardised(w)
-        p = np.empty(len(values))
-        for start in range(0, len(values), 500):  # outcomes x 500 at a time: bounded memory
-            stats = ws @ values[start : start + 500].T
-            own = np.abs(stats[np.arange(start, start + stats.shape[1]), np.arange(stats.shape[1])])
-            finite = np.isfinite(stats)
-            extreme = (np.abs(stats) >= own - 1e-9 * np.maximum(1.0, own)) & finite
-            p[start : start + stats.shape[1]] = extreme.sum(axis=0) / finite.sum(axis=0)
-        out[j] = p
-    return out
-
-
-def _holm_rows(p: dict[int, np.ndarray]) -> np.ndarray:
-    """(deals x comparisons) Holm-adjusted p."""
-    keys = sorted(p)
-    return np.array([holm([p[j][d] for j in keys]) for d in range(len(p[keys[0]]))])
+    for start in range(0, len(values), 500):  # outcomes x 500 at a time: bounded memory
+        chunk = values[start : start + 500]
+        dealt = np.arange(start, start + len(chunk))
+        for j, stats in randomised.statistics(chunk).items():
+            out.setdefault(j, []).append(randomisation_p(stats, dealt))
+    return {j: np.concatenate(parts) for j, parts in out.items()}
 
 
 def _mean_shift(weights: dict[int, np.ndarray], planted: np.ndarray, within: float) -> dict[int, float]:
@@ -107,9 +95,8 @@ def _mean_shift(weights: dict[int, np.ndarray], planted: np.ndarray, within: flo
 
 def null_readings(plan: Schedule, blocks: Blocks, whole_analyses: int = FULL_ANALYSES, seed: int = 0) -> dict[str, Any]:
     """The null run's rates over every deal, and its blocks with a carry-over and an effect planted."""
-    orders, exact = assignments(plan, np.random.default_rng(seed))
-    terms = terms_for(plan)
-    randomised = Randomisation(terms, len(orders), exact, weights_per_assignment(plan, orders, terms))
+    randomised = randomisation(plan, seed)
+    orders = randomised.orders
     own = analyse(plan, blocks, ALPHA)
     within = own.spread.get("within_culture", math.nan)
     if not math.isfinite(within) or within <= 0:
@@ -121,7 +108,7 @@ def null_readings(plan: Schedule, blocks: Blocks, whole_analyses: int = FULL_ANA
 
     # 1. The null: each deal as if dealt. Its conditions change nothing, so its blocks are these blocks.
     null_p = relabelled_p(randomised, same)
-    null_holm = _holm_rows(null_p)
+    null_holm = holm_per_run(null_p)
     sample = np.random.default_rng(seed).choice(n_deals, size=min(whole_analyses, n_deals), replace=False)
     whole = [analyse(with_orders(plan, orders[d]), replace(blocks, condition=conditions[d]), ALPHA) for d in sample]
 
@@ -138,9 +125,9 @@ def null_readings(plan: Schedule, blocks: Blocks, whole_analyses: int = FULL_ANA
     carry = CARRY_OVER_SD * within * after_c1
     shift = _mean_shift(randomised.weights, carry, within)
     # Balance alone, without the model's carry-over term: what the term takes out.
-    untermed = weights_per_assignment(plan, orders, replace(terms, carry_over=False))
+    untermed = weights_per_assignment(plan, orders, replace(randomised.terms, carry_over=False))
     shift_untermed = _mean_shift(untermed, carry, within)
-    carry_p = _holm_rows(relabelled_p(randomised, same + carry))
+    carry_p = holm_per_run(relabelled_p(randomised, same + carry))
     fixed = with_orders(plan, [list(range(len(plan.conditions))) * plan.repeats for _ in plan.cultures], "fixed")
     fixed_blocks = replace(blocks, condition=np.array([b.condition for b in fixed.blocks()]))
     fixed_after_c1 = np.array([b.previous == 1 for b in fixed.blocks()], dtype=np.float64)
@@ -156,12 +143,12 @@ def null_readings(plan: Schedule, blocks: Blocks, whole_analyses: int = FULL_ANA
     power = None
     if effect is not None:
         planted = same + effect * (conditions == 1)
-        power_p = _holm_rows(relabelled_p(randomised, planted))
+        power_p = holm_per_run(relabelled_p(randomised, planted))
         power = float(np.mean(power_p[:, 0] <= ALPHA))
     return {
         "analysis": _analysis_plain(plan, own),
         "deals": n_deals,
-        "exact": exact,
+        "exact": randomised.exact,
         "within_culture": within,
         "null": {
             "randomisation_family_wise": family_wise,
@@ -184,41 +171,16 @@ def null_readings(plan: Schedule, blocks: Blocks, whole_analyses: int = FULL_ANA
 def effect_readings(plan: Schedule, blocks: Blocks) -> dict[str, Any]:
     analysis = analyse(plan, blocks, ALPHA)
     first = analysis.comparisons[0]
+    within = analysis.spread.get("within_culture", math.nan)
     return {
         "analysis": _analysis_plain(plan, analysis),
         "recovered": bool(first.estimate < 0 and first.holm_p <= ALPHA),
-        "detectable_at_own_spread": detectable_effect(plan, analysis.spread.get("within_culture", math.nan), ALPHA)
-        if math.isfinite(analysis.spread.get("within_culture", math.nan))
-        else None,
+        "detectable_at_own_spread": detectable_effect(plan, within, ALPHA) if math.isfinite(within) else None,
     }
 
 
 def _analysis_plain(plan: Schedule, analysis: Analysis) -> dict[str, Any]:
-    return {
-        "cultures": analysis.cultures,
-        "conditions": [c.label for c in plan.conditions],
-        "comparisons": [
-            {
-                "a": c.a,
-                "b": c.b,
-                "estimate": c.estimate,
-                "randomisation_p": c.randomisation_p,
-                "holm_p": c.holm_p,
-                "deals": c.assignments,
-                "exact": c.exact,
-                "per_culture": c.per_culture,
-                "signed_rank_p": c.signed_rank_p,
-                "mixed_estimate": c.mixed_estimate,
-                "mixed_se": c.mixed_se,
-                "mixed_p": c.mixed_p,
-            }
-            for c in analysis.comparisons
-        ],
-        "period": analysis.period,
-        "carry_over": {str(k): v for k, v in analysis.carry_over.items()},
-        "spread": analysis.spread,
-        "notes": analysis.notes,
-    }
+    return analysis_json(analysis) | {"conditions": [c.label for c in plan.conditions]}
 
 
 def run_record(run_dir: Path, plan: Schedule, blocks: Blocks) -> dict[str, Any]:
@@ -338,7 +300,7 @@ def render(result: dict[str, Any]) -> str:
                         f"C{c['a']} - C{c['b']}",
                         f"{c['estimate']:+.1f}",
                         f"{c['randomisation_p']:.3g} ({c['holm_p']:.3g})",
-                        f"{c['deals']:,}{'' if c['exact'] else ' (sample)'}",
+                        f"{c['assignments']:,}{'' if c['exact'] else ' (sample)'}",
                         f"{c['signed_rank_p']:.3g}",
                         f"{c['mixed_estimate']:+.1f} +- {c['mixed_se']:.1f} ({c['mixed_p']:.3g})",
                     ]

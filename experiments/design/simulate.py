@@ -17,8 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spikeloop.experiments.analysis.crossover import Randomisation, randomisation, randomisation_p
-from spikeloop.experiments.analysis.stats import holm
+from spikeloop.experiments.analysis.crossover import Randomisation, holm_per_run, randomisation, randomisation_p
 from spikeloop.experiments.design.schedule import Schedule
 
 POWER = 0.8
@@ -91,7 +90,7 @@ def run(
     estimates = randomised.estimates(values)
     if randomised.outcomes < 2:  # a fixed order: nothing to permute, so nothing is ever shown
         p = {j: np.full(draws, math.nan) for j in p}
-    adjusted = np.array([holm([p[j][d] for j in sorted(p)]) for d in range(draws)])
+    adjusted = holm_per_run(p)
     rejected = {j: float(np.mean(adjusted[:, i] <= alpha)) for i, j in enumerate(sorted(p))}
     return Simulated(
         rejected,
