@@ -221,9 +221,9 @@ def summarize(raw: dict[str, Any], duration_s: float) -> dict[str, Any]:
     return {
         "ceiling_hz": ceiling_hz,
         "commands_per_s": round((raw["sent"]["stim"] + raw["sent"]["feedback"]) / duration_s, 1),
-        "stim_taken_in": raw["device_counters"].get("stim"),
-        "feedback_taken_in": raw["device_counters"].get("feedback"),
-        "replies_sent": raw["device_counters"].get("replies"),
+        "stim_taken_in": counters.get("stim"),
+        "feedback_taken_in": counters.get("feedback"),
+        "replies_sent": counters.get("replies"),
         "replies_received": raw["replies"],
         "rss_growth_after_warmup_mb": None if growth is None else round(growth, 3),
         **top,

@@ -85,9 +85,10 @@ class CultureExchange(ConnectorV2):
             if link.meter is not None:
                 update_meter(link)  # the live information meter recomputes while the culture answers
 
-        settings = getattr(rl_module, "settings", None)
-        if self._answers is None and settings is not None and settings.ablation == "shuffled":
-            self._answers = ShuffledAnswers(settings.ablation_shuffle_pool)
+        if self._answers is None:
+            settings = getattr(rl_module, "settings", None)
+            if settings is not None and settings.ablation == "shuffled":
+                self._answers = ShuffledAnswers(settings.ablation_shuffle_pool)
         try:
             result = tick(
                 rl_module,

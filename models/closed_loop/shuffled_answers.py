@@ -28,9 +28,6 @@ class ShuffledAnswers:
         self._count = 0
         self._next = 0
 
-    def __len__(self) -> int:
-        return self._count
-
     def swap(self, raw_spikes: np.ndarray, generator: torch.Generator | None = None) -> np.ndarray:
         """Per row: an earlier answer in place of this one (zeros while the pool is empty); then keep this one."""
         out = np.zeros_like(raw_spikes)
